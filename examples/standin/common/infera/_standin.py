@@ -1,0 +1,58 @@
+"""STAND-IN reporter shared by the stand-in engine and server modules.
+
+Prints one line `INFERA-STANDIN {json}` with what the process received: argv (also as
+hex bytes, so non-UTF-8 arguments can be compared exactly), the environment the
+launcher sets, sys.path, and where each capability module imported from.
+"""
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+
+WATCHED_ENV = (
+    "PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX",
+    "INFERA_TREE", "INFERA_FAMILY", "MC_FORCE_TCP", "HIP_VISIBLE_DEVICES",
+)
+
+
+def _imports():
+    out = {}
+    for name in ("mooncake", "hipfile", "kvd"):
+        try:
+            mod = importlib.import_module(name)
+            out[name] = {"ok": True, "file": getattr(mod, "__file__", None)}
+        except Exception as e:  # report, never fail: the report is the point
+            out[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def main(module):
+    report = {
+        "standin": module,
+        "pid": os.getpid(),
+        "executable": sys.executable,
+        "python": "%d.%d" % sys.version_info[:2],
+        # Lossy text for reading; argv_hex is exact.
+        "argv": [os.fsencode(a).decode("utf-8", "replace") for a in sys.argv[1:]],
+        "argv_hex": [os.fsencode(a).hex() for a in sys.argv[1:]],
+        "env": {k: os.environ[k] for k in WATCHED_ENV if k in os.environ},
+        "sys_path": sys.path,
+        "imports": _imports(),
+    }
+    print("INFERA-STANDIN " + json.dumps(report, sort_keys=True), flush=True)
+    # Knobs for init-mode tests: stay up until a signal, then report it.
+    if os.environ.get("INFERA_STANDIN_WAIT"):
+        got = []
+
+        def on_signal(signum, _frame):
+            got.append(signum)
+            print("INFERA-STANDIN-SIGNAL %d" % signum, flush=True)
+
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+            signal.signal(s, on_signal)
+        deadline = time.time() + float(os.environ["INFERA_STANDIN_WAIT"])
+        while not got and time.time() < deadline:
+            time.sleep(0.05)
+    sys.exit(int(os.environ.get("INFERA_STANDIN_EXIT", "0")))

@@ -1,0 +1,5 @@
+"""STAND-IN for infera.engine.sglang: reports its argv and environment, then exits."""
+from infera._standin import main
+
+if __name__ == "__main__":
+    main("infera.engine.sglang")

@@ -1,0 +1,2 @@
+"""STAND-IN for infera's kvd client (importable, does nothing)."""
+STANDIN = True

@@ -1,0 +1,2 @@
+"""STAND-IN for Mooncake's Python package (importable, does nothing)."""
+STANDIN = True

@@ -1,0 +1,2 @@
+"""STAND-IN for the hipFile Python bindings (importable, does nothing)."""
+STANDIN = True

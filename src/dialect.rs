@@ -1,0 +1,262 @@
+//! Engine dialects: one table of canonical options with each engine's spellings, and a
+//! reader that understands every form argparse accepts (`--flag v`, `--flag=v`, vLLM's
+//! `--flag_with_underscores`, short aliases, `--no-...` booleans; the last one wins).
+//! The reader never changes the args; planning only appends absent flags.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Opt {
+    Model,
+    TensorParallelSize,
+    KvCacheDtype,
+    MaxSeqs,
+    LoadFormat,
+    PrefixCaching,
+    ChunkedPrefill,
+    MmEncoderTpMode,
+    KvTransferConfig,
+    DisaggregationMode,
+    DisaggregationBackend,
+    HicacheStorageBackend,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    Vllm,
+    Sglang,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Vllm => "vllm",
+            Engine::Sglang => "sglang",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Engine> {
+        match s {
+            "vllm" => Some(Engine::Vllm),
+            "sglang" => Some(Engine::Sglang),
+            _ => None,
+        }
+    }
+}
+
+/// How an option is spelled in one engine.
+#[derive(Debug, Clone, Copy)]
+pub enum Spelling {
+    /// Takes a value. The first name is the one the launcher writes.
+    Value(&'static [&'static str]),
+    /// `--enable-x` / `--no-enable-x` (argparse BooleanOptionalAction).
+    Bool { on: &'static str, off: &'static str },
+    /// A flag that turns the feature *off* (`--disable-radix-cache`).
+    OffFlag(&'static str),
+    /// A value where `value_off` means "off" (`--chunked-prefill-size -1`).
+    ValueOff { names: &'static [&'static str], value_off: &'static str },
+}
+
+/// The canonical table. `None`: the engine has no such option.
+pub fn spelling(engine: Engine, opt: Opt) -> Option<Spelling> {
+    use Spelling::*;
+    Some(match (engine, opt) {
+        (Engine::Vllm, Opt::Model) => Value(&["--model"]),
+        (Engine::Vllm, Opt::TensorParallelSize) => Value(&["--tensor-parallel-size", "-tp"]),
+        (Engine::Vllm, Opt::KvCacheDtype) => Value(&["--kv-cache-dtype"]),
+        (Engine::Vllm, Opt::MaxSeqs) => Value(&["--max-num-seqs"]),
+        (Engine::Vllm, Opt::LoadFormat) => Value(&["--load-format"]),
+        (Engine::Vllm, Opt::PrefixCaching) => Bool { on: "--enable-prefix-caching", off: "--no-enable-prefix-caching" },
+        (Engine::Vllm, Opt::ChunkedPrefill) => {
+            Bool { on: "--enable-chunked-prefill", off: "--no-enable-chunked-prefill" }
+        }
+        (Engine::Vllm, Opt::MmEncoderTpMode) => Value(&["--mm-encoder-tp-mode"]),
+        (Engine::Vllm, Opt::KvTransferConfig) => Value(&["--kv-transfer-config"]),
+        (Engine::Vllm, _) => return None,
+        (Engine::Sglang, Opt::Model) => Value(&["--model-path", "--model"]),
+        (Engine::Sglang, Opt::TensorParallelSize) => Value(&["--tp-size", "--tensor-parallel-size"]),
+        (Engine::Sglang, Opt::KvCacheDtype) => Value(&["--kv-cache-dtype"]),
+        (Engine::Sglang, Opt::MaxSeqs) => Value(&["--max-running-requests"]),
+        (Engine::Sglang, Opt::LoadFormat) => Value(&["--load-format"]),
+        (Engine::Sglang, Opt::PrefixCaching) => OffFlag("--disable-radix-cache"),
+        (Engine::Sglang, Opt::ChunkedPrefill) => ValueOff { names: &["--chunked-prefill-size"], value_off: "-1" },
+        (Engine::Sglang, Opt::DisaggregationMode) => Value(&["--disaggregation-mode"]),
+        (Engine::Sglang, Opt::DisaggregationBackend) => Value(&["--disaggregation-transfer-backend"]),
+        (Engine::Sglang, Opt::HicacheStorageBackend) => Value(&["--hicache-storage-backend"]),
+        (Engine::Sglang, _) => return None,
+    })
+}
+
+pub const ALL_OPTS: [Opt; 12] = [
+    Opt::Model,
+    Opt::TensorParallelSize,
+    Opt::KvCacheDtype,
+    Opt::MaxSeqs,
+    Opt::LoadFormat,
+    Opt::PrefixCaching,
+    Opt::ChunkedPrefill,
+    Opt::MmEncoderTpMode,
+    Opt::KvTransferConfig,
+    Opt::DisaggregationMode,
+    Opt::DisaggregationBackend,
+    Opt::HicacheStorageBackend,
+];
+
+/// What the user's args say about one canonical option (the last occurrence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Setting {
+    Value(OsString),
+    On,
+    Off,
+}
+
+impl Setting {
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Setting::Value(v) => v.to_str(),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occurrence {
+    pub setting: Setting,
+    /// The spelling the user wrote (after vLLM's `_` → `-` rewrite).
+    pub spelled: String,
+    /// Index of the flag in the args.
+    pub index: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub opts: BTreeMap<Opt, Occurrence>,
+}
+
+impl Parsed {
+    pub fn get(&self, o: Opt) -> Option<&Setting> {
+        self.opts.get(&o).map(|x| &x.setting)
+    }
+    pub fn value(&self, o: Opt) -> Option<&str> {
+        self.get(o).and_then(Setting::as_str)
+    }
+    pub fn is_set(&self, o: Opt) -> bool {
+        self.opts.contains_key(&o)
+    }
+}
+
+/// Normalise a long option name the way the engine's parser does.
+fn normalise(engine: Engine, name: &[u8]) -> String {
+    let s = String::from_utf8_lossy(name).into_owned();
+    if engine == Engine::Vllm && s.starts_with("--") {
+        // vLLM's FlexibleArgumentParser rewrites `_` to `-` in long names.
+        format!("--{}", s[2..].replace('_', "-"))
+    } else {
+        s
+    }
+}
+
+/// Read the args. Unknown options are skipped (their values are not ours to judge).
+pub fn read(engine: Engine, args: &[OsString]) -> Parsed {
+    let mut parsed = Parsed::default();
+    let mut i = 0;
+    while i < args.len() {
+        let raw = args[i].as_bytes();
+        if raw == b"--" {
+            break;
+        }
+        if !raw.starts_with(b"-") || raw.len() < 2 {
+            i += 1;
+            continue;
+        }
+        let (name_bytes, inline): (&[u8], Option<&[u8]>) = match raw.iter().position(|b| *b == b'=') {
+            Some(p) => (&raw[..p], Some(&raw[p + 1..])),
+            None => (raw, None),
+        };
+        let name = normalise(engine, name_bytes);
+        let mut consumed = 1;
+        for opt in ALL_OPTS {
+            let Some(sp) = spelling(engine, opt) else {
+                continue;
+            };
+            let hit = match sp {
+                Spelling::Value(names) | Spelling::ValueOff { names, .. } if names.contains(&name.as_str()) => {
+                    let v = match inline {
+                        Some(v) => Some(OsStr::from_bytes(v).to_os_string()),
+                        None => {
+                            consumed = 2;
+                            args.get(i + 1).cloned()
+                        }
+                    };
+                    v.map(|v| match sp {
+                        Spelling::ValueOff { value_off, .. } if v == OsStr::new(value_off) => Setting::Off,
+                        Spelling::ValueOff { .. } => Setting::On,
+                        _ => Setting::Value(v),
+                    })
+                }
+                Spelling::Bool { on, .. } if name == on && inline.is_none() => Some(Setting::On),
+                Spelling::Bool { off, .. } if name == off && inline.is_none() => Some(Setting::Off),
+                Spelling::OffFlag(f) if name == f && inline.is_none() => Some(Setting::Off),
+                _ => None,
+            };
+            if let Some(setting) = hit {
+                parsed.opts.insert(opt, Occurrence { setting, spelled: name.clone(), index: i });
+                break;
+            }
+        }
+        i += consumed;
+    }
+    parsed
+}
+
+/// The args to append so that `opt` is `value` (the engine's first spelling).
+pub fn render(engine: Engine, opt: Opt, value: &str) -> Option<Vec<OsString>> {
+    match spelling(engine, opt)? {
+        Spelling::Value(names) => Some(vec![names[0].into(), value.into()]),
+        Spelling::Bool { on, off } => Some(vec![if value == "on" { on } else { off }.into()]),
+        Spelling::OffFlag(f) => (value == "off").then(|| vec![f.into()]),
+        Spelling::ValueOff { names, value_off } => (value == "off").then(|| vec![names[0].into(), value_off.into()]),
+    }
+}
+
+/// The primary spelling of an option in an engine, for messages.
+pub fn primary(engine: Engine, opt: Opt) -> String {
+    match spelling(engine, opt) {
+        Some(Spelling::Value(n)) | Some(Spelling::ValueOff { names: n, .. }) => n[0].to_string(),
+        Some(Spelling::Bool { on, .. }) => on.to_string(),
+        Some(Spelling::OffFlag(f)) => f.to_string(),
+        None => format!("({opt:?})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn forms_last_wins() {
+        let p = read(Engine::Vllm, &a(&["-tp", "4", "--tensor_parallel_size=8", "--model", "/m"]));
+        assert_eq!(p.value(Opt::TensorParallelSize), Some("8"));
+        assert_eq!(p.value(Opt::Model), Some("/m"));
+        let p = read(Engine::Vllm, &a(&["--enable-prefix-caching", "--no-enable-prefix-caching"]));
+        assert_eq!(p.get(Opt::PrefixCaching), Some(&Setting::Off));
+        // sglang's argparse does not rewrite underscores.
+        let p = read(Engine::Sglang, &a(&["--tp_size", "8", "--tp-size=2"]));
+        assert_eq!(p.value(Opt::TensorParallelSize), Some("2"));
+        let p = read(Engine::Sglang, &a(&["--chunked-prefill-size", "-1", "--disable-radix-cache"]));
+        assert_eq!(p.get(Opt::ChunkedPrefill), Some(&Setting::Off));
+        assert_eq!(p.get(Opt::PrefixCaching), Some(&Setting::Off));
+        // After `--` nothing is an option.
+        let p = read(Engine::Vllm, &a(&["--", "--model", "x"]));
+        assert!(!p.is_set(Opt::Model));
+    }
+}

@@ -1,0 +1,38 @@
+//! Every environment variable the launcher reads or sets, in one place.
+
+pub const INFERA_OVERLAY: &str = "INFERA_OVERLAY";
+pub const INFERA_ROOT: &str = "INFERA_ROOT";
+pub const INFERA_ENGINE: &str = "INFERA_ENGINE";
+pub const INFERA_REQUIRE: &str = "INFERA_REQUIRE";
+pub const INFERA_FAMILY: &str = "INFERA_FAMILY";
+pub const INFERA_DRY_RUN: &str = "INFERA_DRY_RUN";
+pub const INFERA_OUTPUT: &str = "INFERA_OUTPUT";
+pub const INFERA_INIT: &str = "INFERA_INIT";
+pub const INFERA_ALLOW: &str = "INFERA_ALLOW";
+pub const INFERA_GPUS: &str = "INFERA_GPUS";
+pub const INFERA_LOG: &str = "INFERA_LOG";
+pub const INFERA_DEFAULT_KV_FP8: &str = "INFERA_DEFAULT_KV_FP8";
+pub const INFERA_VERIFY: &str = "INFERA_VERIFY";
+
+/// Set in the child so the payload knows which tree it runs from.
+pub const INFERA_TREE: &str = "INFERA_TREE";
+pub const INFERA_FAMILY_OUT: &str = "INFERA_FAMILY";
+
+pub const PATH: &str = "PATH";
+pub const PYTHONPATH: &str = "PYTHONPATH";
+pub const LD_LIBRARY_PATH: &str = "LD_LIBRARY_PATH";
+pub const PYTHONDONTWRITEBYTECODE: &str = "PYTHONDONTWRITEBYTECODE";
+pub const PYTHONPYCACHEPREFIX: &str = "PYTHONPYCACHEPREFIX";
+
+pub const ROCM_PATH: &str = "ROCM_PATH";
+pub const ROCM_HOME: &str = "ROCM_HOME";
+pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
+pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
+pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+pub const HF_HUB_CACHE: &str = "HF_HUB_CACHE";
+pub const HF_HOME: &str = "HF_HOME";
+pub const HOME: &str = "HOME";
+
+/// PATH used when the environment has none (what most base images set).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -1,0 +1,337 @@
+//! The container's CPython: found on the container's PATH, its minor version read from
+//! the evidence the image carries (never by importing anything).
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::envvars;
+use crate::finding::Finding;
+use crate::rootfs::{self, parse_minor, Root};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Python {
+    /// The path exec'd in the container. For a venv this is the venv's own `bin/python3`
+    /// (unresolved), because CPython finds `pyvenv.cfg` next to the path it was started as.
+    pub executable: PathBuf,
+    /// The interpreter file after resolving every symlink inside the root.
+    pub resolved: PathBuf,
+    /// `3.12`
+    pub version: String,
+    #[serde(skip)]
+    pub minor: (u32, u32),
+    /// Where the version came from: `interpreter name python3.12`, `pyvenv.cfg`, ...
+    pub evidence: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub venv: Option<PathBuf>,
+    /// The image's site directories for this interpreter (container paths).
+    pub site_dirs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PythonError {
+    EmptyPath,
+    NotFound { path: String },
+    Unresolvable { path: PathBuf, reason: String },
+    UnknownVersion { path: PathBuf },
+}
+
+impl std::fmt::Display for PythonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PythonError::EmptyPath => write!(f, "no `python3` can be found: PATH is empty"),
+            PythonError::NotFound { path } => {
+                write!(f, "no `python3` or `python` on the container's PATH ({path})")
+            }
+            PythonError::Unresolvable { path, reason } => {
+                write!(f, "the interpreter `{}` cannot be resolved: {reason}", path.display())
+            }
+            PythonError::UnknownVersion { path } => write!(
+                f,
+                "cannot tell the CPython version of `{}`: no versioned name, pyvenv.cfg, \
+                 lib/python3.X directory or cpython-3XY extension module in the image",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// One piece of evidence for the CPython minor.
+#[derive(Debug, Clone)]
+struct Evidence {
+    what: String,
+    minor: (u32, u32),
+}
+
+pub fn detect(
+    root: &Root,
+    path_var: Option<&OsString>,
+    pythonpath: Option<&OsString>,
+    findings: &mut Vec<Finding>,
+) -> Result<Python, PythonError> {
+    let path_str = match path_var {
+        Some(p) => rootfs::os_to_string(p),
+        None => envvars::DEFAULT_PATH.to_string(),
+    };
+    let dirs: Vec<&str> = path_str.split(':').filter(|d| d.starts_with('/')).collect();
+    if dirs.is_empty() {
+        return Err(PythonError::EmptyPath);
+    }
+    let found = find_on_path(root, &dirs)?.ok_or(PythonError::NotFound { path: path_str.clone() })?;
+    let resolved = root
+        .resolve(&found)
+        .map_err(|e| PythonError::Unresolvable { path: found.clone(), reason: rootfs::io_reason(&e) })?;
+
+    let bin_dir = found.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let venv_dir = bin_dir.parent().map(Path::to_path_buf).filter(|v| root.is_file(&v.join("pyvenv.cfg")));
+
+    let mut evidence: Vec<Evidence> = Vec::new();
+    // 1. The interpreter's own name, e.g. /usr/bin/python3.12.
+    for p in [&resolved, &found] {
+        if let Some(m) = p.file_name().and_then(|n| n.to_str()).and_then(parse_minor) {
+            evidence.push(Evidence { what: format!("interpreter name `{}`", p.display()), minor: m });
+            break;
+        }
+    }
+    // 2. pyvenv.cfg (`version = 3.12.3` from venv, `version_info = ...` from uv/virtualenv).
+    if let Some(v) = &venv_dir {
+        let cfg = v.join("pyvenv.cfg");
+        if let Ok(text) = root.read_small_string(&cfg) {
+            if let Some(m) = pyvenv_minor(&text) {
+                evidence.push(Evidence { what: format!("`{}`", cfg.display()), minor: m });
+            }
+        }
+    }
+    // 3. Site directories: lib/python3.X/{site,dist}-packages under the prefix.
+    let prefix = match &venv_dir {
+        Some(v) => v.clone(),
+        None => resolved.parent().and_then(Path::parent).unwrap_or(Path::new("/usr")).to_path_buf(),
+    };
+    let candidates = site_candidates(root, &prefix, venv_dir.is_some());
+    // The directories that hold the image's packages (torch or an engine) are evidence;
+    // an empty python3.X directory left by the OS is not.
+    let mut pkg_minors: BTreeSet<(u32, u32)> = BTreeSet::new();
+    for (dir, minor) in &candidates {
+        let Some(m) = minor else { continue };
+        if holds_packages(root, dir) {
+            pkg_minors.insert(*m);
+            evidence.push(Evidence { what: format!("packages in `{}`", dir.display()), minor: *m });
+            // 4. Extension suffixes of compiled modules, e.g. torch/_C.cpython-312-x86_64-linux-gnu.so.
+            if let Some((file, em)) = torch_ext_minor(root, dir) {
+                evidence.push(Evidence { what: format!("extension `{}`", file.display()), minor: em });
+            }
+        }
+    }
+
+    let distinct: BTreeSet<(u32, u32)> = evidence.iter().map(|e| e.minor).collect();
+    let minor = match evidence.first() {
+        Some(first) => {
+            if distinct.len() > 1 {
+                let list: Vec<String> =
+                    evidence.iter().map(|e| format!("{}.{} from {}", e.minor.0, e.minor.1, e.what)).collect();
+                let mut chosen = first.minor;
+                let mut how = "the interpreter's own evidence wins".to_string();
+                if root.is_host_root() {
+                    if let Some(m) = run_interpreter(&found) {
+                        chosen = m;
+                        how = "running the interpreter settled it".to_string();
+                    }
+                }
+                findings.push(Finding::warn(
+                    "python-evidence-conflict",
+                    format!(
+                        "the image's CPython evidence disagrees: {}; using {}.{} ({how})",
+                        list.join("; "),
+                        chosen.0,
+                        chosen.1
+                    ),
+                ));
+                chosen
+            } else {
+                first.minor
+            }
+        }
+        None => {
+            // Last resort, allowed only on the real root: ask the interpreter itself.
+            let ran = if root.is_host_root() { run_interpreter(&found) } else { None };
+            match ran {
+                Some(m) => {
+                    evidence.push(Evidence { what: "running the interpreter".to_string(), minor: m });
+                    m
+                }
+                None => return Err(PythonError::UnknownVersion { path: found }),
+            }
+        }
+    };
+
+    let mut site_dirs: Vec<PathBuf> =
+        candidates.iter().filter(|(_, m)| m.is_none() || *m == Some(minor)).map(|(d, _)| d.clone()).collect();
+    // PYTHONPATH entries of the image come first in sys.path: they are the base's too.
+    if let Some(pp) = pythonpath {
+        let pp = rootfs::os_to_string(pp);
+        for e in pp.split(':').filter(|e| e.starts_with('/')).rev() {
+            let p = PathBuf::from(e);
+            if root.is_dir(&p) && !site_dirs.contains(&p) {
+                site_dirs.insert(0, p);
+            }
+        }
+    }
+
+    let executable = if venv_dir.is_some() { found.clone() } else { resolved.clone() };
+    let mut ev_text: Vec<String> = Vec::new();
+    for e in &evidence {
+        if e.minor == minor && !ev_text.contains(&e.what) {
+            ev_text.push(e.what.clone());
+        }
+    }
+    Ok(Python {
+        executable,
+        resolved,
+        version: format!("{}.{}", minor.0, minor.1),
+        minor,
+        evidence: ev_text,
+        venv: venv_dir,
+        site_dirs,
+    })
+}
+
+/// PATH lookup inside the root: `python3` in every directory first, then `python`.
+/// A candidate that exists but cannot be resolved (a symlink loop) is an error, not a skip.
+fn find_on_path(root: &Root, dirs: &[&str]) -> Result<Option<PathBuf>, PythonError> {
+    for name in ["python3", "python"] {
+        for d in dirs {
+            let cand = Path::new(d).join(name);
+            match root.resolve(&cand) {
+                Ok(r) if root.is_file(&r) => return Ok(Some(cand)),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {}
+                Err(e) => return Err(PythonError::Unresolvable { path: cand, reason: rootfs::io_reason(&e) }),
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn pyvenv_minor(text: &str) -> Option<(u32, u32)> {
+    let mut fallback = None;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        match k.trim() {
+            "version" | "version_info" => return parse_minor(v.trim()),
+            "home" => fallback = Path::new(v.trim()).file_name().and_then(|n| n.to_str()).and_then(parse_minor),
+            _ => {}
+        }
+    }
+    fallback
+}
+
+/// Candidate site directories under a prefix, with the minor their path names.
+fn site_candidates(root: &Root, prefix: &Path, venv: bool) -> Vec<(PathBuf, Option<(u32, u32)>)> {
+    let mut out = Vec::new();
+    let mut bases: Vec<(PathBuf, &[&str])> = Vec::new();
+    if venv {
+        bases.push((prefix.join("lib"), &["site-packages"]));
+    } else {
+        // Debian/Ubuntu put pip's packages in /usr/local/lib/python3.X/dist-packages.
+        bases.push((prefix.join("local/lib"), &["dist-packages", "site-packages"]));
+        bases.push((prefix.join("lib"), &["site-packages", "dist-packages"]));
+    }
+    for (lib, kinds) in bases {
+        let mut names: Vec<String> = root
+            .list(&lib)
+            .into_iter()
+            .filter_map(|n| n.into_string().ok())
+            .filter(|n| n.starts_with("python3"))
+            .collect();
+        names.sort();
+        names.reverse(); // newest first, for a stable order
+        for n in names {
+            let minor = parse_minor(&n);
+            if minor.is_none() && n != "python3" {
+                continue;
+            }
+            for k in kinds {
+                let d = lib.join(&n).join(k);
+                if root.is_dir(&d) {
+                    out.push((d, minor));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Does this site directory hold the image's packages (torch, or an engine)?
+fn holds_packages(root: &Root, dir: &Path) -> bool {
+    if root.is_dir(&dir.join("torch")) {
+        return true;
+    }
+    root.list(dir).iter().any(|n| {
+        let n = n.to_string_lossy();
+        (n.starts_with("vllm-") || n.starts_with("sglang-") || n.starts_with("torch-"))
+            && (n.ends_with(".dist-info") || n.ends_with(".egg-info"))
+    })
+}
+
+/// `torch/_C.cpython-312-x86_64-linux-gnu.so` → (path, (3, 12)).
+fn torch_ext_minor(root: &Root, site: &Path) -> Option<(PathBuf, (u32, u32))> {
+    let tdir = site.join("torch");
+    root.list(&tdir).into_iter().find_map(|n| {
+        let n = n.into_string().ok()?;
+        let m = ext_suffix_minor(&n)?;
+        Some((tdir.join(n), m))
+    })
+}
+
+/// `_C.cpython-312-x86_64-linux-gnu.so` → (3, 12); `abi3` and other names → None.
+pub fn ext_suffix_minor(name: &str) -> Option<(u32, u32)> {
+    let rest = name.split_once(".cpython-")?.1;
+    if !rest.ends_with(".so") {
+        return None;
+    }
+    let tag: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if tag.len() < 2 || !tag.starts_with('3') {
+        return None;
+    }
+    Some((3, tag[1..].parse().ok()?))
+}
+
+/// The fallback: only on the real root, only when the files could not decide.
+fn run_interpreter(path: &Path) -> Option<(u32, u32)> {
+    let out = std::process::Command::new(path)
+        .args(["-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    parse_minor(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pyvenv_forms() {
+        assert_eq!(pyvenv_minor("home = /usr/bin\nversion = 3.12.3\n"), Some((3, 12)));
+        assert_eq!(pyvenv_minor("home = /x\nversion_info = 3.10.14\n"), Some((3, 10)));
+        assert_eq!(pyvenv_minor("home = /usr/local/python3.10\n"), Some((3, 10)));
+        assert_eq!(pyvenv_minor("garbage"), None);
+    }
+
+    #[test]
+    fn ext_suffixes() {
+        assert_eq!(ext_suffix_minor("_C.cpython-312-x86_64-linux-gnu.so"), Some((3, 12)));
+        assert_eq!(ext_suffix_minor("_C.cpython-313t-x86_64-linux-gnu.so"), Some((3, 13)));
+        assert_eq!(ext_suffix_minor("_C.abi3.so"), None);
+        assert_eq!(ext_suffix_minor("libtorch.so"), None);
+    }
+}

@@ -1,0 +1,100 @@
+//! What the image's site directories hold: top-level importable names (to detect
+//! shadowing) and the engines installed there (dist-info / egg-info).
+//! Each directory is listed once; nothing inside the packages is read.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::rootfs::Root;
+
+pub const ENGINES: [&str; 2] = ["vllm", "sglang"];
+
+#[derive(Debug, Clone, Default)]
+pub struct SiteIndex {
+    /// top-level module name → first site directory that provides it (sys.path order).
+    pub modules: BTreeMap<String, PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EngineInstall {
+    pub name: String,
+    pub version: String,
+    /// The dist-info directory (container path).
+    pub record: PathBuf,
+}
+
+/// Importable top-level name of a site directory entry, if it is one.
+pub fn module_name(entry: &str) -> Option<&str> {
+    if entry.starts_with('.') || entry == "__pycache__" {
+        return None;
+    }
+    for meta in [".dist-info", ".egg-info", ".data", ".pth", ".egg-link", ".txt", ".json", ".pyc"] {
+        if entry.ends_with(meta) {
+            return None;
+        }
+    }
+    let name = if let Some(stem) = entry.strip_suffix(".py") {
+        stem
+    } else if entry.ends_with(".so") {
+        entry.split('.').next()?
+    } else {
+        entry
+    };
+    is_identifier(name).then_some(name)
+}
+
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// `vllm-0.11.0.dist-info` → ("vllm", "0.11.0").
+fn dist_record(entry: &str) -> Option<(&str, &str)> {
+    let stem = entry.strip_suffix(".dist-info").or_else(|| entry.strip_suffix(".egg-info"))?;
+    let (name, version) = stem.split_once('-')?;
+    Some((name, version))
+}
+
+pub fn scan(root: &Root, site_dirs: &[PathBuf]) -> (SiteIndex, Vec<EngineInstall>) {
+    let mut index = SiteIndex::default();
+    let mut engines: Vec<EngineInstall> = Vec::new();
+    for dir in site_dirs {
+        let mut names: Vec<String> = root.list(dir).into_iter().filter_map(|n| n.into_string().ok()).collect();
+        names.sort();
+        for n in &names {
+            if let Some(m) = module_name(n) {
+                index.modules.entry(m.to_string()).or_insert_with(|| dir.clone());
+            }
+            if let Some((name, version)) = dist_record(n) {
+                let name = name.to_ascii_lowercase().replace('_', "-");
+                if ENGINES.contains(&name.as_str()) && !engines.iter().any(|e| e.name == name) {
+                    engines.push(EngineInstall { name, version: version.to_string(), record: dir.join(n) });
+                }
+            }
+        }
+    }
+    engines.sort_by(|a, b| a.name.cmp(&b.name));
+    (index, engines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(module_name("torch"), Some("torch"));
+        assert_eq!(module_name("six.py"), Some("six"));
+        assert_eq!(module_name("_cffi_backend.cpython-312-x86_64-linux-gnu.so"), Some("_cffi_backend"));
+        assert_eq!(module_name("vllm-0.11.0.dist-info"), None);
+        assert_eq!(module_name("distutils-precedence.pth"), None);
+        assert_eq!(module_name("__pycache__"), None);
+        assert_eq!(
+            dist_record("vllm-0.11.1rc2.dev0+g1.rocm700.dist-info"),
+            Some(("vllm", "0.11.1rc2.dev0+g1.rocm700"))
+        );
+    }
+}

@@ -1,0 +1,27 @@
+//! Findings: what the plan wants the operator to know (defaults added, evidence that
+//! disagrees, rules overridden). They never change the exit code by themselves.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Info,
+    Warn,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub level: Level,
+    pub code: String,
+    pub message: String,
+}
+
+impl Finding {
+    pub fn info(code: &str, message: impl Into<String>) -> Self {
+        Finding { level: Level::Info, code: code.to_string(), message: message.into() }
+    }
+    pub fn warn(code: &str, message: impl Into<String>) -> Self {
+        Finding { level: Level::Warn, code: code.to_string(), message: message.into() }
+    }
+}

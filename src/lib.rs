@@ -1,0 +1,88 @@
+//! infera-exec: Request + Facts + Manifests → Plan → exec.
+
+pub mod cli;
+pub mod dialect;
+pub mod envvars;
+pub mod error;
+pub mod exec;
+pub mod facts;
+pub mod finding;
+pub mod logging;
+pub mod manifest;
+pub mod overlay;
+pub mod plan;
+pub mod report;
+pub mod rootfs;
+pub mod version;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Write;
+
+use clap::Parser;
+
+use cli::{Cli, Command, Output, Request, Role};
+use error::{Exit, Refusal};
+
+/// The environment as a value (never read from globals after `main`).
+pub type Env = BTreeMap<OsString, OsString>;
+
+/// Parse, plan, print or exec. Returns the exit code when it does not exec.
+pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { Exit::Usage.code() } else { 0 };
+        }
+    };
+    let req = match cli.command {
+        Command::Worker(a) => Request::from_cli(Role::Worker, a),
+        Command::Server(a) => Request::from_cli(Role::Server, a),
+        Command::Check(a) => Request::from_cli(Role::Check, a),
+    };
+    launch(&req, &env)
+}
+
+pub fn launch(req: &Request, env: &Env) -> i32 {
+    let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
+    let facts = facts::Facts::gather(root, env);
+    let overlay = overlay::load(&req.overlay, nix::unistd::geteuid().is_root()).map_err(Refusal::from);
+    let plan = plan::plan(&plan::Inputs { req, facts: &facts, overlay: &overlay, env });
+
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr().lock();
+    if req.dry_run {
+        let text = match req.output {
+            Output::Json => report::json(&plan) + "\n",
+            Output::Text => report::text(&plan, req.role == Role::Check),
+        };
+        let _ = out.write_all(text.as_bytes());
+        if let Some(e) = &plan.error {
+            let _ = err.write_all(e.render().as_bytes());
+        }
+        return plan.exit().code();
+    }
+    if let Some(e) = &plan.error {
+        if req.output == Output::Json {
+            let _ = out.write_all((report::json(&plan) + "\n").as_bytes());
+        }
+        let _ = err.write_all(e.render().as_bytes());
+        return e.exit.code();
+    }
+    for f in &plan.findings {
+        match f.level {
+            finding::Level::Warn => tracing::warn!("infera-exec: [{}] {}", f.code, f.message),
+            finding::Level::Info => tracing::info!("infera-exec: [{}] {}", f.code, f.message),
+        }
+    }
+    let Some(x) = &plan.exec else {
+        return Exit::Ok.code();
+    };
+    let _ = err.flush();
+    drop(out);
+    drop(err);
+    let refusal = exec::exec(x);
+    let _ = std::io::stderr().write_all(refusal.render().as_bytes());
+    refusal.exit.code()
+}

@@ -1,0 +1,234 @@
+//! Reading an image's files under a root directory.
+//!
+//! Paths the launcher reasons about are *container* paths (`/usr/bin/python3`). They are
+//! read at `<root>/<path>`, and symlinks are resolved inside the root: an absolute target
+//! restarts at the root, `..` stops at it. This is `openat2(RESOLVE_IN_ROOT)` done in
+//! userspace so that an unpacked image on a host is read exactly as the container sees it.
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+/// Same limit as the kernel's `MAXSYMLINKS`.
+const MAX_SYMLINKS: usize = 40;
+
+/// Version files, config.json and manifests are small; a larger file is not read whole.
+pub const SMALL_FILE_LIMIT: u64 = 1 << 20;
+
+#[derive(Debug, Clone)]
+pub struct Root {
+    host: PathBuf,
+}
+
+impl Root {
+    pub fn new(host: impl Into<PathBuf>) -> Self {
+        Root { host: host.into() }
+    }
+
+    pub fn is_host_root(&self) -> bool {
+        self.host == Path::new("/")
+    }
+
+    pub fn host_dir(&self) -> &Path {
+        &self.host
+    }
+
+    /// Where a container path lives on this host (no symlink resolution).
+    pub fn host(&self, cpath: &Path) -> PathBuf {
+        let mut p = self.host.clone();
+        for c in cpath.components() {
+            if let Component::Normal(n) = c {
+                p.push(n);
+            }
+        }
+        p
+    }
+
+    /// Resolve every symlink of a container path inside the root. Returns the resolved
+    /// container path; fails with `NotFound` when a component is missing and with
+    /// the kernel's `ELOOP` message after 40 links.
+    pub fn resolve(&self, cpath: &Path) -> io::Result<PathBuf> {
+        let mut done: Vec<OsString> = Vec::new();
+        let mut todo: VecDeque<OsString> = components(cpath);
+        let mut hops = 0;
+        while let Some(c) = todo.pop_front() {
+            if c == ".." {
+                done.pop();
+                continue;
+            }
+            let mut cand: PathBuf = PathBuf::from("/");
+            cand.extend(done.iter());
+            cand.push(&c);
+            let meta = fs::symlink_metadata(self.host(&cand))?;
+            if meta.file_type().is_symlink() {
+                hops += 1;
+                if hops > MAX_SYMLINKS {
+                    return Err(io::Error::other(format!("too many levels of symbolic links at `{}`", cand.display())));
+                }
+                let target = fs::read_link(self.host(&cand))?;
+                if target.is_absolute() {
+                    done.clear();
+                }
+                let mut t = components(&target);
+                t.extend(todo);
+                todo = t;
+            } else {
+                done.push(c);
+            }
+        }
+        let mut out = PathBuf::from("/");
+        out.extend(done);
+        Ok(out)
+    }
+
+    /// Resolve and return (container path, host path).
+    pub fn locate(&self, cpath: &Path) -> io::Result<(PathBuf, PathBuf)> {
+        let c = self.resolve(cpath)?;
+        let h = self.host(&c);
+        Ok((c, h))
+    }
+
+    pub fn metadata(&self, cpath: &Path) -> io::Result<fs::Metadata> {
+        let (_, h) = self.locate(cpath)?;
+        fs::metadata(h)
+    }
+
+    pub fn is_dir(&self, cpath: &Path) -> bool {
+        self.metadata(cpath).map(|m| m.is_dir()).unwrap_or(false)
+    }
+
+    pub fn is_file(&self, cpath: &Path) -> bool {
+        self.metadata(cpath).map(|m| m.is_file()).unwrap_or(false)
+    }
+
+    /// Read a small file (bounded, so a multi-GB "version file" cannot exhaust memory).
+    pub fn read_small(&self, cpath: &Path) -> io::Result<Vec<u8>> {
+        let (_, h) = self.locate(cpath)?;
+        read_bounded(&h, SMALL_FILE_LIMIT)
+    }
+
+    pub fn read_small_string(&self, cpath: &Path) -> io::Result<String> {
+        let bytes = self.read_small(cpath)?;
+        String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file is not valid UTF-8"))
+    }
+
+    /// Names in a directory (resolved inside the root). Missing directory → empty.
+    pub fn list(&self, cpath: &Path) -> Vec<OsString> {
+        let Ok((_, h)) = self.locate(cpath) else {
+            return Vec::new();
+        };
+        let Ok(rd) = fs::read_dir(h) else {
+            return Vec::new();
+        };
+        rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect()
+    }
+}
+
+fn components(p: &Path) -> VecDeque<OsString> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Read at most `limit` bytes; a longer file is an error, not a truncated read.
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let f = fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("file is larger than {limit} bytes; refusing to read it whole"),
+        ));
+    }
+    Ok(buf)
+}
+
+/// Human text for an io error without the `(os error N)` noise where we can.
+pub fn io_reason(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "not found".to_string(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        _ => e.to_string(),
+    }
+}
+
+/// `python3.12` → Some((3, 12)); also accepts `3.12` and `3.12.3`.
+pub fn parse_minor(s: &str) -> Option<(u32, u32)> {
+    let s = s.strip_prefix("python").unwrap_or(s);
+    let mut it = s.split('.');
+    let major: u32 = it.next()?.parse().ok()?;
+    let minor_part = it.next()?;
+    let digits: String = minor_part.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if digits.is_empty() {
+        return None;
+    }
+    // `python3.12` must not match `python3.12-config` as an interpreter; callers pass
+    // plain names, so trailing text after the digits (other than `t` for free-threaded)
+    // means "not a version".
+    let rest = &minor_part[digits.len()..];
+    if !(rest.is_empty() || rest == "t") {
+        return None;
+    }
+    Some((major, digits.parse().ok()?))
+}
+
+pub fn os_to_string(s: &OsStr) -> String {
+    s.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn absolute_links_stay_in_root() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("usr/bin")).unwrap();
+        fs::create_dir_all(r.join("etc/alternatives")).unwrap();
+        fs::write(r.join("usr/bin/python3.12"), "").unwrap();
+        symlink("/usr/bin/python3.12", r.join("etc/alternatives/python3")).unwrap();
+        symlink("/etc/alternatives/python3", r.join("usr/bin/python3")).unwrap();
+        let root = Root::new(r);
+        assert_eq!(root.resolve(Path::new("/usr/bin/python3")).unwrap(), PathBuf::from("/usr/bin/python3.12"));
+    }
+
+    #[test]
+    fn dotdot_is_clamped_and_loops_fail() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("a")).unwrap();
+        symlink("../../../a", r.join("up")).unwrap();
+        symlink("loop", r.join("loop")).unwrap();
+        let root = Root::new(r);
+        assert_eq!(root.resolve(Path::new("/up")).unwrap(), PathBuf::from("/a"));
+        let e = root.resolve(Path::new("/loop")).unwrap_err();
+        assert!(e.to_string().contains("too many levels"), "{e}");
+    }
+
+    #[test]
+    fn bounded_read_refuses_large_files() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("big");
+        fs::write(&p, vec![b'x'; 100]).unwrap();
+        assert!(read_bounded(&p, 99).is_err());
+        assert_eq!(read_bounded(&p, 100).unwrap().len(), 100);
+    }
+
+    #[test]
+    fn minors() {
+        assert_eq!(parse_minor("python3.12"), Some((3, 12)));
+        assert_eq!(parse_minor("3.10.13"), Some((3, 10)));
+        assert_eq!(parse_minor("python3.13t"), Some((3, 13)));
+        assert_eq!(parse_minor("python3.12-config"), None);
+        assert_eq!(parse_minor("python3"), None);
+    }
+}

@@ -1,0 +1,170 @@
+//! Real execs: the launcher replaces itself by a real CPython running the stand-in.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use proptest::prelude::*;
+
+use crate::support::*;
+
+#[test]
+fn real_cpython_runs_the_standin_engine() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let ov = shipped_overlay();
+    let tree = ov.overlay().join("trees/rocm7-py312");
+    let args = ["--model", "/models/m", "--served-model-name", "m", "--max-num-seqs", "128"];
+    let out = infera(&["worker", "--require", "mooncake,hipfile", "--"])
+        .args(args)
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("PYTHONPATH", "/image/own/path")
+        .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let r = out.standin();
+    assert_eq!(r["standin"], "infera.engine.vllm");
+    assert_eq!(r["python"], "3.12");
+    assert_eq!(r["argv"], serde_json::json!(args));
+    let site = tree.join("site-packages");
+    assert_eq!(r["env"]["PYTHONPATH"], format!("{}:/image/own/path", site.display()));
+    assert_eq!(r["env"]["LD_LIBRARY_PATH"], tree.join("lib").display().to_string());
+    assert_eq!(r["env"]["PYTHONDONTWRITEBYTECODE"], "1");
+    assert_eq!(r["env"]["INFERA_FAMILY"], "rocm7-py312");
+    for m in ["mooncake", "hipfile"] {
+        assert_eq!(r["imports"][m]["ok"], true, "{m}: {}", r["imports"][m]);
+        assert!(r["imports"][m]["file"].as_str().unwrap().starts_with(site.to_str().unwrap()), "{m} from the tree");
+    }
+    // The dry run prints the exec the real run did.
+    let dry = infera(&["worker", "--require", "mooncake,hipfile", "--dry-run", "--output", "json", "--"])
+        .args(args)
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("PYTHONPATH", "/image/own/path")
+        .run()
+        .json();
+    let argv: Vec<String> =
+        dry["exec"]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
+    assert_eq!(&argv[3..], &args);
+    assert_eq!(dry["exec"]["env"]["PYTHONPATH"], r["env"]["PYTHONPATH"]);
+    // Nothing was written into the payload.
+    let pyc = walk(&tree).into_iter().filter(|p| p.to_string_lossy().contains("__pycache__")).count();
+    assert_eq!(pyc, 0);
+}
+
+#[test]
+fn server_role_runs_the_router_without_gpus() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let ov = shipped_overlay();
+    let out =
+        infera(&["server", "--", "--port", "8000", "--policy", "cache_aware"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let r = out.standin();
+    assert_eq!(r["standin"], "infera.server");
+    assert_eq!(r["argv"], serde_json::json!(["--port", "8000", "--policy", "cache_aware"]));
+}
+
+#[test]
+fn exit_codes_126_and_127() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    img.chmod("/usr/bin/python3.12", 0o644);
+    infera(&["worker"]).root(&img).overlay(&ov.overlay()).run().assert(126, "is not an executable file (mode 644)");
+    infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(126, "exec-not-executable");
+}
+
+/// The normal path spawns no Python: a fixture interpreter that leaves a marker when run.
+#[test]
+fn normal_path_spawns_no_python() {
+    let img = vllm_image(None);
+    let marker = img.p("ran");
+    img.exe("/usr/bin/python3.12", &format!("#!/bin/sh\ntouch {}\nexit 3\n", marker.display()));
+    let ov = shipped_overlay();
+    for args in [
+        vec!["check"],
+        vec!["worker", "--dry-run"],
+        vec!["worker", "--dry-run", "--output", "json"],
+        vec!["server", "--dry-run"],
+    ] {
+        let out = infera(&args).root(&img).overlay(&ov.overlay()).run();
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        assert!(!marker.exists(), "{args:?} ran the interpreter");
+    }
+    // Even conflicting evidence does not run it when the root is not `/`.
+    img.file(&format!("{VLLM_SITE}/torch/_C.cpython-311-x86_64-linux-gnu.so"), "")
+        .rm(&format!("{VLLM_SITE}/torch/_C.cpython-312-x86_64-linux-gnu.so"));
+    infera(&["check"]).root(&img).overlay(&ov.overlay()).run().assert(0, "python-evidence-conflict");
+    assert!(!marker.exists());
+    // The real run execs it exactly once, with the stand-in's exit code.
+    let out = infera(&["worker"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 3);
+    assert!(marker.exists());
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+fn arg_bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(b"--".to_vec()),
+        Just(b"".to_vec()),
+        Just(b"=".to_vec()),
+        Just(b"--model=/m".to_vec()),
+        Just(b"-tp".to_vec()),
+        proptest::collection::vec(1u8..=255, 0..12),
+    ]
+}
+
+fn hex_of(v: &serde_json::Value) -> Vec<u8> {
+    match v {
+        serde_json::Value::String(s) => s.as_bytes().to_vec(),
+        other => {
+            let h = other["hex"].as_str().unwrap();
+            (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+    /// The plan carries user args unchanged and in order (JSON keeps non-UTF-8 as hex).
+    #[test]
+    fn plan_keeps_args_byte_for_byte(args in proptest::collection::vec(arg_bytes(), 0..8)) {
+        let img = vllm_image(None);
+        let ov = custom_overlay(&[("rocm7-py312", PY312_MANIFEST, &["infera.engine.vllm", "infera.server"])]);
+        let os: Vec<OsString> = args.iter().cloned().map(OsString::from_vec).collect();
+        let out = infera(&["server", "--dry-run", "--output", "json", "--"]).args(os).root(&img).overlay(&ov.overlay()).run();
+        prop_assert_eq!(out.code, 0, "{}", out.stderr);
+        let j = out.json();
+        let argv: Vec<Vec<u8>> = j["exec"]["argv"].as_array().unwrap().iter().skip(3).map(hex_of).collect();
+        prop_assert_eq!(argv, args);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, .. ProptestConfig::default() })]
+
+    /// A real CPython receives exactly the bytes the pod gave.
+    #[test]
+    fn real_exec_keeps_args_byte_for_byte(args in proptest::collection::vec(arg_bytes(), 0..8)) {
+        let py = real_python("3.12");
+        let img = vllm_image(Some(&py));
+        let ov = shipped_overlay();
+        let os: Vec<OsString> = args.iter().cloned().map(OsString::from_vec).collect();
+        let out = infera(&["server", "--"]).args(os.clone()).root(&img).overlay(&ov.overlay()).run();
+        prop_assert_eq!(out.code, 0, "{}", out.stderr);
+        let got: Vec<String> = out.standin()["argv_hex"].as_array().unwrap().iter().map(|h| h.as_str().unwrap().to_string()).collect();
+        let want: Vec<String> = os.iter().map(|a| a.as_bytes().iter().map(|b| format!("{b:02x}")).collect()).collect();
+        prop_assert_eq!(got, want);
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests: the real binary against fixture roots and overlays built in code.
+
+mod support;
+
+mod detect;
+mod exec;
+mod refuse;

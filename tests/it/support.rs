@@ -1,0 +1,299 @@
+//! Test support: fixture image roots and overlays built in code, and a command builder
+//! that runs the real binary with a hermetic environment.
+
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_infera-exec");
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A real CPython of the given minor on this machine (pyenv builds, then /usr/bin).
+pub fn real_python(minor: &str) -> PathBuf {
+    let mut cands: Vec<PathBuf> = fs::read_dir("/root/.pyenv/versions")
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    cands.sort();
+    for d in cands {
+        let n = d.file_name().unwrap().to_string_lossy().into_owned();
+        if n.starts_with(&format!("{minor}.")) {
+            let p = d.join("bin").join(format!("python{minor}"));
+            if p.exists() {
+                return p;
+            }
+        }
+    }
+    for p in [format!("/usr/bin/python{minor}"), format!("/usr/local/bin/python{minor}")] {
+        if Path::new(&p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!("this machine has no CPython {minor}; the tests need one (see README)");
+}
+
+/// A fixture tree on disk (image root or overlay).
+pub struct Fx {
+    pub dir: tempfile::TempDir,
+    /// The image's PATH (its Dockerfile's `ENV PATH`), given to the launcher by `root()`.
+    pub env_path: Option<String>,
+}
+
+impl Fx {
+    pub fn new() -> Fx {
+        Fx { dir: tempfile::tempdir().unwrap(), env_path: None }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel.trim_start_matches('/'))
+    }
+    pub fn file(&self, rel: &str, content: impl AsRef<[u8]>) -> &Self {
+        let p = self.p(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, content).unwrap();
+        self
+    }
+    pub fn exe(&self, rel: &str, content: &str) -> &Self {
+        self.file(rel, content);
+        fs::set_permissions(self.p(rel), fs::Permissions::from_mode(0o755)).unwrap();
+        self
+    }
+    pub fn dir(&self, rel: &str) -> &Self {
+        fs::create_dir_all(self.p(rel)).unwrap();
+        self
+    }
+    pub fn link(&self, rel: &str, target: &str) -> &Self {
+        let p = self.p(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let _ = fs::remove_file(&p);
+        symlink(target, &p).unwrap();
+        self
+    }
+    pub fn rm(&self, rel: &str) -> &Self {
+        let p = self.p(rel);
+        if p.is_dir() && !p.is_symlink() {
+            fs::remove_dir_all(p).unwrap();
+        } else {
+            fs::remove_file(p).unwrap();
+        }
+        self
+    }
+    pub fn chmod(&self, rel: &str, mode: u32) -> &Self {
+        fs::set_permissions(self.p(rel), fs::Permissions::from_mode(mode)).unwrap();
+        self
+    }
+
+    /// An interpreter file: a wrapper that execs a real CPython (`real`), or a plain
+    /// file that must never run (`None`).
+    pub fn interpreter(&self, rel: &str, real: Option<&Path>) -> &Self {
+        match real {
+            Some(py) => self.exe(rel, &format!("#!/bin/sh\nexec {} \"$@\"\n", py.display())),
+            None => self.exe(rel, "#!/bin/sh\necho 'fixture interpreter must not run' >&2\nexit 99\n"),
+        }
+    }
+
+    pub fn torch(&self, site: &str, version: &str, hip: Option<&str>, cuda: Option<&str>, annotated: bool) -> &Self {
+        let q = |v: Option<&str>| v.map(|s| format!("'{s}'")).unwrap_or_else(|| "None".into());
+        let text = if annotated {
+            format!("from typing import Optional\n__version__ = '{version}'\ncuda: Optional[str] = {}\nhip: Optional[str] = {}\n", q(cuda), q(hip))
+        } else {
+            format!("__version__ = '{version}'\ndebug = False\ncuda = {}\nhip = {}\n", q(cuda), q(hip))
+        };
+        self.file(&format!("{site}/torch/version.py"), text)
+    }
+
+    pub fn dist(&self, site: &str, name: &str, version: &str) -> &Self {
+        self.file(&format!("{site}/{name}-{version}.dist-info/METADATA"), format!("Name: {name}\nVersion: {version}\n"))
+    }
+}
+
+pub const VLLM_SITE: &str = "/usr/local/lib/python3.12/dist-packages";
+
+/// vLLM ROCm layout (FACTS.md): deadsnakes 3.12 through update-alternatives,
+/// dist-packages, /opt/rocm -> /etc/alternatives/rocm -> /opt/rocm-7.0.0.
+pub fn vllm_image(real: Option<&Path>) -> Fx {
+    let fx = Fx::new();
+    fx.interpreter("/usr/bin/python3.12", real)
+        .link("/etc/alternatives/python3", "/usr/bin/python3.12")
+        .link("/usr/bin/python3", "/etc/alternatives/python3")
+        .dir("/usr/lib/python3.10") // Ubuntu's own python, a distractor
+        .dir("/usr/local/lib/python3.10/dist-packages")
+        .dist(VLLM_SITE, "vllm", "0.11.0+rocm700")
+        .dir(&format!("{VLLM_SITE}/vllm"))
+        .dir(&format!("{VLLM_SITE}/aiter"))
+        .file(&format!("{VLLM_SITE}/torch/_C.cpython-312-x86_64-linux-gnu.so"), "")
+        .torch(VLLM_SITE, "2.9.0+rocm7.0.0.git1c57644d", Some("7.0.51831-a3e329ad8"), None, false)
+        .file("/opt/rocm-7.0.0/.info/version", "7.0.0-38\n")
+        .link("/etc/alternatives/rocm", "/opt/rocm-7.0.0")
+        .link("/opt/rocm", "/etc/alternatives/rocm");
+    fx
+}
+
+/// sglang ROCm layout: /opt/venv/bin/python on CPython 3.X, packages in the venv.
+pub fn sglang_image(minor: &str, real: Option<&Path>) -> Fx {
+    let mut fx = Fx::new();
+    fx.env_path = Some("/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    let site = format!("/opt/venv/lib/python{minor}/site-packages");
+    fx.interpreter(&format!("/usr/bin/python{minor}"), real)
+        .link("/opt/venv/bin/python", &format!("/usr/bin/python{minor}"))
+        .link("/opt/venv/bin/python3", "python")
+        .file(
+            "/opt/venv/pyvenv.cfg",
+            format!("home = /usr/bin\ninclude-system-site-packages = false\nversion = {minor}.13\n"),
+        )
+        .dist(&site, "sglang", "0.5.4")
+        .torch(&site, "2.9.0+rocm7.2.0", Some("7.2.26015-fc0010cf6a"), None, true)
+        .file("/opt/rocm-7.2.0/.info/version", "7.2.0\n")
+        .link("/opt/rocm", "/opt/rocm-7.2.0");
+    fx
+}
+
+/// The shipped overlay: repo manifests + the stand-in payload, staged by the real
+/// staging tool.
+pub fn shipped_overlay() -> Fx {
+    let fx = Fx::new();
+    let out = fx.p("overlay");
+    let r = repo();
+    let st = Command::new(r.join("overlay-layout/stage"))
+        .arg(&out)
+        .args(["--binary", BIN])
+        .args(["--family", "rocm7-py312", "--manifest"])
+        .arg(r.join("manifests/rocm7-py312.toml"))
+        .arg("--site")
+        .arg(r.join("examples/standin/common"))
+        .arg("--site")
+        .arg(r.join("examples/standin/vllm-only"))
+        .args(["--family", "rocm7-py310", "--manifest"])
+        .arg(r.join("manifests/rocm7-py310.toml"))
+        .arg("--site")
+        .arg(r.join("examples/standin/common"))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "stage failed");
+    fx
+}
+
+impl Fx {
+    pub fn overlay(&self) -> PathBuf {
+        self.p("overlay")
+    }
+}
+
+/// An overlay with trees written in code: (family, manifest text, modules to create).
+pub fn custom_overlay(trees: &[(&str, &str, &[&str])]) -> Fx {
+    let fx = Fx::new();
+    for (fam, manifest, modules) in trees {
+        fx.file(&format!("overlay/trees/{fam}/manifest.toml"), manifest);
+        fx.dir(&format!("overlay/trees/{fam}/lib"));
+        for m in *modules {
+            let path = m.replace('.', "/");
+            fx.file(&format!("overlay/trees/{fam}/site-packages/{path}/__init__.py"), "");
+        }
+    }
+    fx
+}
+
+pub const PY312_MANIFEST: &str = r#"schema = 1
+family = "rocm7-py312"
+[abi]
+python = "3.12"
+rocm = "7"
+[engines.vllm]
+module = "infera.engine.vllm"
+[server]
+module = "infera.server"
+[capabilities.mooncake]
+modules = ["mooncake"]
+[capabilities.hipfile]
+modules = ["hipfile"]
+engines = ["vllm"]
+"#;
+
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+    /// The stand-in's report line.
+    pub fn standin(&self) -> serde_json::Value {
+        let line = self
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("INFERA-STANDIN "))
+            .unwrap_or_else(|| panic!("no stand-in report in stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr));
+        serde_json::from_str(line).unwrap()
+    }
+    pub fn assert(&self, code: i32, fragment: &str) -> &Self {
+        assert_eq!(self.code, code, "exit code\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert!(
+            self.stderr.contains(fragment) || self.stdout.contains(fragment),
+            "{fragment:?} not in output\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+pub struct Run {
+    cmd: Command,
+}
+
+/// The launcher with an empty environment but for a container-like PATH.
+pub fn infera(args: &[&str]) -> Run {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").args(args);
+    Run { cmd }
+}
+
+impl Run {
+    pub fn root(mut self, fx: &Fx) -> Self {
+        self.cmd.env("INFERA_ROOT", fx.path());
+        if let Some(p) = &fx.env_path {
+            self.cmd.env("PATH", p);
+        }
+        self
+    }
+    pub fn overlay(mut self, p: &Path) -> Self {
+        self.cmd.env("INFERA_OVERLAY", p);
+        self
+    }
+    pub fn env(mut self, k: &str, v: impl Into<OsString>) -> Self {
+        self.cmd.env(k, v.into());
+        self
+    }
+    pub fn env_remove(mut self, k: &str) -> Self {
+        self.cmd.env_remove(k);
+        self
+    }
+    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, a: I) -> Self {
+        self.cmd.args(a.into_iter().map(Into::into));
+        self
+    }
+    pub fn run(mut self) -> Out {
+        let o = self.cmd.stdin(Stdio::null()).output().unwrap();
+        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&o.status) {
+            panic!("the launcher died by signal {sig}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+        }
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
