@@ -168,3 +168,38 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+/// Started with SIGPIPE ignored and SIGUSR1 blocked, the launcher still hands the engine
+/// default SIGPIPE and an empty signal mask.
+#[test]
+fn child_starts_with_default_sigpipe_and_empty_mask() {
+    use std::os::unix::process::CommandExt;
+    let img = vllm_image(None);
+    img.exe("/usr/bin/python3.12", "#!/bin/sh\ngrep -E '^Sig(Blk|Ign)' /proc/$$/status\n");
+    let ov = shipped_overlay();
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("INFERA_ROOT", img.path())
+        .env("INFERA_OVERLAY", ov.overlay())
+        .args(["server"]);
+    unsafe {
+        cmd.pre_exec(|| {
+            use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
+            signal(Signal::SIGPIPE, SigHandler::SigIgn).map_err(std::io::Error::from)?;
+            let mut set = SigSet::empty();
+            set.add(Signal::SIGUSR1);
+            sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let field = |name: &str| -> u64 {
+        let l = text.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in {text}"));
+        u64::from_str_radix(l.trim(), 16).unwrap()
+    };
+    assert_eq!(field("SigBlk:"), 0, "{text}");
+    assert_eq!(field("SigIgn:") & (1 << (13 - 1)), 0, "SIGPIPE still ignored: {text}");
+}
