@@ -24,6 +24,9 @@ pub enum Opt {
     DisaggregationMode,
     DisaggregationBackend,
     HicacheStorageBackend,
+    DataParallelSize,
+    PipelineParallelSize,
+    Nnodes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -77,6 +80,9 @@ pub fn spelling(engine: Engine, opt: Opt) -> Option<Spelling> {
         }
         (Engine::Vllm, Opt::MmEncoderTpMode) => Value(&["--mm-encoder-tp-mode"]),
         (Engine::Vllm, Opt::KvTransferConfig) => Value(&["--kv-transfer-config"]),
+        (Engine::Vllm, Opt::DataParallelSize) => Value(&["--data-parallel-size", "-dp"]),
+        (Engine::Vllm, Opt::PipelineParallelSize) => Value(&["--pipeline-parallel-size", "-pp"]),
+        (Engine::Vllm, Opt::Nnodes) => Value(&["--nnodes"]),
         (Engine::Vllm, _) => return None,
         (Engine::Sglang, Opt::Model) => Value(&["--model-path", "--model"]),
         (Engine::Sglang, Opt::TensorParallelSize) => Value(&["--tp-size", "--tensor-parallel-size"]),
@@ -88,11 +94,14 @@ pub fn spelling(engine: Engine, opt: Opt) -> Option<Spelling> {
         (Engine::Sglang, Opt::DisaggregationMode) => Value(&["--disaggregation-mode"]),
         (Engine::Sglang, Opt::DisaggregationBackend) => Value(&["--disaggregation-transfer-backend"]),
         (Engine::Sglang, Opt::HicacheStorageBackend) => Value(&["--hicache-storage-backend"]),
+        (Engine::Sglang, Opt::DataParallelSize) => Value(&["--dp-size", "--data-parallel-size"]),
+        (Engine::Sglang, Opt::PipelineParallelSize) => Value(&["--pp-size", "--pipeline-parallel-size"]),
+        (Engine::Sglang, Opt::Nnodes) => Value(&["--nnodes"]),
         (Engine::Sglang, _) => return None,
     })
 }
 
-pub const ALL_OPTS: [Opt; 12] = [
+pub const ALL_OPTS: [Opt; 15] = [
     Opt::Model,
     Opt::TensorParallelSize,
     Opt::KvCacheDtype,
@@ -105,7 +114,24 @@ pub const ALL_OPTS: [Opt; 12] = [
     Opt::DisaggregationMode,
     Opt::DisaggregationBackend,
     Opt::HicacheStorageBackend,
+    Opt::DataParallelSize,
+    Opt::PipelineParallelSize,
+    Opt::Nnodes,
 ];
+
+/// Every model the args may name, read with both dialects (facts are gathered before the
+/// engine is chosen).
+pub fn model_refs(args: &[OsString]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in [Engine::Vllm, Engine::Sglang] {
+        if let Some(m) = read(e, args).value(Opt::Model) {
+            if !out.iter().any(|x| x == m) {
+                out.push(m.to_string());
+            }
+        }
+    }
+    out
+}
 
 /// What the user's args say about one canonical option (the last occurrence).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,5 +284,65 @@ mod tests {
         // After `--` nothing is an option.
         let p = read(Engine::Vllm, &a(&["--", "--model", "x"]));
         assert!(!p.is_set(Opt::Model));
+    }
+
+    /// Every spelling of every canonical option, in every form argparse accepts.
+    #[test]
+    fn table_every_option_every_form() {
+        for e in [Engine::Vllm, Engine::Sglang] {
+            for o in ALL_OPTS {
+                let Some(sp) = spelling(e, o) else { continue };
+                match sp {
+                    Spelling::Value(names) | Spelling::ValueOff { names, .. } => {
+                        for n in names {
+                            let mut forms = vec![a(&[n, "7"]), a(&[&format!("{n}=7")]), a(&["--x", n, "1", n, "7"])];
+                            if e == Engine::Vllm && n.starts_with("--") && n[2..].contains('-') {
+                                let u = format!("--{}", n[2..].replace('-', "_"));
+                                forms.push(a(&[&u, "7"]));
+                                forms.push(a(&[&format!("{u}=7")]));
+                            }
+                            for f in forms {
+                                let p = read(e, &f);
+                                let want = match sp {
+                                    Spelling::ValueOff { .. } => Setting::On,
+                                    _ => Setting::Value("7".into()),
+                                };
+                                assert_eq!(p.get(o), Some(&want), "{e:?} {o:?} {f:?}");
+                            }
+                        }
+                        if let Spelling::ValueOff { names, value_off } = sp {
+                            assert_eq!(read(e, &a(&[names[0], value_off])).get(o), Some(&Setting::Off));
+                        }
+                    }
+                    Spelling::Bool { on, off } => {
+                        assert_eq!(read(e, &a(&[on])).get(o), Some(&Setting::On), "{on}");
+                        assert_eq!(read(e, &a(&[on, off])).get(o), Some(&Setting::Off), "{off}");
+                        assert_eq!(read(e, &a(&[off, on])).get(o), Some(&Setting::On));
+                        if e == Engine::Vllm {
+                            let u = format!("--{}", on[2..].replace('-', "_"));
+                            assert_eq!(read(e, &a(&[&u])).get(o), Some(&Setting::On), "{u}");
+                        }
+                    }
+                    Spelling::OffFlag(f) => assert_eq!(read(e, &a(&[f])).get(o), Some(&Setting::Off)),
+                }
+                // Rendering reads back as what was rendered.
+                let v = match sp {
+                    Spelling::Bool { .. } => "on",
+                    Spelling::OffFlag(_) | Spelling::ValueOff { .. } => "off",
+                    Spelling::Value(_) => "3",
+                };
+                let r = render(e, o, v).unwrap();
+                assert!(read(e, &r).is_set(o), "{e:?} {o:?} {r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn user_args_are_never_changed_by_reading() {
+        let args = a(&["--model", "m", "--unknown", "--", "-tp", "8"]);
+        let before = args.clone();
+        let p = read(Engine::Vllm, &args);
+        assert_eq!(args, before);
+        assert!(!p.is_set(Opt::TensorParallelSize));
     }
 }

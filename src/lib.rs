@@ -13,6 +13,7 @@ pub mod overlay;
 pub mod plan;
 pub mod report;
 pub mod rootfs;
+pub mod rules;
 pub mod version;
 
 use std::collections::BTreeMap;
@@ -46,7 +47,8 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
 
 pub fn launch(req: &Request, env: &Env) -> i32 {
     let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
-    let facts = facts::Facts::gather(root, env);
+    let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
+    let facts = facts::Facts::gather(root, env, &models);
     let overlay = overlay::load(&req.overlay, nix::unistd::geteuid().is_root()).map_err(Refusal::from);
     let plan = plan::plan(&plan::Inputs { req, facts: &facts, overlay: &overlay, env });
 

@@ -204,7 +204,11 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     capabilities(req, overlay, tree, engine, &parsed, p)?;
     shadowing(tree, facts)?;
 
-    let added: Vec<OsString> = Vec::new();
+    let mut added: Vec<OsString> = Vec::new();
+    if let Some(e) = engine {
+        let ctx = crate::rules::Ctx { req, facts, engine: e, parsed: &parsed, env: inp.env };
+        crate::rules::apply(&ctx, &mut added, &mut p.findings)?;
+    }
 
     let env = child_env(tree, inp.env, &mut p.findings);
     let program =

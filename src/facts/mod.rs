@@ -2,11 +2,13 @@
 //! Reading only; never importing torch, never writing, no Python spawned on the normal path.
 
 pub mod gpus;
+pub mod model;
 pub mod python;
 pub mod rocm;
 pub mod site;
 pub mod torch;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 
 use serde::Serialize;
@@ -31,6 +33,8 @@ pub struct Facts {
     pub engines: Vec<EngineInstall>,
     pub site: SiteIndex,
     pub gpus: Result<Gpus, String>,
+    /// Model facts per model reference named in the args.
+    pub models: BTreeMap<String, model::ModelFacts>,
     /// Evidence that disagreed or could not be read.
     pub findings: Vec<Finding>,
 }
@@ -40,7 +44,7 @@ fn get<'a>(env: &'a Env, k: &str) -> Option<&'a OsString> {
 }
 
 impl Facts {
-    pub fn gather(root: Root, env: &Env) -> Facts {
+    pub fn gather(root: Root, env: &Env, model_refs: &[String]) -> Facts {
         let mut findings = Vec::new();
         let python = python::detect(&root, get(env, ev::PATH), get(env, ev::PYTHONPATH), &mut findings);
         let site_dirs = python.as_ref().map(|p| p.site_dirs.clone()).unwrap_or_default();
@@ -48,7 +52,10 @@ impl Facts {
         let rocm = rocm::detect(&root, get(env, ev::ROCM_PATH), get(env, ev::ROCM_HOME), torch.as_ref(), &mut findings);
         let (site, engines) = site::scan(&root, &site_dirs);
         let gpus = gpus::detect(&root, env);
-        Facts { root, python, torch, rocm, engines, site, gpus, findings }
+        let s = |k: &str| get(env, k).and_then(|v| v.to_str());
+        let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };
+        let models = model_refs.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();
+        Facts { root, python, torch, rocm, engines, site, gpus, models, findings }
     }
 
     pub fn engine(&self, name: &str) -> Option<&EngineInstall> {
@@ -63,6 +70,7 @@ impl Facts {
             engines: &self.engines,
             gpus: self.gpus.as_ref().ok().and_then(|g| g.count),
             gpus_source: self.gpus.as_ref().map(|g| g.source.clone()).unwrap_or_else(|e| e.clone()),
+            models: self.models.values().collect(),
         }
     }
 }
@@ -76,4 +84,5 @@ pub struct FactsView<'a> {
     pub engines: &'a [EngineInstall],
     pub gpus: Option<u32>,
     pub gpus_source: String,
+    pub models: Vec<&'a model::ModelFacts>,
 }

@@ -4,4 +4,5 @@ mod support;
 
 mod detect;
 mod exec;
+mod planning;
 mod refuse;

@@ -1,0 +1,247 @@
+//! Engine planning through `worker --dry-run --output json`: defaults, rules, models.
+
+use crate::support::*;
+
+const KIMI: &str = include_str!("../../examples/models/kimi-k3/config.json");
+const SEED_ARGS: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"];
+
+fn vllm8() -> (Fx, Fx) {
+    let img = vllm_image(None);
+    img.file("/models/kimi-k3/config.json", KIMI);
+    (img, shipped_overlay())
+}
+
+fn plan(img: &Fx, ov: &Fx, args: &[&str], env: &[(&str, &str)]) -> Out {
+    let mut r = infera(&["worker", "--dry-run", "--output", "json", "--"]).args(args).root(img).overlay(&ov.overlay());
+    r = r.env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7");
+    for (k, v) in env {
+        r = r.env(k, *v);
+    }
+    r.run()
+}
+
+fn argv(j: &serde_json::Value) -> Vec<String> {
+    j["exec"]["argv"].as_array().unwrap().iter().skip(3).map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
+fn codes(j: &serde_json::Value) -> Vec<String> {
+    j["findings"].as_array().unwrap().iter().map(|f| f["code"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn kimi_k3_seed_recipe_on_vllm() {
+    let (img, ov) = vllm8();
+    let out = plan(&img, &ov, &SEED_ARGS, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    let mut want: Vec<String> = SEED_ARGS.iter().map(|s| s.to_string()).collect();
+    want.extend(
+        ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"].map(String::from),
+    );
+    assert_eq!(argv(&j), want);
+    assert_eq!(
+        j["exec"]["added_args"],
+        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
+    );
+    let c = codes(&j);
+    for code in ["tp-default", "mm-encoder-tp-mode", "kv-cache-dtype-mla"] {
+        assert!(c.contains(&code.to_string()), "{code} in {c:?}");
+    }
+    let mla = j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "kv-cache-dtype-mla").unwrap();
+    assert_eq!(mla["level"], "warn");
+    assert!(mla["message"].as_str().unwrap().contains("MLA: model_type kimi_k3 with kv_lora_rank 512"));
+
+    // The same request with fp8 KV is refused with the rule's code, evidence and fix.
+    let mut args = SEED_ARGS.to_vec();
+    args.extend(["--kv-cache-dtype", "fp8_e4m3"]);
+    let out = plan(&img, &ov, &args, &[]);
+    out.assert(78, "fp8 KV cache (fp8_e4m3) on the MLA model /models/kimi-k3 with 128 concurrent sequences");
+    let j = out.json();
+    assert_eq!(j["error"]["code"], "kv-fp8-mla");
+    let msg = j["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("--kv-cache-dtype fp8_e4m3 (set in the args)") && msg.contains("--max-num-seqs 128"), "{msg}");
+    assert!(j["error"]["hint"].as_str().unwrap().contains("use --kv-cache-dtype auto"));
+    assert!(j["error"]["hint"].as_str().unwrap().contains("INFERA_ALLOW=kv-fp8-mla"));
+
+    // ... and with fastsafetensors.
+    let mut args = SEED_ARGS.to_vec();
+    args.extend(["--load-format", "fastsafetensors"]);
+    let out = plan(&img, &ov, &args, &[]);
+    out.assert(78, "fastsafetensors has no GPU-direct path");
+    assert_eq!(out.json()["error"]["code"], "fastsafetensors-rocm");
+}
+
+#[test]
+fn kimi_k3_on_sglang_uses_sglang_spellings() {
+    let img = sglang_image("3.10", None);
+    img.file("/models/kimi-k3/config.json", KIMI);
+    let ov = shipped_overlay();
+    let args = ["--model-path", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-running-requests", "128"];
+    let out = plan(&img, &ov, &args, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert_eq!(j["exec"]["argv"][2], "infera.engine.sglang");
+    // sglang has no --mm-encoder-tp-mode; TP is --tp-size.
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tp-size", "8", "--kv-cache-dtype", "auto"]));
+    // sglang rejects plain fp8.
+    let mut a = args.to_vec();
+    a.extend(["--kv-cache-dtype", "fp8"]);
+    plan(&img, &ov, &a, &[]).assert(78, "sglang does not accept --kv-cache-dtype fp8");
+    // The MLA fp8 crash rule is vLLM's.
+    let mut a = args.to_vec();
+    a.extend(["--kv-cache-dtype", "fp8_e4m3"]);
+    assert_eq!(plan(&img, &ov, &a, &[]).code, 0);
+}
+
+#[test]
+fn defaults_not_added_when_the_user_set_them() {
+    let (img, ov) = vllm8();
+    let args = [
+        "--model",
+        "/models/kimi-k3",
+        "-tp",
+        "4",
+        "--mm_encoder_tp_mode=weights",
+        "--kv-cache-dtype=auto",
+        "--max-num-seqs",
+        "1",
+    ];
+    let j = plan(&img, &ov, &args, &[]).json();
+    assert_eq!(argv(&j), args.map(String::from).to_vec());
+    assert_eq!(j["exec"]["added_args"], serde_json::json!([]));
+    // Data-parallel layout: no TP default.
+    let j = plan(&img, &ov, &["--model", "/models/kimi-k3", "-dp", "8"], &[]).json();
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto"]));
+    assert!(codes(&j).contains(&"tp-default-skipped".to_string()));
+}
+
+#[test]
+fn kv_fp8_default_for_non_mla_models() {
+    let (img, ov) = vllm8();
+    img.file("/models/llama/config.json", r#"{"model_type":"llama","num_attention_heads":64}"#);
+    let j = plan(&img, &ov, &["--model", "/models/llama"], &[]).json();
+    assert_eq!(
+        j["exec"]["added_args"],
+        serde_json::json!(["--tensor-parallel-size", "8", "--kv-cache-dtype", "fp8_e4m3"])
+    );
+    let j = plan(&img, &ov, &["--model", "/models/llama"], &[("INFERA_DEFAULT_KV_FP8", "0")]).json();
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tensor-parallel-size", "8"]));
+    // TP 1 on a multimodal model: no encoder mode.
+    img.file(
+        "/models/vl/config.json",
+        r#"{"model_type":"qwen2_5_vl","vision_config":{},"text_config":{"num_attention_heads":28}}"#,
+    );
+    let j = plan(&img, &ov, &["--model", "/models/vl", "-tp", "1"], &[]).json();
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "fp8_e4m3"]));
+}
+
+#[test]
+fn rules_fire_do_not_fire_and_can_be_allowed() {
+    let (img, ov) = vllm8();
+    let base = ["--model", "/models/kimi-k3"];
+    let with = |extra: &[&str]| -> Vec<String> { base.iter().chain(extra).map(|s| s.to_string()).collect() };
+    let run = |extra: &[&str], env: &[(&str, &str)]| {
+        let a = with(extra);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        plan(&img, &ov, &a, env)
+    };
+    // TP larger than the GPUs: 78; dividing the heads matters too.
+    run(&["-tp", "16"], &[]).assert(78, "tensor parallel size 16 is larger than the 8 GPUs visible");
+    run(&["-tp", "3"], &[("HIP_VISIBLE_DEVICES", "0,1,2")])
+        .assert(78, "tensor parallel size 3 does not divide the 64 attention heads");
+    // fp8 with one sequence: the MLA rule does not fire.
+    assert_eq!(run(&["--kv-cache-dtype", "fp8", "--max-num-seqs", "1"], &[]).code, 0);
+    // fp8 with the engine's default concurrency: fires.
+    run(&["--kv-cache-dtype", "fp8"], &[]).assert(78, "--max-num-seqs unset (the engine's default is more than 1)");
+    // Overridden knowingly: runs, recorded as a finding.
+    let out = run(&["--kv-cache-dtype", "fp8"], &[("INFERA_ALLOW", "kv-fp8-mla")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let f = out.json()["findings"].to_string();
+    assert!(f.contains("allowed by INFERA_ALLOW/--allow"), "{f}");
+    let out = infera(&[
+        "worker",
+        "--dry-run",
+        "--allow",
+        "kv-fp8-mla",
+        "--",
+        "--model",
+        "/models/kimi-k3",
+        "--kv-cache-dtype",
+        "fp8",
+    ])
+    .root(&img)
+    .overlay(&ov.overlay())
+    .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    run(&[], &[("INFERA_ALLOW", "kv-fp8-typo")]).assert(2, "`kv-fp8-typo`, which is not a rule");
+    // Hybrid + prefix caching + chunked prefill off: fires; either one alone does not.
+    run(&["--enable-prefix-caching", "--no-enable-chunked-prefill"], &[])
+        .assert(78, "experimental Mamba \"align\" mode");
+    assert_eq!(run(&["--enable-prefix-caching"], &[]).code, 0);
+    assert_eq!(
+        run(&["--enable-prefix-caching", "--no-enable-chunked-prefill", "--enable-chunked-prefill"], &[]).code,
+        0
+    );
+    // Bad INFERA_GPUS is a usage error.
+    run(&[], &[("INFERA_GPUS", "eight")]).assert(2, "INFERA_GPUS=`eight` is not a whole number of GPUs");
+}
+
+#[test]
+fn hf_cache_resolution() {
+    let (img, ov) = vllm8();
+    let hub = "/data/hub/models--moonshotai--Kimi-K3";
+    img.file(&format!("{hub}/refs/main"), "abc123\n")
+        .file(&format!("{hub}/blobs/f00d"), KIMI)
+        .link(&format!("{hub}/snapshots/abc123/config.json"), "../../blobs/f00d");
+    for env in [vec![("HF_HUB_CACHE", "/data/hub")], vec![("HF_HOME", "/data")]] {
+        let out = plan(&img, &ov, &["--model", "moonshotai/Kimi-K3"], &env);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let j = out.json();
+        assert!(argv(&j).ends_with(&["--kv-cache-dtype".to_string(), "auto".to_string()]), "{:?}", argv(&j));
+        assert_eq!(j["facts"]["models"][0]["config"], format!("{hub}/snapshots/abc123/config.json"));
+    }
+    // ~/.cache/huggingface/hub from HOME.
+    img.file("/home/u/.cache/huggingface/hub/models--org--llama/refs/main", "r1").file(
+        "/home/u/.cache/huggingface/hub/models--org--llama/snapshots/r1/config.json",
+        r#"{"model_type":"llama"}"#,
+    );
+    let j = plan(&img, &ov, &["--model", "org/llama"], &[("HOME", "/home/u")]).json();
+    assert_eq!(
+        j["exec"]["added_args"],
+        serde_json::json!(["--tensor-parallel-size", "8", "--kv-cache-dtype", "fp8_e4m3"])
+    );
+    // Not in the cache: a warning, nothing refused, no fp8 guess.
+    let out = plan(&img, &ov, &["--model", "org/absent"], &[]);
+    assert_eq!(out.code, 0);
+    let j = out.json();
+    assert!(j["findings"].to_string().contains("`org/absent` is not in the Hugging Face cache"));
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tensor-parallel-size", "8"]));
+}
+
+#[test]
+fn unreadable_config_is_a_warning_not_a_refusal() {
+    let (img, ov) = vllm8();
+    img.file("/models/kimi-k3/config.json", "{ not json");
+    let out = plan(&img, &ov, &["--model", "/models/kimi-k3", "--kv-cache-dtype", "fp8"], &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    let f = j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "model-unreadable").unwrap().clone();
+    assert_eq!(f["level"], "warn");
+    assert!(f["message"].as_str().unwrap().contains("/models/kimi-k3/config.json` is not JSON"));
+    assert!(f["message"].as_str().unwrap().contains("model rules skipped"));
+}
+
+#[test]
+fn server_needs_no_gpu_and_passes_args_through() {
+    let (img, ov) = vllm8();
+    let out =
+        infera(&["server", "--dry-run", "--output", "json", "--", "--port", "8000", "--tensor-parallel-size", "99"])
+            .root(&img)
+            .overlay(&ov.overlay())
+            .env("INFERA_GPUS", "not-a-number")
+            .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert_eq!(argv(&j), ["--port", "8000", "--tensor-parallel-size", "99"]);
+    assert_eq!(j["exec"]["argv"][2], "infera.server");
+}
