@@ -30,6 +30,32 @@ pub enum Command {
     Server(RunArgs),
     /// Capability dry run: print the facts and the capability table, exec nothing.
     Check(RunArgs),
+    /// Build-side tools for the overlay's manifests and integrity records.
+    #[command(subcommand)]
+    Manifest(ManifestCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ManifestCommand {
+    /// Print the JSON Schema of manifest.toml.
+    Schema,
+    /// Derive a staged tree's facts from its files and write its integrity record (payload.json).
+    Generate {
+        /// The tree directory (`<overlay>/trees/<family>`).
+        tree: PathBuf,
+        /// Compare against the existing payload.json instead of writing it.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Validate every manifest of an overlay and check each tree against its record.
+    Verify {
+        /// The overlay directory.
+        #[arg(env = ev::INFERA_OVERLAY, default_value = "/opt/infera")]
+        overlay: PathBuf,
+        /// Also compare every file's BLAKE3 digest (default: presence and sizes).
+        #[arg(long)]
+        digest: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

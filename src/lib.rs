@@ -9,7 +9,9 @@ pub mod facts;
 pub mod finding;
 pub mod logging;
 pub mod manifest;
+pub mod manifest_cmd;
 pub mod overlay;
+pub mod payload;
 pub mod plan;
 pub mod report;
 pub mod rootfs;
@@ -41,6 +43,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Command::Worker(a) => Request::from_cli(Role::Worker, a),
         Command::Server(a) => Request::from_cli(Role::Server, a),
         Command::Check(a) => Request::from_cli(Role::Check, a),
+        Command::Manifest(m) => return manifest_cmd::run(m),
     };
     launch(&req, &env)
 }

@@ -13,7 +13,7 @@ pub const SCHEMA: u32 = 1;
 /// The engines whose flags the launcher knows.
 pub const KNOWN_ENGINES: [&str; 2] = ["vllm", "sglang"];
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub schema: u32,
@@ -36,7 +36,7 @@ pub struct Manifest {
     pub allow_shadow: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Abi {
     /// CPython minor the tree's extensions were built for, e.g. "3.12".
@@ -45,7 +45,7 @@ pub struct Abi {
     pub rocm: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EngineEntry {
     pub module: String,
@@ -54,13 +54,13 @@ pub struct EngineEntry {
     pub versions: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerEntry {
     pub module: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capability {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -189,6 +189,12 @@ pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The JSON Schema of `manifest.toml`, generated from these types.
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(Manifest);
+    serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
 }
 
 pub fn is_env_name(k: &str) -> bool {

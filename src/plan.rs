@@ -147,6 +147,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     };
     p.family = Some(tree.family.clone());
     p.tree = Some(tree.dir.clone());
+    integrity(tree, inp.env)?;
 
     // Engine (workers) or router module.
     let (engine, module) = if req.role.runs_engine() {
@@ -219,6 +220,31 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     p.exec = Some(ExecSpec { program, argv, env, added_args: added });
     runnable(&facts.root, &python.executable)?;
     Ok(())
+}
+
+/// `INFERA_VERIFY=size|digest`: check the selected tree against its record before exec.
+fn integrity(tree: &Tree, env: &Env) -> Result<(), Refusal> {
+    let digest = match env.get(OsStr::new(ev::INFERA_VERIFY)).map(|v| v.to_string_lossy()).as_deref() {
+        None | Some("") | Some("off") | Some("0") => return Ok(()),
+        Some("size") => false,
+        Some("digest") => true,
+        Some(other) => {
+            return Err(Refusal::new(
+                Exit::Usage,
+                "verify-invalid",
+                format!("INFERA_VERIFY=`{other}`: expected size, digest or off"),
+            ))
+        }
+    };
+    crate::manifest_cmd::verify_tree(&tree.dir, &tree.family, digest).map(|_| ()).map_err(|problems| {
+        let list: String = problems.iter().map(|p| format!("\n  trees/{}/{p}", tree.family)).collect();
+        Refusal::new(
+            Exit::Invalid,
+            "integrity",
+            format!("tree {} does not match its integrity record:{list}", tree.family),
+        )
+        .hint("the overlay image is corrupted or was modified; pull or rebuild it")
+    })
 }
 
 fn python_refusal(e: &PythonError) -> Refusal {

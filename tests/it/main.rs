@@ -4,5 +4,6 @@ mod support;
 
 mod detect;
 mod exec;
+mod payload;
 mod planning;
 mod refuse;

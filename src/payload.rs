@@ -1,0 +1,328 @@
+//! Payload truth: what a staged tree really contains, derived from its files (CPython ABI
+//! from extension suffixes, ROCm major and libpython from ELF `DT_NEEDED`), and an
+//! integrity record (path, size, BLAKE3 of every file) that `manifest verify` checks.
+//! Written by `manifest generate` to `trees/<family>/payload.json` at build time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::facts::python::ext_suffix_minor;
+use crate::manifest::Manifest;
+use crate::overlay;
+
+pub const RECORD: &str = "payload.json";
+/// Files at least this large are hashed with all cores (as b3sum does); smaller ones in parallel with each other.
+const BIG_FILE: u64 = 8 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    pub schema: u32,
+    pub family: String,
+    pub derived: Derived,
+    pub files: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Derived {
+    /// CPython minors named by extension module suffixes (`cpython-312` → "3.12").
+    pub python: Vec<String>,
+    /// Stable-ABI extension modules (`.abi3.so`): noted, not a version.
+    pub abi3_modules: usize,
+    /// ROCm majors from `DT_NEEDED libamdhip64.so.N`.
+    pub rocm: Vec<u32>,
+    /// libpython sonames the shared objects need.
+    pub libpython: Vec<String>,
+    /// Declared capability → its modules and libraries that are missing.
+    pub capabilities: BTreeMap<String, CapabilityPresence>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapabilityPresence {
+    pub present: bool,
+    pub missing: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blake3: Option<String>,
+    /// A symlink (inside the tree) and its target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
+/// One problem found in a tree, with the file it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    pub what: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.what)
+    }
+}
+
+/// Every file and symlink under the tree (relative paths, sorted), without the record itself.
+fn walk(tree: &Path) -> std::io::Result<Vec<(String, fs::Metadata)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in fs::read_dir(tree.join(&rel))? {
+            let e = e?;
+            let r = rel.join(e.file_name());
+            let m = fs::symlink_metadata(e.path())?;
+            if m.is_dir() {
+                stack.push(r);
+            } else {
+                let s = r.to_string_lossy().into_owned();
+                if s != RECORD {
+                    out.push((s, m));
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
+    let mut h = blake3::Hasher::new();
+    if size >= BIG_FILE {
+        h.update_mmap_rayon(path)?;
+    } else {
+        let mut f = fs::File::open(path)?;
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+    }
+    Ok(h.finalize().to_hex().to_string())
+}
+
+/// The integrity record of a tree: sizes and digests, hashed in parallel.
+pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), String> {
+    let files = walk(tree).map_err(|e| format!("`{}`: {e}", tree.display()))?;
+    let results: Vec<Result<Entry, Problem>> = files
+        .par_iter()
+        .map(|(rel, m)| {
+            let p = tree.join(rel);
+            if m.file_type().is_symlink() {
+                overlay::inside(tree, &p).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
+                let target = fs::read_link(&p).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
+                return Ok(Entry {
+                    path: rel.clone(),
+                    size: None,
+                    blake3: None,
+                    link: Some(target.to_string_lossy().into_owned()),
+                });
+            }
+            let digest = hash_file(&p, m.size()).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
+            Ok(Entry { path: rel.clone(), size: Some(m.size()), blake3: Some(digest), link: None })
+        })
+        .collect();
+    let mut entries = Vec::new();
+    let mut problems = Vec::new();
+    for r in results {
+        match r {
+            Ok(e) => entries.push(e),
+            Err(p) => problems.push(p),
+        }
+    }
+    Ok((entries, problems))
+}
+
+/// What the tree's shared objects and extension modules say, and the files that
+/// disagree with the manifest's `[abi]`.
+pub fn derive(tree: &Path, manifest: &Manifest) -> Result<(Derived, Vec<Problem>), String> {
+    let files = walk(tree).map_err(|e| format!("`{}`: {e}", tree.display()))?;
+    let (want_py, want_rocm) = (manifest.abi.python.clone(), manifest.rocm_major());
+    let mut d = Derived::default();
+    let mut problems = Vec::new();
+    let mut pys = BTreeSet::new();
+    let mut rocms = BTreeSet::new();
+    let mut libpy = BTreeSet::new();
+    let elves: Vec<(String, Result<Vec<String>, String>)> = files
+        .par_iter()
+        .filter(|(_, m)| m.is_file())
+        .filter_map(|(rel, _)| elf_needed(&tree.join(rel)).map(|n| (rel.clone(), n)))
+        .collect();
+    for (rel, _) in files.iter().filter(|(_, m)| m.is_file()) {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        if name.ends_with(".abi3.so") {
+            d.abi3_modules += 1;
+        } else if let Some((ma, mi)) = ext_suffix_minor(name) {
+            let v = format!("{ma}.{mi}");
+            if v != want_py {
+                problems.push(Problem {
+                    path: rel.clone(),
+                    what: format!("extension module for CPython {v}, but [abi] python = \"{want_py}\""),
+                });
+            }
+            pys.insert(v);
+        }
+    }
+    for (rel, needed) in elves {
+        let needed = match needed {
+            Ok(n) => n,
+            Err(e) => {
+                problems.push(Problem { path: rel, what: format!("unreadable ELF: {e}") });
+                continue;
+            }
+        };
+        for n in needed {
+            if let Some(rest) = n.strip_prefix("libamdhip64.so.") {
+                if let Ok(major) = rest.split('.').next().unwrap_or("").parse::<u32>() {
+                    if major != want_rocm {
+                        problems.push(Problem {
+                            path: rel.clone(),
+                            what: format!("needs {n} (ROCm {major}), but [abi] rocm = \"{want_rocm}\""),
+                        });
+                    }
+                    rocms.insert(major);
+                }
+            } else if let Some(rest) = n.strip_prefix("libpython") {
+                let minor = rest.split(".so").next().unwrap_or("");
+                if minor.starts_with('3') && minor.trim_end_matches(['d', 'm', 't']) != want_py {
+                    problems.push(Problem {
+                        path: rel.clone(),
+                        what: format!("needs {n}, but [abi] python = \"{want_py}\""),
+                    });
+                }
+                libpy.insert(n);
+            }
+        }
+    }
+    d.python = pys.into_iter().collect();
+    d.rocm = rocms.into_iter().collect();
+    d.libpython = libpy.into_iter().collect();
+    let site = tree.join("site-packages");
+    for (name, cap) in &manifest.capabilities {
+        let mut missing = Vec::new();
+        for m in &cap.modules {
+            if overlay::find_module(&site, m).is_none() {
+                missing.push(format!("site-packages/{}", m.replace('.', "/")));
+            }
+        }
+        for l in &cap.libraries {
+            if fs::symlink_metadata(tree.join("lib").join(l)).is_err() {
+                missing.push(format!("lib/{l}"));
+            }
+        }
+        for m in &missing {
+            problems.push(Problem { path: m.clone(), what: format!("declared by capability `{name}` but missing") });
+        }
+        d.capabilities.insert(name.clone(), CapabilityPresence { present: missing.is_empty(), missing });
+    }
+    Ok((d, problems))
+}
+
+/// `DT_NEEDED` of an ELF file; None when the file is not ELF.
+fn elf_needed(path: &Path) -> Option<Result<Vec<String>, String>> {
+    let mut magic = [0u8; 4];
+    let mut f = fs::File::open(path).ok()?;
+    f.read_exact(&mut magic).ok()?;
+    if magic != *b"\x7fELF" {
+        return None;
+    }
+    // SAFETY: read-only map of a payload file; the tree is not modified while we inspect it.
+    let map = match unsafe { memmap2::Mmap::map(&f) } {
+        Ok(m) => m,
+        Err(e) => return Some(Err(e.to_string())),
+    };
+    Some(
+        goblin::elf::Elf::parse(&map)
+            .map(|elf| elf.libraries.iter().map(|s| s.to_string()).collect())
+            .map_err(|e| e.to_string()),
+    )
+}
+
+/// Compare a tree against its record. Sizes and presence always; digests with `digest`.
+pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>, String> {
+    let files = walk(tree).map_err(|e| format!("`{}`: {e}", tree.display()))?;
+    let actual: BTreeMap<&str, &fs::Metadata> = files.iter().map(|(p, m)| (p.as_str(), m)).collect();
+    let expected: BTreeMap<&str, &Entry> = record.files.iter().map(|e| (e.path.as_str(), e)).collect();
+    let mut problems: Vec<Problem> = Vec::new();
+    for (path, m) in &actual {
+        if !expected.contains_key(path) {
+            problems.push(Problem { path: path.to_string(), what: "extra file, not in the integrity record".into() });
+        }
+        if m.file_type().is_symlink() {
+            if let Err(e) = overlay::inside(tree, &tree.join(path)) {
+                problems.push(Problem { path: path.to_string(), what: e.to_string() });
+            }
+        }
+    }
+    let checks: Vec<Option<Problem>> = record
+        .files
+        .par_iter()
+        .map(|e| {
+            let p = e.path.clone();
+            let Some(m) = actual.get(e.path.as_str()) else {
+                return Some(Problem { path: p, what: "missing (in the integrity record)".into() });
+            };
+            match (&e.link, m.file_type().is_symlink()) {
+                (Some(t), true) => {
+                    let now =
+                        fs::read_link(tree.join(&e.path)).map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
+                    return (&now != t)
+                        .then(|| Problem { path: p, what: format!("symlink now points to `{now}`, recorded `{t}`") });
+                }
+                (Some(t), false) => {
+                    return Some(Problem { path: p, what: format!("recorded as a symlink to `{t}`, now a file") })
+                }
+                (None, true) => return Some(Problem { path: p, what: "recorded as a file, now a symlink".into() }),
+                (None, false) => {}
+            }
+            if e.size != Some(m.size()) {
+                return Some(Problem {
+                    path: p,
+                    what: format!("size {} bytes, recorded {}", m.size(), e.size.unwrap_or(0)),
+                });
+            }
+            if digest {
+                match hash_file(&tree.join(&e.path), m.size()) {
+                    Ok(h) if Some(&h) != e.blake3.as_ref() => {
+                        return Some(Problem {
+                            path: p,
+                            what: "content changed (BLAKE3 differs from the record)".into(),
+                        })
+                    }
+                    Err(err) => return Some(Problem { path: p, what: err.to_string() }),
+                    Ok(_) => {}
+                }
+            }
+            None
+        })
+        .collect();
+    problems.extend(checks.into_iter().flatten());
+    problems.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(problems)
+}
+
+pub fn read_record(tree: &Path) -> Result<Option<Record>, String> {
+    let p = tree.join(RECORD);
+    match crate::rootfs::read_bounded(&p, 256 << 20) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("`{}`: {e}", p.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("`{}`: {e}", p.display())),
+    }
+}

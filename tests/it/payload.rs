@@ -1,0 +1,217 @@
+//! `manifest generate / verify / schema` on trees holding real ELF shared objects
+//! compiled here with gcc.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::*;
+
+/// Compile a tiny shared object `out` (soname = its file name) needing `needs` (built as
+/// stubs with those sonames in `stubs`).
+fn gcc_so(out: &Path, needs: &[&str], stubs: &Path) {
+    std::fs::create_dir_all(stubs).unwrap();
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let src = stubs.join("x.c");
+    std::fs::write(&src, "int infera_fixture(void) { return 42; }\n").unwrap();
+    let mut link = Vec::new();
+    for n in needs {
+        let stub = stubs.join(n);
+        if !stub.exists() {
+            let st = Command::new("gcc")
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(&stub)
+                .arg(&src)
+                .arg(format!("-Wl,-soname,{n}"))
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        link.push(format!("-l:{n}"));
+    }
+    let name = out.file_name().unwrap().to_string_lossy().into_owned();
+    let st = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(out)
+        .arg(&src)
+        .arg(format!("-Wl,-soname,{name}"))
+        .arg("-Wl,--no-as-needed")
+        .arg(format!("-L{}", stubs.display()))
+        .args(&link)
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc failed for {}", out.display());
+}
+
+/// A py312 / ROCm 7 tree: a cpython-312 extension needing libamdhip64.so.7 and libpython3.12.
+fn good_tree() -> Fx {
+    let fx = custom_overlay(&[(
+        "rocm7-py312",
+        PY312_MANIFEST,
+        &["infera.engine.vllm", "infera.server", "mooncake", "hipfile"],
+    )]);
+    let t = fx.p("overlay/trees/rocm7-py312");
+    gcc_so(
+        &t.join("site-packages/mooncake/engine.cpython-312-x86_64-linux-gnu.so"),
+        &["libamdhip64.so.7", "libpython3.12.so.1.0"],
+        &fx.p("stubs"),
+    );
+    gcc_so(&t.join("lib/libhipfile.so.0"), &["libamdhip64.so.7"], &fx.p("stubs"));
+    fx
+}
+
+fn generate(fx: &Fx, extra: &[&str]) -> Out {
+    let tree = fx.p("overlay/trees/rocm7-py312");
+    infera(&["manifest", "generate"]).args([tree.as_os_str()]).args(extra.iter().copied()).run()
+}
+
+fn record(fx: &Fx) -> serde_json::Value {
+    let text = std::fs::read_to_string(fx.p("overlay/trees/rocm7-py312/payload.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn generate_correct_tree() {
+    let fx = good_tree();
+    let out = generate(&fx, &[]);
+    out.assert(0, "tree rocm7-py312: python 3.12 (0 abi3 modules), ROCm 7, libpython libpython3.12.so.1.0");
+    assert!(out.stdout.contains("capabilities: hipfile present, mooncake present"), "{}", out.stdout);
+    let r = record(&fx);
+    assert_eq!(r["derived"]["python"], serde_json::json!(["3.12"]));
+    assert_eq!(r["derived"]["rocm"], serde_json::json!([7]));
+    let so = r["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "site-packages/mooncake/engine.cpython-312-x86_64-linux-gnu.so")
+        .unwrap();
+    assert_eq!(so["blake3"].as_str().unwrap().len(), 64);
+    // --check agrees, until a file changes.
+    generate(&fx, &["--check"]).assert(0, "is up to date");
+    fx.file("overlay/trees/rocm7-py312/site-packages/mooncake/__init__.py", "changed = True\n");
+    generate(&fx, &["--check"]).assert(65, "site-packages/mooncake/__init__.py: changed");
+}
+
+#[test]
+fn generate_refuses_a_py310_module_in_a_py312_tree() {
+    let fx = good_tree();
+    gcc_so(
+        &fx.p("overlay/trees/rocm7-py312/site-packages/mooncake/_old.cpython-310-x86_64-linux-gnu.so"),
+        &[],
+        &fx.p("stubs"),
+    );
+    let out = generate(&fx, &[]);
+    out.assert(65, "site-packages/mooncake/_old.cpython-310-x86_64-linux-gnu.so: extension module for CPython 3.10, but [abi] python = \"3.12\"");
+    assert!(!fx.p("overlay/trees/rocm7-py312/payload.json").exists(), "nothing written on refusal");
+}
+
+#[test]
+fn generate_abi3_only_tree() {
+    let fx = custom_overlay(&[(
+        "rocm7-py312",
+        PY312_MANIFEST,
+        &["infera.engine.vllm", "infera.server", "mooncake", "hipfile"],
+    )]);
+    gcc_so(&fx.p("overlay/trees/rocm7-py312/site-packages/mooncake/_fast.abi3.so"), &[], &fx.p("stubs"));
+    generate(&fx, &[]).assert(0, "tree rocm7-py312: python - (1 abi3 modules), ROCm -");
+    assert_eq!(record(&fx)["derived"]["python"], serde_json::json!([]));
+    assert_eq!(record(&fx)["derived"]["abi3_modules"], 1);
+}
+
+#[test]
+fn generate_refuses_a_missing_capability_module() {
+    let fx = good_tree();
+    fx.rm("overlay/trees/rocm7-py312/site-packages/hipfile");
+    generate(&fx, &[]).assert(65, "site-packages/hipfile: declared by capability `hipfile` but missing");
+}
+
+#[test]
+fn generate_refuses_rocm6_libraries_in_a_rocm7_tree() {
+    let fx = good_tree();
+    gcc_so(&fx.p("overlay/trees/rocm7-py312/lib/libold.so.1"), &["libamdhip64.so.6"], &fx.p("stubs"));
+    generate(&fx, &[]).assert(65, "lib/libold.so.1: needs libamdhip64.so.6 (ROCm 6), but [abi] rocm = \"7\"");
+}
+
+fn verified() -> Fx {
+    let fx = good_tree();
+    generate(&fx, &[]).assert(0, "wrote");
+    infera(&["manifest", "verify", "--digest"]).args([fx.overlay()]).run().assert(0, "ok: 1 trees");
+    fx
+}
+
+#[test]
+fn verify_reports_each_kind_of_damage() {
+    let so = "overlay/trees/rocm7-py312/site-packages/mooncake/engine.cpython-312-x86_64-linux-gnu.so";
+    let verify = |fx: &Fx, digest: bool| {
+        let mut a = vec!["manifest", "verify"];
+        if digest {
+            a.push("--digest");
+        }
+        infera(&a).args([fx.overlay()]).run()
+    };
+    // A changed byte: sizes agree, the digest does not.
+    let fx = verified();
+    let mut bytes = std::fs::read(fx.p(so)).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(fx.p(so), &bytes).unwrap();
+    assert_eq!(verify(&fx, false).code, 0, "size check alone cannot see it");
+    verify(&fx, true)
+        .assert(65, "trees/rocm7-py312/site-packages/mooncake/engine.cpython-312-x86_64-linux-gnu.so: content changed");
+    // Truncated.
+    let fx = verified();
+    bytes = std::fs::read(fx.p(so)).unwrap();
+    std::fs::write(fx.p(so), &bytes[..100]).unwrap();
+    verify(&fx, false).assert(65, "engine.cpython-312-x86_64-linux-gnu.so: size 100 bytes, recorded");
+    // Extra and missing.
+    let fx = verified();
+    fx.file("overlay/trees/rocm7-py312/site-packages/evil.py", "import os\n")
+        .rm("overlay/trees/rocm7-py312/lib/libhipfile.so.0");
+    let out = verify(&fx, false);
+    out.assert(65, "trees/rocm7-py312/site-packages/evil.py: extra file, not in the integrity record");
+    out.assert(65, "trees/rocm7-py312/lib/libhipfile.so.0: missing (in the integrity record)");
+    // A symlink escaping the tree.
+    let fx = verified();
+    fx.link("overlay/trees/rocm7-py312/lib/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6");
+    verify(&fx, false).assert(65, "trees/rocm7-py312/lib/libc.so.6: `");
+    let out = verify(&fx, false);
+    assert!(out.stderr.contains("outside its tree"), "{}", out.stderr);
+}
+
+#[test]
+fn launcher_opt_in_digest_check() {
+    let img = vllm_image(None);
+    let fx = verified();
+    let run =
+        |v: &str| infera(&["worker", "--dry-run"]).root(&img).overlay(&fx.overlay()).env("INFERA_VERIFY", v).run();
+    run("digest").assert(0, "infera.engine.vllm");
+    let p = "overlay/trees/rocm7-py312/site-packages/mooncake/__init__.py";
+    std::fs::write(fx.p(p), "X").unwrap(); // was empty: the size check sees it
+    run("size").assert(65, "error[integrity]: tree rocm7-py312 does not match its integrity record");
+    run("sometimes").assert(2, "INFERA_VERIFY=`sometimes`");
+    // Without INFERA_VERIFY the normal run does not read the record.
+    infera(&["worker", "--dry-run"]).root(&img).overlay(&fx.overlay()).run().assert(0, "infera.engine.vllm");
+}
+
+#[test]
+fn committed_schema_is_fresh() {
+    let out = infera(&["manifest", "schema"]).run();
+    assert_eq!(out.code, 0);
+    let committed = std::fs::read_to_string(repo().join("manifests/manifest.schema.json")).unwrap();
+    assert_eq!(
+        committed, out.stdout,
+        "manifests/manifest.schema.json is stale: run `infera-exec manifest schema > manifests/manifest.schema.json`"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(schema["additionalProperties"], false);
+    assert!(schema["required"].to_string().contains("abi"));
+}
+
+#[test]
+fn shipped_manifests_are_valid_and_staged_trees_verify() {
+    let ov = shipped_overlay(); // stage runs generate + verify itself
+    infera(&["manifest", "verify", "--digest"]).args([ov.overlay()]).run().assert(0, "ok: 2 trees");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ov.overlay().join("trees/rocm7-py310/payload.json")).unwrap())
+            .unwrap();
+    assert!(r["derived"]["capabilities"].get("hipfile").is_none(), "py310 ships no hipfile");
+}
