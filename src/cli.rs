@@ -30,6 +30,14 @@ pub enum Command {
     Server(RunArgs),
     /// Capability dry run: print the facts and the capability table, exec nothing.
     Check(RunArgs),
+    /// Copy this overlay into DEST (the initContainer fallback for clusters without image volumes).
+    Install {
+        /// Where to put the overlay (an emptyDir mount).
+        dest: PathBuf,
+        /// The overlay to copy (default: the one this binary is in).
+        #[arg(long)]
+        from: Option<PathBuf>,
+    },
     /// Build-side tools for the overlay's manifests and integrity records.
     #[command(subcommand)]
     Manifest(ManifestCommand),

@@ -7,6 +7,7 @@ pub mod error;
 pub mod exec;
 pub mod facts;
 pub mod finding;
+pub mod install;
 pub mod logging;
 pub mod manifest;
 pub mod manifest_cmd;
@@ -44,6 +45,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Command::Server(a) => Request::from_cli(Role::Server, a),
         Command::Check(a) => Request::from_cli(Role::Check, a),
         Command::Manifest(m) => return manifest_cmd::run(m),
+        Command::Install { dest, from } => return install::run(&dest, from),
     };
     launch(&req, &env)
 }

@@ -104,12 +104,32 @@ pub fn detect(
             }
         }
     }
-    // 3. Site directories: lib/python3.X/{site,dist}-packages under the prefix.
-    let prefix = match &venv_dir {
-        Some(v) => v.clone(),
-        None => resolved.parent().and_then(Path::parent).unwrap_or(Path::new("/usr")).to_path_buf(),
+    // 3. Site directories: lib/python3.X/{site,dist}-packages under the prefix. The prefix
+    // of the path found on PATH counts too (`/usr/bin/python3` → `/usr`, whose
+    // /usr/local/lib/python3.X/dist-packages Debian-built CPython reads), not only the
+    // prefix of the resolved file.
+    let candidates = match &venv_dir {
+        Some(v) => site_candidates(root, v, true),
+        None => {
+            let mut prefixes: Vec<PathBuf> = Vec::new();
+            for p in [&found, &resolved] {
+                if let Some(pre) = p.parent().and_then(Path::parent) {
+                    if !prefixes.iter().any(|x| x == pre) {
+                        prefixes.push(pre.to_path_buf());
+                    }
+                }
+            }
+            let mut all = Vec::new();
+            for pre in prefixes {
+                for c in site_candidates(root, &pre, false) {
+                    if !all.contains(&c) {
+                        all.push(c);
+                    }
+                }
+            }
+            all
+        }
     };
-    let candidates = site_candidates(root, &prefix, venv_dir.is_some());
     // The directories that hold the image's packages (torch or an engine) are evidence;
     // an empty python3.X directory left by the OS is not.
     let mut pkg_minors: BTreeSet<(u32, u32)> = BTreeSet::new();

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod containers;
 mod detect;
 mod exec;
 mod payload;

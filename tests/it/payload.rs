@@ -215,3 +215,21 @@ fn shipped_manifests_are_valid_and_staged_trees_verify() {
             .unwrap();
     assert!(r["derived"]["capabilities"].get("hipfile").is_none(), "py310 ships no hipfile");
 }
+
+#[test]
+fn install_copies_the_overlay_and_checks_the_copy() {
+    let ov = shipped_overlay();
+    let dest = tempfile::tempdir().unwrap();
+    let target = dest.path().join("emptydir");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
+    out.assert(0, "(24 files); trees match their records");
+    infera(&["manifest", "verify", "--digest"]).args([&target]).run().assert(0, "ok: 2 trees");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&target).unwrap().permissions()) & 0o777;
+    assert_eq!(mode, 0o755, "the emptyDir root is no longer world-writable");
+    // A source that does not match its record is not installed silently.
+    std::fs::write(ov.overlay().join("trees/rocm7-py312/site-packages/kvd/__init__.py"), "tampered").unwrap();
+    let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
+    out.assert(65, "trees/rocm7-py312/site-packages/kvd/__init__.py: size");
+}

@@ -40,6 +40,8 @@ def main(module):
         "env": {k: os.environ[k] for k in WATCHED_ENV if k in os.environ},
         "sys_path": sys.path,
         "imports": _imports(),
+        # The payload must be read-only where it is mounted (image volume / readOnly mount).
+        "tree_writable": os.access(os.environ.get("INFERA_TREE", "/nonexistent"), os.W_OK),
     }
     print("INFERA-STANDIN " + json.dumps(report, sort_keys=True), flush=True)
     # Knobs for init-mode tests: stay up until a signal, then report it.

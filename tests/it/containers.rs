@@ -1,0 +1,339 @@
+//! Real containers with podman (docker-compatible CLI): the overlay image built from
+//! Dockerfile.overlay, mounted read-only into stand-in engine images that run real
+//! CPython; the pod specs validated and run with `podman kube play`.
+//! `scripts/test` installs podman, runc and kubernetes-validate on a fresh machine.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::support::*;
+
+const OVERLAY: &str = "localhost/infera-overlay:test";
+const VLLM: &str = "localhost/infera-standin-vllm:test";
+const SGLANG: &str = "localhost/infera-standin-sglang:test";
+const SEED: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"];
+const GPUS8: &str = "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7";
+
+fn conf() -> PathBuf {
+    repo().join("tests/containers/containers.conf")
+}
+
+fn podman(args: &[&str]) -> Command {
+    let mut c = Command::new("podman");
+    c.env("CONTAINERS_CONF", conf()).args(args).stdin(Stdio::null());
+    c
+}
+
+fn out(mut c: Command) -> Out {
+    let o = c.output().unwrap_or_else(|e| panic!("cannot run podman ({e}); scripts/test installs it"));
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Build (or refresh) the images once at a time; the script skips what is up to date.
+fn images() {
+    let st = Command::new("flock")
+        .arg(repo().join("target/e2e.lock"))
+        .arg(repo().join("examples/images/build"))
+        .env("CONTAINERS_CONF", conf())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "examples/images/build failed");
+}
+
+/// `podman run` with the overlay as a read-only image mount and the example models.
+fn run_in(image: &str, env: &[&str], cmd: &[&str]) -> Out {
+    images();
+    let models = repo().join("examples/models");
+    let mut c = podman(&["run", "--rm", "--mount", &format!("type=image,source={OVERLAY},target=/opt/infera")]);
+    c.args(["-v", &format!("{}:/models:ro", models.display())]);
+    for e in env {
+        c.args(["-e", e]);
+    }
+    c.arg(image).args(cmd);
+    out(c)
+}
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn overlay_image_layout_labels_and_static_binary() {
+    images();
+    let labels = out(podman(&["image", "inspect", "--format", "{{json .Labels}}", OVERLAY]));
+    assert_eq!(labels.code, 0, "{}", labels.stderr);
+    let l: serde_json::Value = serde_json::from_str(&labels.stdout).unwrap();
+    assert_eq!(l["ai.infera.overlay.families"], "rocm7-py310 rocm7-py312");
+    assert_eq!(l["ai.infera.overlay.version"], env!("CARGO_PKG_VERSION"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let cid = out(podman(&["create", OVERLAY, "--version"]));
+    assert_eq!(cid.code, 0, "{}", cid.stderr);
+    let cid = cid.stdout.trim().to_string();
+    let tar = dir.path().join("overlay.tar");
+    let ex = out(podman(&["export", "-o", tar.to_str().unwrap(), &cid]));
+    let _ = out(podman(&["rm", &cid]));
+    assert_eq!(ex.code, 0, "{}", ex.stderr);
+    let list = Command::new("tar").arg("-tvf").arg(&tar).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    for want in [
+        "bin/infera-exec",
+        "trees/rocm7-py312/manifest.toml",
+        "trees/rocm7-py312/payload.json",
+        "trees/rocm7-py312/site-packages/hipfile/__init__.py",
+        "trees/rocm7-py310/site-packages/infera/engine/sglang.py",
+        "opt/infera -> ..",
+    ] {
+        assert!(list.contains(want), "{want} not in the image:\n{list}");
+    }
+    assert!(!list.contains("rocm7-py310/site-packages/hipfile"), "py310 ships no hipfile");
+    assert!(!list.contains("__pycache__"), "no bytecode in the payload");
+    let st =
+        Command::new("tar").arg("-xf").arg(&tar).arg("-C").arg(dir.path()).arg("bin/infera-exec").status().unwrap();
+    assert!(st.success());
+    let bytes = std::fs::read(dir.path().join("bin/infera-exec")).unwrap();
+    let elf = goblin::elf::Elf::parse(&bytes).unwrap();
+    assert_eq!(elf.interpreter, None, "the launcher must be static (no ELF interpreter)");
+    assert!(elf.libraries.is_empty(), "no shared libraries: {:?}", elf.libraries);
+}
+
+#[test]
+fn vllm_image_execs_the_engine_as_pid1_from_the_read_only_overlay() {
+    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake,hipfile", "--"];
+    cmd.extend(SEED);
+    let o = run_in(VLLM, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let r = o.standin();
+    assert_eq!(r["pid"], 1, "the engine must be PID 1's exec, not a child");
+    assert_eq!(r["standin"], "infera.engine.vllm");
+    assert_eq!(r["python"], "3.12");
+    assert_eq!(r["executable"], "/usr/bin/python3.12");
+    let mut want: Vec<String> = SEED.map(String::from).to_vec();
+    want.extend(
+        ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"].map(String::from),
+    );
+    assert_eq!(strings(&r["argv"]), want);
+    let site = "/opt/infera/trees/rocm7-py312/site-packages";
+    assert_eq!(r["env"]["PYTHONPATH"], site);
+    assert_eq!(r["env"]["LD_LIBRARY_PATH"], "/opt/infera/trees/rocm7-py312/lib");
+    assert_eq!(r["env"]["PYTHONDONTWRITEBYTECODE"], "1");
+    for m in ["mooncake", "hipfile"] {
+        assert_eq!(r["imports"][m]["file"], format!("{site}/{m}/__init__.py"), "{m}");
+    }
+    assert_eq!(r["tree_writable"], false, "the overlay is mounted read-only");
+
+    // The dry run inside the container plans exactly what the real run received.
+    let mut dry = vec![
+        "/opt/infera/bin/infera-exec",
+        "worker",
+        "--require",
+        "mooncake,hipfile",
+        "--dry-run",
+        "--output",
+        "json",
+        "--",
+    ];
+    dry.extend(SEED);
+    let d = run_in(VLLM, &[GPUS8, "MC_FORCE_TCP=1"], &dry);
+    assert_eq!(d.code, 0, "{}", d.stderr);
+    let plan = d.json();
+    assert_eq!(plan["family"], "rocm7-py312");
+    assert_eq!(plan["exec"]["program"], "/usr/bin/python3.12");
+    assert_eq!(strings(&plan["exec"]["argv"])[3..], strings(&r["argv"])[..]);
+    for (k, v) in plan["exec"]["env"].as_object().unwrap() {
+        if r["env"].get(k).is_some() {
+            assert_eq!(&r["env"][k], v, "{k}");
+        }
+    }
+
+    // Nothing was written into the payload: every tree still matches its record.
+    let v = run_in(VLLM, &[], &["/opt/infera/bin/infera-exec", "manifest", "verify", "--digest", "/opt/infera"]);
+    v.assert(0, "ok: 2 trees");
+}
+
+#[test]
+fn sglang_image_selects_py310_and_refuses_hipfile() {
+    let args = ["--model-path", "/models/kimi-k3", "--max-running-requests", "128"];
+    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--"];
+    cmd.extend(args);
+    let o = run_in(SGLANG, &[GPUS8], &cmd);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let r = o.standin();
+    assert_eq!(r["pid"], 1);
+    assert_eq!(r["standin"], "infera.engine.sglang");
+    assert_eq!(r["python"], "3.10");
+    assert_eq!(r["executable"], "/opt/venv/bin/python3");
+    assert_eq!(r["env"]["INFERA_FAMILY"], "rocm7-py310");
+    let mut want: Vec<String> = args.map(String::from).to_vec();
+    want.extend(["--tp-size", "8", "--kv-cache-dtype", "auto"].map(String::from));
+    assert_eq!(strings(&r["argv"]), want);
+    assert_eq!(r["imports"]["hipfile"]["ok"], false);
+    assert!(r["sys_path"].to_string().contains("/opt/venv/lib/python3.10/site-packages"), "the venv is active");
+
+    let o = run_in(
+        SGLANG,
+        &[],
+        &["/opt/infera/bin/infera-exec", "worker", "--require", "hipfile", "--", "--model-path", "/models/kimi-k3"],
+    );
+    o.assert(69, "capability `hipfile` (requested by --require) cannot be supplied: tree rocm7-py310 does not declare it; trees that provide it: rocm7-py312 (for vllm)");
+}
+
+#[test]
+fn k8s_manifests_validate_against_kubernetes_1_33() {
+    let files: Vec<PathBuf> = std::fs::read_dir(repo().join("examples/k8s"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    assert!(files.len() >= 4);
+    let o = out({
+        let mut c = Command::new("python3");
+        c.args(["-m", "kubernetes_validate", "--strict", "-k", "1.33.0"]).args(&files);
+        c
+    });
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let text = o.stdout + &o.stderr;
+    for res in [
+        "deployment/kimi-k3-worker",
+        "deployment/kimi-k3-router",
+        "service/kimi-k3",
+        "persistentvolumeclaim/model-cache",
+    ] {
+        assert!(text.contains(&format!("passed for resource {res}")), "{res}: {text}");
+    }
+    // The validator is strict: an unknown field fails (so the pass above means something).
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    let text = std::fs::read_to_string(repo().join("examples/k8s/worker.yaml"))
+        .unwrap()
+        .replace("startupProbe:", "startupProbes:");
+    std::fs::write(&bad, text).unwrap();
+    let mut c = Command::new("python3");
+    c.args(["-m", "kubernetes_validate", "--strict", "-k", "1.33.0"]).arg(&bad);
+    assert_ne!(out(c).code, 0);
+}
+
+/// The initContainer variant (podman 4.3 has no image volumes) run by `podman kube play`.
+/// The Deployment's pod template is played as a Pod with restartPolicy OnFailure: podman
+/// 4.3 restarts init containers under `Always`.
+#[test]
+fn kube_play_runs_the_worker_pod_spec() {
+    images();
+    let spec = std::fs::read_to_string(repo().join("examples/k8s/worker-initcontainer.yaml")).unwrap();
+    let spec = spec
+        .replace("docker.io/rocm/vllm:rocm7.0.0_vllm_0.11.0", VLLM)
+        .replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = dir.path().join("deploy.yaml");
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(&deploy, spec).unwrap();
+    let conv = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, yaml\nd = yaml.safe_load(open(sys.argv[1]))\nt = d['spec']['template']\nt['spec']['restartPolicy'] = 'OnFailure'\n\
+             yaml.safe_dump({'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': d['metadata']['name'], 'labels': t['metadata']['labels']}, 'spec': t['spec']}, open(sys.argv[2], 'w'))",
+        )
+        .arg(&deploy)
+        .arg(&pod)
+        .status()
+        .unwrap();
+    assert!(conv.success());
+    // The model-cache PVC is a podman volume of that name, filled with the example model.
+    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
+    let _ = out(podman(&["volume", "rm", "-f", "model-cache"]));
+    assert_eq!(out(podman(&["volume", "create", "model-cache"])).code, 0);
+    let fill = out(podman(&[
+        "run",
+        "--rm",
+        "-v",
+        "model-cache:/models",
+        "-v",
+        &format!("{}:/src:ro", repo().join("examples/models").display()),
+        VLLM,
+        "python3",
+        "-c",
+        "import shutil; shutil.copytree('/src', '/models', dirs_exist_ok=True)",
+    ]));
+    assert_eq!(fill.code, 0, "{}", fill.stderr);
+    let play = out(podman(&["kube", "play", pod.to_str().unwrap()]));
+    assert_eq!(play.code, 0, "{}\n{}", play.stdout, play.stderr);
+    let wait = out(podman(&["wait", "kimi-k3-worker-worker"]));
+    let logs = out(podman(&["logs", "kimi-k3-worker-worker"]));
+    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
+    let _ = out(podman(&["volume", "rm", "-f", "model-cache"]));
+    assert_eq!(wait.stdout.trim(), "0", "worker exit code; logs:\n{}{}", logs.stdout, logs.stderr);
+    // The init container (removed by podman once it succeeded) copied the overlay: the
+    // worker found and imported it from the emptyDir mounted at /opt/infera.
+    // podman logs interleaves the container's stdout and stderr on stdout.
+    let report = logs
+        .stdout
+        .lines()
+        .chain(logs.stderr.lines())
+        .find_map(|l| l.strip_prefix("INFERA-STANDIN "))
+        .expect("stand-in report");
+    let r: serde_json::Value = serde_json::from_str(report).unwrap();
+    assert_eq!(r["pid"], 1);
+    assert_eq!(r["standin"], "infera.engine.vllm");
+    assert_eq!(r["env"]["MC_FORCE_TCP"], "1");
+    // No GPUs in this pod: no TP default; Kimi-K3 is MLA: kv auto; the spec's args first.
+    let want = [
+        "--model",
+        "/models/kimi-k3",
+        "--served-model-name",
+        "kimi-k3",
+        "--max-num-seqs",
+        "128",
+        "--port",
+        "8000",
+        "--kv-cache-dtype",
+        "auto",
+    ];
+    assert_eq!(strings(&r["argv"]), want);
+    assert_eq!(r["imports"]["mooncake"]["file"], "/opt/infera/trees/rocm7-py312/site-packages/mooncake/__init__.py");
+    assert_eq!(r["tree_writable"], false);
+}
+
+/// The local dry run against an image: the image's root read with `--root`, as mounted by
+/// `podman image mount`, gives the same plan as inside the container.
+#[test]
+fn local_dry_run_against_the_image_root() {
+    images();
+    let m = out(podman(&["image", "mount", VLLM]));
+    assert_eq!(m.code, 0, "{}", m.stderr);
+    let root = m.stdout.trim().to_string();
+    let overlay = repo().join("target/e2e/overlay");
+    let host = infera(&["worker", "--dry-run", "--output", "json", "--root", &root, "--"])
+        .args(SEED)
+        .overlay(&overlay)
+        .env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+        .env("MC_FORCE_TCP", "1")
+        .run();
+    let _ = out(podman(&["image", "unmount", VLLM]));
+    assert_eq!(host.code, 0, "{}", host.stderr);
+    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--dry-run", "--output", "json", "--"];
+    cmd.extend(SEED);
+    let inside = run_in(VLLM, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
+    assert_eq!(inside.code, 0, "{}", inside.stderr);
+    let (h, i) = (host.json(), inside.json());
+    assert_eq!(h["family"], i["family"]);
+    assert_eq!(h["facts"]["python"], i["facts"]["python"]);
+    assert_eq!(h["facts"]["rocm"], i["facts"]["rocm"]);
+    assert_eq!(h["exec"]["program"], i["exec"]["program"].as_str().map(|p| format!("{root}{p}")).unwrap());
+    assert_eq!(
+        strings(&h["exec"]["argv"])[3..11],
+        strings(&i["exec"]["argv"])[3..11],
+        "user args, then TP from the GPUs"
+    );
+    // The model is a volume in the pod, not part of the image: the host run says so and
+    // skips the model rules instead of guessing; inside, the model is read.
+    assert!(h["findings"].to_string().contains("`/models/kimi-k3` is not in the image root (a volume in the pod?)"));
+    assert_eq!(
+        i["exec"]["added_args"],
+        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
+    );
+}
