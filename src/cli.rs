@@ -108,6 +108,18 @@ pub struct RunArgs {
     /// Stay as a tiny init (reap, forward signals) instead of exec'ing.
     #[arg(long, env = ev::INFERA_INIT, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub init: bool,
+    /// In --init mode, forward signals to the child's process group.
+    #[arg(long, env = ev::INFERA_INIT_GROUP, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
+    pub init_group: bool,
+    /// In --init mode, SIGKILL what is left this many seconds after a forwarded SIGTERM.
+    #[arg(long, env = ev::INFERA_INIT_GRACE, value_name = "SECONDS")]
+    pub init_grace: Option<f64>,
+    /// Drop every Linux capability but these before exec (comma-separated; `none` keeps nothing).
+    #[arg(long, env = ev::INFERA_DROP_CAPS, value_delimiter = ',', value_name = "CAP[,CAP]")]
+    pub drop_caps: Option<Vec<String>>,
+    /// Set no_new_privs before exec.
+    #[arg(long, env = ev::INFERA_NO_NEW_PRIVS, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
+    pub no_new_privs: bool,
     /// Arguments for the engine or router, passed byte for byte and in order.
     #[arg(last = true, value_name = "ARGS", value_parser = clap::value_parser!(OsString))]
     pub args: Vec<OsString>,
@@ -148,6 +160,10 @@ pub struct Request {
     pub dry_run: bool,
     pub output: Output,
     pub init: bool,
+    pub init_group: bool,
+    pub init_grace: Option<f64>,
+    pub drop_caps: Option<Vec<String>>,
+    pub no_new_privs: bool,
 }
 
 impl Request {
@@ -173,6 +189,10 @@ impl Request {
             dry_run: a.dry_run || role == Role::Check,
             output: a.output,
             init: a.init,
+            init_group: a.init_group,
+            init_grace: a.init_grace,
+            drop_caps: a.drop_caps,
+            no_new_privs: a.no_new_privs,
         }
     }
 }

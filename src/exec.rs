@@ -7,8 +7,9 @@ use std::process::Command;
 use crate::error::{Exit, Refusal};
 use crate::plan::ExecSpec;
 
-/// Build the command exactly as planned. std resets SIGPIPE and the signal mask in the
-/// child before execve, so the engine does not inherit Rust's ignored SIGPIPE.
+/// Build the command exactly as planned. Right before execve every signal disposition
+/// is reset to default and the signal mask emptied: std resets SIGPIPE, but not a mask
+/// inherited from whoever started the launcher, nor other ignored signals.
 pub fn command(x: &ExecSpec) -> Command {
     let mut c = Command::new(&x.program);
     if let Some(a0) = x.argv.first() {
@@ -16,6 +17,19 @@ pub fn command(x: &ExecSpec) -> Command {
     }
     c.args(x.argv.iter().skip(1));
     c.envs(x.env.iter());
+    // SAFETY: only async-signal-safe calls (signal, sigprocmask) before execve.
+    unsafe {
+        c.pre_exec(|| {
+            use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
+            for s in Signal::iterator() {
+                if s != Signal::SIGKILL && s != Signal::SIGSTOP {
+                    let _ = signal(s, SigHandler::SigDfl);
+                }
+            }
+            sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None).map_err(io::Error::from)?;
+            Ok(())
+        });
+    }
     c
 }
 

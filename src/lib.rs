@@ -7,6 +7,7 @@ pub mod error;
 pub mod exec;
 pub mod facts;
 pub mod finding;
+pub mod init;
 pub mod install;
 pub mod logging;
 pub mod manifest;
@@ -14,9 +15,11 @@ pub mod manifest_cmd;
 pub mod overlay;
 pub mod payload;
 pub mod plan;
+pub mod privs;
 pub mod report;
 pub mod rootfs;
 pub mod rules;
+pub mod usable;
 pub mod version;
 
 use std::collections::BTreeMap;
@@ -48,6 +51,11 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Command::Install { dest, from } => return install::run(&dest, from),
     };
     launch(&req, &env)
+}
+
+fn keep_caps(list: &[String]) -> caps::CapsHashSet {
+    // Validated while planning; an invalid name never reaches here.
+    privs::parse_keep(list).unwrap_or_default()
 }
 
 pub fn launch(req: &Request, env: &Env) -> i32 {
@@ -89,6 +97,18 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let _ = err.flush();
     drop(out);
     drop(err);
+    if let Some(keep) = &req.drop_caps {
+        if let Err(r) = privs::drop_all_but(&keep_caps(keep), req.no_new_privs) {
+            let _ = std::io::stderr().write_all(r.render().as_bytes());
+            return r.exit.code();
+        }
+    } else if req.no_new_privs {
+        let _ = nix::sys::prctl::set_no_new_privs();
+    }
+    if req.init {
+        let grace = req.init_grace.filter(|g| g.is_finite() && *g >= 0.0).map(std::time::Duration::from_secs_f64);
+        return init::run(x, &init::Options { group: req.init_group, grace });
+    }
     let refusal = exec::exec(x);
     let _ = std::io::stderr().write_all(refusal.render().as_bytes());
     refusal.exit.code()

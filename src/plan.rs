@@ -52,6 +52,10 @@ pub struct ExecSpec {
     /// The args the launcher appended after the user's (each explained by a finding).
     #[serde(serialize_with = "ser_os_vec")]
     pub added_args: Vec<OsString>,
+    /// `--init`: the launcher stays as PID 1 / subreaper and runs this as its child.
+    pub init: bool,
+    /// `--drop-caps`: the capabilities kept (None: unchanged).
+    pub keep_caps: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -104,6 +108,18 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     if let Some((i, _)) = req.args.iter().enumerate().find(|(_, a)| a.as_bytes().contains(&0)) {
         return Err(Refusal::new(Exit::Usage, "arg-nul", format!("argument {} after `--` contains a NUL byte", i + 1))
             .hint("an execve argument cannot hold NUL; fix the pod spec's args"));
+    }
+    if let Some(keep) = &req.drop_caps {
+        crate::privs::parse_keep(keep)?;
+    }
+    if let Some(g) = req.init_grace {
+        if !g.is_finite() || g < 0.0 {
+            return Err(Refusal::new(
+                Exit::Usage,
+                "init-grace-invalid",
+                format!("--init-grace {g}: expected a number of seconds >= 0"),
+            ));
+        }
     }
     let python = facts.python.as_ref().map_err(python_refusal)?;
     let rocm = facts.rocm.as_ref().map_err(rocm_refusal)?;
@@ -203,6 +219,11 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
 
     let parsed = engine.map(|e| dialect::read(e, &req.args)).unwrap_or_default();
     capabilities(req, overlay, tree, engine, &parsed, p)?;
+    usability(facts, rocm, inp.env, p)?;
+    noexec(tree)?;
+    if req.role.runs_engine() {
+        gpu_presence(facts, &mut p.findings);
+    }
     shadowing(tree, facts)?;
 
     let mut added: Vec<OsString> = Vec::new();
@@ -217,7 +238,15 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let mut argv: Vec<OsString> = vec![program.clone().into_os_string(), "-m".into(), module.into()];
     argv.extend(req.args.iter().cloned());
     argv.extend(added.iter().cloned());
-    p.exec = Some(ExecSpec { program, argv, env, added_args: added });
+    let keep_caps = match &req.drop_caps {
+        Some(k) => {
+            let mut v: Vec<String> = crate::privs::parse_keep(k)?.into_iter().map(|c| c.to_string()).collect();
+            v.sort();
+            Some(v)
+        }
+        None => None,
+    };
+    p.exec = Some(ExecSpec { program, argv, env, added_args: added, init: req.init, keep_caps });
     runnable(&facts.root, &python.executable)?;
     Ok(())
 }
@@ -245,6 +274,72 @@ fn integrity(tree: &Tree, env: &Env) -> Result<(), Refusal> {
         )
         .hint("the overlay image is corrupted or was modified; pull or rebuild it")
     })
+}
+
+/// Fill `usable` for the provided capabilities; refuse a requested one that cannot work here.
+fn usability(facts: &Facts, rocm: &crate::facts::Rocm, env: &Env, p: &mut Plan) -> Result<(), Refusal> {
+    let mut refusal = None;
+    for row in p.capabilities.iter_mut().filter(|r| r.provided) {
+        let u = crate::usable::check(&row.name, facts.host.as_ref(), rocm, env);
+        row.usable = u.usable;
+        row.reason = u.reason.clone();
+        if row.requested && u.usable == Some(false) && refusal.is_none() {
+            let mut r = Refusal::new(
+                Exit::Unsupported,
+                "capability-unusable",
+                format!(
+                    "capability `{}` is provided by the tree but cannot work on this node: {}",
+                    row.name,
+                    u.reason.unwrap_or_default()
+                ),
+            );
+            if let Some(h) = u.hint {
+                r = r.hint(h);
+            }
+            refusal = Some(r);
+        }
+    }
+    refusal.map_or(Ok(()), Err)
+}
+
+/// A tree with shared objects on a `noexec` mount cannot load them.
+fn noexec(tree: &Tree) -> Result<(), Refusal> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    let Ok(st) = statvfs(&tree.dir) else { return Ok(()) };
+    if !st.flags().contains(FsFlags::ST_NOEXEC) {
+        return Ok(());
+    }
+    let lib_has_files = std::fs::read_dir(tree.lib()).map(|mut d| d.next().is_some()).unwrap_or(false);
+    let record_has_so = crate::payload::read_record(&tree.dir)
+        .ok()
+        .flatten()
+        .is_some_and(|r| r.files.iter().any(|f| f.path.ends_with(".so") || f.path.contains(".so.")));
+    if !(lib_has_files || record_has_so) {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        Exit::Invalid,
+        "overlay-noexec",
+        format!("the tree `{}` holds shared objects but is mounted noexec: they cannot be loaded", tree.dir.display()),
+    )
+    .hint("mount the overlay without noexec (image volumes on containerd 2.1+ / CRI-O are exec; check the mount options of an initContainer copy)"))
+}
+
+/// GPUs allocated by the visible-devices variables but no device nodes: a warning, so
+/// CPU-only test machines keep working.
+fn gpu_presence(facts: &Facts, findings: &mut Vec<Finding>) {
+    let (Some(h), Ok(g)) = (facts.host.as_ref(), facts.gpus.as_ref()) else { return };
+    let from_env = g.source.contains("VISIBLE_DEVICES") || g.source.starts_with(ev::INFERA_GPUS);
+    if from_env && g.count.unwrap_or(0) > 0 && !h.kfd && h.render_nodes == 0 {
+        findings.push(Finding::warn(
+            "gpus-not-present",
+            format!(
+                "{} GPUs expected ({}) but the container has no /dev/kfd or /dev/dri/renderD* device nodes",
+                g.count.unwrap_or(0),
+                g.source
+            ),
+        ));
+    }
 }
 
 fn python_refusal(e: &PythonError) -> Refusal {

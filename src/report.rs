@@ -73,6 +73,31 @@ pub fn text(plan: &Plan, check: bool) -> String {
     }
     let gpus = f.get("gpus").and_then(|g| g.as_u64()).map(|g| g.to_string()).unwrap_or_else(|| "unknown".into());
     let _ = writeln!(o, "  gpus      {gpus} ({})", f.get("gpus_source").and_then(|s| s.as_str()).unwrap_or(""));
+    if let Some(h) = f.get("host").filter(|v| !v.is_null()) {
+        let list = |k: &str| -> String {
+            let v: Vec<&str> =
+                h["caps"][k].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
+            if v.is_empty() {
+                "-".into()
+            } else {
+                v.join(",")
+            }
+        };
+        let memlock = h["memlock"].as_u64().map(|b| format!("{} KiB", b / 1024)).unwrap_or_else(|| "unlimited".into());
+        let _ = writeln!(o, "  memlock   {memlock}");
+        let _ = writeln!(o, "  caps      effective {}", list("effective"));
+        let _ = writeln!(o, "            bounding  {}", list("bounding"));
+        let _ = writeln!(o, "            ambient   {}", list("ambient"));
+        let rdma = h["rdma_devices"].as_array().map(|a| a.len()).unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "  devices   /dev/kfd {}, {} render nodes, {rdma} RDMA devices",
+            if h["kfd"] == true { "present" } else { "absent" },
+            h["render_nodes"]
+        );
+    } else if check {
+        let _ = writeln!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)");
+    }
     if let Some(e) = &plan.engine {
         let _ = writeln!(
             o,
@@ -108,6 +133,12 @@ pub fn text(plan: &Plan, check: bool) -> String {
         let _ = writeln!(o, "  exec      {}", cmd.join(" "));
         for (k, v) in &x.env {
             let _ = writeln!(o, "  env       {}={}", k.to_string_lossy(), shell_quote(v));
+        }
+        if x.init {
+            let _ = writeln!(o, "  init      yes: the launcher stays as init (reaps, forwards signals)");
+        }
+        if let Some(k) = &x.keep_caps {
+            let _ = writeln!(o, "  caps kept {}", if k.is_empty() { "none".to_string() } else { k.join(",") });
         }
         if !x.added_args.is_empty() {
             let added: Vec<String> = x.added_args.iter().map(|a| shell_quote(a)).collect();

@@ -2,6 +2,7 @@
 //! Reading only; never importing torch, never writing, no Python spawned on the normal path.
 
 pub mod gpus;
+pub mod host;
 pub mod model;
 pub mod python;
 pub mod rocm;
@@ -33,6 +34,8 @@ pub struct Facts {
     pub engines: Vec<EngineInstall>,
     pub site: SiteIndex,
     pub gpus: Result<Gpus, String>,
+    /// The running process and the node's devices (root `/` only).
+    pub host: Option<host::Host>,
     /// Model facts per model reference named in the args.
     pub models: BTreeMap<String, model::ModelFacts>,
     /// Evidence that disagreed or could not be read.
@@ -55,7 +58,8 @@ impl Facts {
         let s = |k: &str| get(env, k).and_then(|v| v.to_str());
         let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };
         let models = model_refs.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();
-        Facts { root, python, torch, rocm, engines, site, gpus, models, findings }
+        let host = host::gather(&root);
+        Facts { root, python, torch, rocm, engines, site, gpus, host, models, findings }
     }
 
     pub fn engine(&self, name: &str) -> Option<&EngineInstall> {
@@ -71,6 +75,7 @@ impl Facts {
             gpus: self.gpus.as_ref().ok().and_then(|g| g.count),
             gpus_source: self.gpus.as_ref().map(|g| g.source.clone()).unwrap_or_else(|e| e.clone()),
             models: self.models.values().collect(),
+            host: self.host.as_ref(),
         }
     }
 }
@@ -85,4 +90,6 @@ pub struct FactsView<'a> {
     pub gpus: Option<u32>,
     pub gpus_source: String,
     pub models: Vec<&'a model::ModelFacts>,
+    /// Process capability sets, memlock limit and devices; null when --root is not `/`.
+    pub host: Option<&'a host::Host>,
 }

@@ -104,7 +104,7 @@ fn overlay_image_layout_labels_and_static_binary() {
 
 #[test]
 fn vllm_image_execs_the_engine_as_pid1_from_the_read_only_overlay() {
-    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake,hipfile", "--"];
+    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--"];
     cmd.extend(SEED);
     let o = run_in(VLLM, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
@@ -128,16 +128,8 @@ fn vllm_image_execs_the_engine_as_pid1_from_the_read_only_overlay() {
     assert_eq!(r["tree_writable"], false, "the overlay is mounted read-only");
 
     // The dry run inside the container plans exactly what the real run received.
-    let mut dry = vec![
-        "/opt/infera/bin/infera-exec",
-        "worker",
-        "--require",
-        "mooncake,hipfile",
-        "--dry-run",
-        "--output",
-        "json",
-        "--",
-    ];
+    let mut dry =
+        vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--dry-run", "--output", "json", "--"];
     dry.extend(SEED);
     let d = run_in(VLLM, &[GPUS8, "MC_FORCE_TCP=1"], &dry);
     assert_eq!(d.code, 0, "{}", d.stderr);

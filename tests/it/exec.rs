@@ -14,7 +14,7 @@ fn real_cpython_runs_the_standin_engine() {
     let ov = shipped_overlay();
     let tree = ov.overlay().join("trees/rocm7-py312");
     let args = ["--model", "/models/m", "--served-model-name", "m", "--max-num-seqs", "128"];
-    let out = infera(&["worker", "--require", "mooncake,hipfile", "--"])
+    let out = infera(&["worker", "--require", "mooncake", "--"])
         .args(args)
         .root(&img)
         .overlay(&ov.overlay())
@@ -35,7 +35,7 @@ fn real_cpython_runs_the_standin_engine() {
         assert!(r["imports"][m]["file"].as_str().unwrap().starts_with(site.to_str().unwrap()), "{m} from the tree");
     }
     // The dry run prints the exec the real run did.
-    let dry = infera(&["worker", "--require", "mooncake,hipfile", "--dry-run", "--output", "json", "--"])
+    let dry = infera(&["worker", "--require", "mooncake", "--dry-run", "--output", "json", "--"])
         .args(args)
         .root(&img)
         .overlay(&ov.overlay())
@@ -169,13 +169,13 @@ proptest! {
     }
 }
 
-/// Started with SIGPIPE ignored and SIGUSR1 blocked, the launcher still hands the engine
-/// default SIGPIPE and an empty signal mask.
+/// Started with SIGPIPE and SIGINT ignored and SIGUSR1 blocked, the launcher still hands
+/// the engine default dispositions and an empty signal mask.
 #[test]
 fn child_starts_with_default_sigpipe_and_empty_mask() {
     use std::os::unix::process::CommandExt;
     let img = vllm_image(None);
-    img.exe("/usr/bin/python3.12", "#!/bin/sh\ngrep -E '^Sig(Blk|Ign)' /proc/$$/status\n");
+    img.exe("/usr/bin/python3.12", "#!/bin/sh\nexec grep -E '^Sig(Blk|Ign)' /proc/self/status\n");
     let ov = shipped_overlay();
     let mut cmd = std::process::Command::new(BIN);
     cmd.env_clear()
@@ -187,6 +187,7 @@ fn child_starts_with_default_sigpipe_and_empty_mask() {
         cmd.pre_exec(|| {
             use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
             signal(Signal::SIGPIPE, SigHandler::SigIgn).map_err(std::io::Error::from)?;
+            signal(Signal::SIGINT, SigHandler::SigIgn).map_err(std::io::Error::from)?;
             let mut set = SigSet::empty();
             set.add(Signal::SIGUSR1);
             sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None).map_err(std::io::Error::from)?;
@@ -202,4 +203,5 @@ fn child_starts_with_default_sigpipe_and_empty_mask() {
     };
     assert_eq!(field("SigBlk:"), 0, "{text}");
     assert_eq!(field("SigIgn:") & (1 << (13 - 1)), 0, "SIGPIPE still ignored: {text}");
+    assert_eq!(field("SigIgn:") & (1 << (2 - 1)), 0, "SIGINT still ignored: {text}");
 }

@@ -1,0 +1,124 @@
+//! `--init`: run the planned command as a child and stay as a tiny init with tini's
+//! semantics: forward every catchable signal, reap every zombie, exit with the child's
+//! code or 128+signal (126/127 when it cannot be exec'd). No threads, no async runtime.
+
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::plan::ExecSpec;
+
+pub struct Options {
+    /// Forward to the child's process group instead of the child alone.
+    pub group: bool,
+    /// After forwarding SIGTERM: SIGKILL what is left after this long.
+    pub grace: Option<Duration>,
+}
+
+/// Signals an init must not block: the synchronous ones, and those that cannot be caught.
+const NOT_FORWARDED: [Signal; 8] = [
+    Signal::SIGKILL,
+    Signal::SIGSTOP,
+    Signal::SIGSEGV,
+    Signal::SIGBUS,
+    Signal::SIGFPE,
+    Signal::SIGILL,
+    Signal::SIGTRAP,
+    Signal::SIGABRT,
+];
+
+fn blocked_set() -> SigSet {
+    let mut set = SigSet::all();
+    for s in NOT_FORWARDED {
+        set.remove(s);
+    }
+    set
+}
+
+/// Returns the exit code the launcher must exit with.
+pub fn run(x: &ExecSpec, opts: &Options) -> i32 {
+    let pid1 = std::process::id() == 1;
+    if !pid1 {
+        if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+            tracing::warn!("infera-exec: [init-subreaper] cannot become a child subreaper ({e}); orphans of the engine will not be reaped here");
+        }
+    }
+    let set = blocked_set();
+    let mut old = SigSet::empty();
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old)) {
+        tracing::warn!("infera-exec: [init-sigmask] cannot block signals ({e})");
+    }
+
+    let mut cmd = crate::exec::command(x);
+    if opts.group {
+        cmd.process_group(0);
+    }
+    // exec::command resets dispositions and the mask in the child before execve.
+    let child = match cmd.spawn() {
+        Ok(c) => Pid::from_raw(c.id() as i32),
+        Err(e) => {
+            let r = crate::exec::exec_error(&x.program, &e);
+            eprint!("{}", r.render());
+            return r.exit.code();
+        }
+    };
+    let target = if opts.group { Pid::from_raw(-child.as_raw()) } else { child };
+    let mut deadline: Option<Instant> = None;
+    let mut status: Option<i32> = None;
+
+    loop {
+        // Reap everything that has exited: the child and any orphan reparented to us.
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == child => status = Some(code),
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => status = Some(128 + sig as i32),
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
+                Ok(_) => continue,
+                Err(Errno::EINTR) => continue,
+                Err(_) => break,
+            }
+        }
+        if let Some(code) = status {
+            return code;
+        }
+        let timeout = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(Duration::from_secs(1)),
+            None => Duration::from_secs(1),
+        };
+        match wait_signal(&set, timeout) {
+            Some(Signal::SIGCHLD) | None => {}
+            Some(sig) => {
+                let _ = kill(target, sig);
+                if sig == Signal::SIGTERM && deadline.is_none() {
+                    deadline = opts.grace.map(|g| Instant::now() + g);
+                }
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            tracing::warn!(
+                "infera-exec: [init-grace] the engine outlived the grace period after SIGTERM; sending SIGKILL"
+            );
+            let _ = kill(target, Signal::SIGKILL);
+            if pid1 {
+                // As the container's PID 1, everything else in the namespace is a leftover.
+                let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+            }
+            deadline = None;
+        }
+    }
+}
+
+/// sigtimedwait: the next pending signal of `set`, or None on timeout.
+fn wait_signal(set: &SigSet, timeout: Duration) -> Option<Signal> {
+    let ts = nix::libc::timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
+    // SAFETY: a valid signal set and timespec; no info struct requested.
+    let r = unsafe { nix::libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
+    if r <= 0 {
+        return None;
+    }
+    Signal::try_from(r).ok()
+}

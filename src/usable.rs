@@ -1,0 +1,138 @@
+//! Whether a capability the tree provides can work on this node: a pure function of
+//! the host facts (devices, memlock, capabilities), ROCm and the pod's environment.
+
+use std::ffi::OsStr;
+
+use crate::facts::host::Host;
+use crate::facts::Rocm;
+use crate::Env;
+
+pub struct Usability {
+    pub usable: Option<bool>,
+    pub reason: Option<String>,
+    pub hint: Option<String>,
+}
+
+fn yes(reason: Option<String>) -> Usability {
+    Usability { usable: Some(true), reason, hint: None }
+}
+
+fn no(reason: String, hint: &str) -> Usability {
+    Usability { usable: Some(false), reason: Some(reason), hint: Some(hint.to_string()) }
+}
+
+fn unknown(reason: &str) -> Usability {
+    Usability { usable: None, reason: Some(reason.to_string()), hint: None }
+}
+
+const NOT_ROOT: &str = "unknown: the node's devices and limits are only read with --root /";
+
+pub fn check(name: &str, host: Option<&Host>, rocm: &Rocm, env: &Env) -> Usability {
+    let truthy = |k: &str| {
+        env.get(OsStr::new(k)).and_then(|v| v.to_str()).is_some_and(|v| matches!(v, "1" | "true" | "True" | "yes"))
+    };
+    match name {
+        "mooncake" => {
+            if truthy("MC_FORCE_TCP") {
+                return yes(Some("MC_FORCE_TCP=1: TCP transport, no RDMA needed".into()));
+            }
+            let Some(h) = host else { return unknown(NOT_ROOT) };
+            let hint = "set MC_FORCE_TCP=1 to use TCP, or give the pod RDMA devices (the RDMA device plugin) and an \
+                        unlimited memlock limit or CAP_IPC_LOCK (securityContext.capabilities.add: [IPC_LOCK])";
+            if h.rdma_devices.is_empty() {
+                return no("no RDMA devices (/dev/infiniband/uverbs*) in the container".into(), hint);
+            }
+            match h.memlock {
+                None => yes(None),
+                Some(_) if h.has_effective("CAP_IPC_LOCK") => yes(None),
+                Some(limit) => no(
+                    format!(
+                        "the memlock limit is {} KiB and CAP_IPC_LOCK is not effective: Mooncake cannot register memory for RDMA",
+                        limit / 1024
+                    ),
+                    hint,
+                ),
+            }
+        }
+        "hipfile" => {
+            let hint = "hipFile needs ROCm >= 7.2 userspace in the image and /dev/kfd in the container (the AMD GPU device plugin)";
+            match rocm.minor {
+                Some(m) if (rocm.major, m) < (7, 2) => {
+                    return no(format!("ROCm {} from {} is older than 7.2", rocm.version, rocm.source), hint)
+                }
+                None if rocm.major < 7 => return no(format!("ROCm {} is older than 7.2", rocm.version), hint),
+                None if rocm.major == 7 => {
+                    return unknown("unknown: the image's ROCm minor version is not recorded (hipFile needs >= 7.2)")
+                }
+                _ => {}
+            }
+            let Some(h) = host else { return unknown(NOT_ROOT) };
+            if !h.kfd {
+                return no("/dev/kfd is not in the container".into(), hint);
+            }
+            yes(None)
+        }
+        _ => yes(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::host::CapSets;
+
+    fn host(rdma: bool, memlock: Option<u64>, ipc_lock: bool, kfd: bool) -> Host {
+        Host {
+            pid1: false,
+            memlock,
+            caps: CapSets {
+                effective: if ipc_lock { vec!["CAP_IPC_LOCK".into()] } else { vec![] },
+                ..CapSets::default()
+            },
+            rdma_devices: if rdma { vec!["/dev/infiniband/uverbs0".into()] } else { vec![] },
+            kfd,
+            render_nodes: 0,
+        }
+    }
+
+    fn rocm(version: &str, major: u32, minor: Option<u32>) -> Rocm {
+        Rocm { version: version.into(), major, minor, source: "/opt/rocm/.info/version".into(), install: None }
+    }
+
+    #[test]
+    fn mooncake_table() {
+        let r = rocm("7.0.0", 7, Some(0));
+        let env = Env::new();
+        let cases = [
+            (host(true, None, false, false), Some(true), None),
+            (host(true, Some(65536), true, false), Some(true), None),
+            (host(true, Some(65536), false, false), Some(false), Some("the memlock limit is 64 KiB")),
+            (host(false, None, true, false), Some(false), Some("no RDMA devices")),
+        ];
+        for (h, want, why) in cases {
+            let u = check("mooncake", Some(&h), &r, &env);
+            assert_eq!(u.usable, want);
+            if let Some(w) = why {
+                assert!(u.reason.as_deref().unwrap().contains(w), "{:?}", u.reason);
+                assert!(u.hint.as_deref().unwrap().contains("MC_FORCE_TCP=1"));
+            }
+        }
+        assert_eq!(check("mooncake", None, &r, &env).usable, None);
+        let tcp = Env::from([("MC_FORCE_TCP".into(), "1".into())]);
+        assert_eq!(check("mooncake", Some(&host(false, Some(1), false, false)), &r, &tcp).usable, Some(true));
+    }
+
+    #[test]
+    fn hipfile_table() {
+        let env = Env::new();
+        let h = host(false, None, false, true);
+        assert_eq!(check("hipfile", Some(&h), &rocm("7.2.0", 7, Some(2)), &env).usable, Some(true));
+        let old = check("hipfile", Some(&h), &rocm("7.0.0", 7, Some(0)), &env);
+        assert_eq!(old.usable, Some(false));
+        assert!(old.reason.unwrap().contains("older than 7.2"));
+        let nokfd = check("hipfile", Some(&host(false, None, false, false)), &rocm("7.2.0", 7, Some(2)), &env);
+        assert_eq!(nokfd.reason.as_deref(), Some("/dev/kfd is not in the container"));
+        assert_eq!(check("hipfile", None, &rocm("7.2.0", 7, Some(2)), &env).usable, None);
+        assert_eq!(check("hipfile", Some(&h), &rocm("7", 7, None), &env).usable, None);
+    }
+}
