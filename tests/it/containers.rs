@@ -329,3 +329,92 @@ fn local_dry_run_against_the_image_root() {
         serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
     );
 }
+
+/// `--init` as the container's PID 1: `podman stop` sends SIGTERM, the launcher forwards
+/// it, the engine dies of it, the container exits 143, and the orphans it left were reaped.
+#[test]
+fn init_mode_is_pid1_and_podman_stop_exits_143() {
+    images();
+    let name = format!("infera-init-{}", std::process::id());
+    let mut c =
+        podman(&["run", "-d", "--name", &name, "--mount", &format!("type=image,source={OVERLAY},target=/opt/infera")]);
+    c.args([
+        "-e",
+        "INFERA_STANDIN_WAIT=120",
+        "-e",
+        "INFERA_STANDIN_SIGNALS=default",
+        "-e",
+        "INFERA_STANDIN_ORPHANS=20",
+    ]);
+    c.args([VLLM, "/opt/infera/bin/infera-exec", "server", "--init"]);
+    let started = out(c);
+    assert_eq!(started.code, 0, "{}", started.stderr);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut logs = out(podman(&["logs", &name]));
+    while !logs.stdout.contains("INFERA-STANDIN ") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        logs = out(podman(&["logs", &name]));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500)); // the orphans (0.2 s) have exited
+    let scan = "import os\nz=[]\nfor p in os.listdir('/proc'):\n  if p.isdigit():\n    try: s=open('/proc/%s/stat'%p).read()\n    except OSError: continue\n    r=s.rsplit(')',1)[1].split()\n    if r[0]=='Z': z.append(p)\nprint('ZOMBIES', len(z))\nprint('PID1', open('/proc/1/cmdline').read().split(chr(0))[0])";
+    let z = out(podman(&["exec", &name, "python3", "-c", scan]));
+    let stop = out(podman(&["stop", "-t", "20", &name]));
+    let code = out(podman(&["inspect", "--format", "{{.State.ExitCode}}", &name]));
+    let _ = out(podman(&["rm", "-f", &name]));
+    assert_eq!(stop.code, 0, "{}", stop.stderr);
+    let r = logs.standin();
+    assert_ne!(r["pid"], 1, "the engine is init's child");
+    assert!(z.stdout.contains("PID1 /opt/infera/bin/infera-exec"), "{}{}", z.stdout, z.stderr);
+    assert!(z.stdout.contains("ZOMBIES 0"), "{}{}", z.stdout, z.stderr);
+    assert_eq!(code.stdout.trim(), "143", "the engine died of the forwarded SIGTERM");
+}
+
+/// A real lowered memlock limit (setrlimit by the runtime) with an RDMA device node present:
+/// Mooncake cannot register memory, and the launcher refuses before the engine starts.
+#[test]
+fn mooncake_refused_under_a_low_memlock_limit() {
+    // Explicit --ulimit replaces containers.conf defaults: restate the ones this sandbox allows.
+    let dev = [
+        "--device",
+        "/dev/null:/dev/infiniband/uverbs0",
+        "--ulimit",
+        "memlock=65536:65536",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+    ];
+    images();
+    let mut c = podman(&["run", "--rm", "--mount", &format!("type=image,source={OVERLAY},target=/opt/infera")]);
+    c.args(dev).args([VLLM, "/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--", "--model", "/m"]);
+    let o = out(c);
+    o.assert(69, "capability `mooncake` is provided by the tree but cannot work on this node: the memlock limit is 64 KiB and CAP_IPC_LOCK is not effective");
+    assert!(o.stderr.contains("hint: set MC_FORCE_TCP=1"), "{}", o.stderr);
+    // With CAP_IPC_LOCK it is usable; `check` shows the whole table and the process facts.
+    let mut c = podman(&[
+        "run",
+        "--rm",
+        "--cap-add",
+        "IPC_LOCK",
+        "--mount",
+        &format!("type=image,source={OVERLAY},target=/opt/infera"),
+    ]);
+    c.args(dev).args(["-e", GPUS8, VLLM, "/opt/infera/bin/infera-exec", "check", "--require", "mooncake"]);
+    let o = out(c);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    for want in [
+        "memlock   64 KiB",
+        "CAP_IPC_LOCK",
+        "bounding  ",
+        "1 RDMA devices",
+        "mooncake     yes        yes       yes",
+        "hipfile      no         yes       no      ROCm 7.0.0",
+    ] {
+        assert!(o.stdout.contains(want), "{want:?} in:\n{}", o.stdout);
+    }
+    assert!(o.stdout.contains("[gpus-not-present] 8 GPUs expected"), "{}", o.stdout);
+    // Without the device: no RDMA.
+    let mut c = podman(&["run", "--rm", "--mount", &format!("type=image,source={OVERLAY},target=/opt/infera")]);
+    c.args([VLLM, "/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--", "--model", "/m"]);
+    out(c).assert(69, "no RDMA devices (/dev/infiniband/uverbs*) in the container");
+}

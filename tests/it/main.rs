@@ -5,6 +5,7 @@ mod support;
 mod containers;
 mod detect;
 mod exec;
+mod init;
 mod payload;
 mod planning;
 mod refuse;

@@ -43,18 +43,32 @@ def main(module):
         # The payload must be read-only where it is mounted (image volume / readOnly mount).
         "tree_writable": os.access(os.environ.get("INFERA_TREE", "/nonexistent"), os.W_OK),
     }
-    print("INFERA-STANDIN " + json.dumps(report, sort_keys=True), flush=True)
-    # Knobs for init-mode tests: stay up until a signal, then report it.
-    if os.environ.get("INFERA_STANDIN_WAIT"):
-        got = []
+    # Knobs for init-mode tests.
+    # INFERA_STANDIN_ORPHANS=N: leave N grandchildren behind (double fork), like leaked workers.
+    for _ in range(int(os.environ.get("INFERA_STANDIN_ORPHANS", "0"))):
+        if os.fork() == 0:
+            if os.fork() == 0:
+                time.sleep(0.2)
+            os._exit(0)
+        os.wait()
+    # INFERA_STANDIN_WAIT=SECONDS: stay up until a signal; with INFERA_STANDIN_SIGNALS=default
+    # the signal's default action applies (so SIGTERM kills), else it is reported and handled.
+    got = []
+    if os.environ.get("INFERA_STANDIN_WAIT") and os.environ.get("INFERA_STANDIN_SIGNALS") != "default":
 
         def on_signal(signum, _frame):
+            # Record only: printing here could re-enter a print the signal interrupted.
             got.append(signum)
-            print("INFERA-STANDIN-SIGNAL %d" % signum, flush=True)
 
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
             signal.signal(s, on_signal)
+    with open("/proc/self/status") as f:
+        report["sig"] = {l.split(":")[0]: l.split()[1] for l in f if l.startswith(("SigBlk", "SigIgn"))}
+    print("INFERA-STANDIN " + json.dumps(report, sort_keys=True), flush=True)
+    if os.environ.get("INFERA_STANDIN_WAIT"):
         deadline = time.time() + float(os.environ["INFERA_STANDIN_WAIT"])
         while not got and time.time() < deadline:
             time.sleep(0.05)
+        for signum in got:
+            print("INFERA-STANDIN-SIGNAL %d" % signum, flush=True)
     sys.exit(int(os.environ.get("INFERA_STANDIN_EXIT", "0")))
