@@ -77,16 +77,20 @@ pub fn detect(root: &Root, reference: &str, hf: &HfEnv) -> ModelFacts {
         }
     };
     let config = dir.join("config.json");
-    let bytes = match root.read_small(&config) {
-        Ok(b) => b,
-        Err(e) => return unreadable(format!("`{}`: {}", config.display(), rootfs::io_reason(&e))),
-    };
-    let json: Value = match serde_json::from_slice(&bytes) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => return unreadable(format!("`{}` is not a JSON object", config.display())),
-        Err(e) => return unreadable(format!("`{}` is not JSON: {e}", config.display())),
-    };
-    ModelFacts::Known(classify(reference, config, &json))
+    match root.read_small(&config) {
+        Ok(bytes) => from_config(reference, &config, &bytes),
+        Err(e) => unreadable(format!("`{}`: {}", config.display(), rootfs::io_reason(&e))),
+    }
+}
+
+/// Model facts from the bytes of a config.json (read from `config`).
+pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
+    let unreadable = |reason: String| ModelFacts::Unreadable { reference: reference.to_string(), reason };
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v @ Value::Object(_)) => ModelFacts::Known(classify(reference, config.to_path_buf(), &v)),
+        Ok(_) => unreadable(format!("`{}` is not a JSON object", config.display())),
+        Err(e) => unreadable(format!("`{}` is not JSON: {e}", config.display())),
+    }
 }
 
 /// `org/name` → `<hub>/models--org--name/snapshots/<refs/main>`.

@@ -63,7 +63,7 @@ pub fn parse_version_file(text: &str) -> Option<(String, u32, u32)> {
 }
 
 /// `#define ROCM_VERSION_MAJOR 7` ... from rocm-core's header.
-fn parse_version_header(text: &str) -> Option<(String, u32, u32)> {
+pub fn parse_version_header(text: &str) -> Option<(String, u32, u32)> {
     let get = |key: &str| -> Option<u32> {
         text.lines().find_map(|l| {
             let mut it = l.split_whitespace();
@@ -77,7 +77,7 @@ fn parse_version_header(text: &str) -> Option<(String, u32, u32)> {
 }
 
 /// `HIP_VERSION_MAJOR=7` lines of share/hip/version. Only the major is a ROCm fact.
-fn parse_hip_version(text: &str) -> Option<u32> {
+pub fn parse_hip_version(text: &str) -> Option<u32> {
     text.lines().find_map(|l| l.trim().strip_prefix("HIP_VERSION_MAJOR=")?.trim().parse().ok())
 }
 

@@ -1,0 +1,203 @@
+//! The bad-input corpus (tests/bad-inputs/cases.toml): every case gets its documented exit
+//! code and message, and none dies by a signal.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::support::*;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Corpus {
+    case: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default)]
+    remove: Vec<String>,
+    #[serde(default)]
+    mkdir: Vec<String>,
+    #[serde(default)]
+    write: BTreeMap<String, String>,
+    #[serde(default)]
+    write_hex: BTreeMap<String, String>,
+    #[serde(default)]
+    replace: Vec<(String, String, String)>,
+    #[serde(default)]
+    link: BTreeMap<String, String>,
+    #[serde(default)]
+    mode: BTreeMap<String, u32>,
+    #[serde(default)]
+    sparse: BTreeMap<String, u64>,
+    #[serde(default)]
+    args: Option<Vec<String>>,
+    #[serde(default)]
+    args_hex: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    env_hex: BTreeMap<String, String>,
+    exit: i32,
+    message: String,
+}
+
+fn unhex(h: &str) -> Vec<u8> {
+    (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
+}
+
+fn run_case(c: &Case) -> Result<(), String> {
+    let img = match c.image.as_deref() {
+        None | Some("vllm") => vllm_image(None),
+        Some("sglang") => sglang_image("3.10", None),
+        Some(other) => return Err(format!("unknown image {other}")),
+    };
+    let ov = shipped_overlay();
+    let at = |p: &str| -> PathBuf {
+        if let Some(r) = p.strip_prefix("root:") {
+            img.p(r)
+        } else if let Some(o) = p.strip_prefix("overlay:") {
+            ov.overlay().join(o)
+        } else {
+            panic!("{}: path `{p}` needs root: or overlay:", c.name)
+        }
+    };
+    let parent = |p: &PathBuf| std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    for p in &c.remove {
+        let p = at(p);
+        if p.is_dir() && !p.is_symlink() {
+            std::fs::remove_dir_all(&p).unwrap();
+        } else {
+            std::fs::remove_file(&p).map_err(|e| format!("remove {}: {e}", p.display()))?;
+        }
+    }
+    for p in &c.mkdir {
+        std::fs::create_dir_all(at(p)).unwrap();
+    }
+    for (p, text) in &c.write {
+        let p = at(p);
+        parent(&p);
+        std::fs::write(&p, text).unwrap();
+    }
+    for (p, hex) in &c.write_hex {
+        let p = at(p);
+        parent(&p);
+        std::fs::write(&p, unhex(hex)).unwrap();
+    }
+    for (p, from, to) in &c.replace {
+        let p = at(p);
+        let text = std::fs::read_to_string(&p).unwrap();
+        if !text.contains(from.as_str()) {
+            return Err(format!("replace: `{from}` not in {}", p.display()));
+        }
+        std::fs::write(&p, text.replace(from.as_str(), to)).unwrap();
+    }
+    for (p, target) in &c.link {
+        let p = at(p);
+        parent(&p);
+        std::os::unix::fs::symlink(target, &p).unwrap();
+    }
+    for (p, mode) in &c.mode {
+        std::fs::set_permissions(at(p), std::os::unix::fs::PermissionsExt::from_mode(*mode)).unwrap();
+    }
+    for (p, size) in &c.sparse {
+        let p = at(p);
+        parent(&p);
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(*size).unwrap();
+    }
+    let default = vec!["worker".to_string(), "--dry-run".to_string()];
+    let args: Vec<OsString> = c
+        .args
+        .as_ref()
+        .unwrap_or(&default)
+        .iter()
+        .map(OsString::from)
+        .chain(c.args_hex.iter().map(|h| OsString::from_vec(unhex(h))))
+        .collect();
+    let mut run = infera(&[]).root(&img).overlay(&ov.overlay()).args(args);
+    for (k, v) in &c.env {
+        run = run.env(k, v);
+    }
+    for (k, v) in &c.env_hex {
+        run = run.env(k, OsString::from_vec(unhex(v)));
+    }
+    let out = run.run(); // panics if the launcher died by a signal
+    if out.code != c.exit {
+        return Err(format!("exit {} (want {})\nstdout:\n{}\nstderr:\n{}", out.code, c.exit, out.stdout, out.stderr));
+    }
+    if !out.stdout.contains(&c.message) && !out.stderr.contains(&c.message) {
+        return Err(format!("{:?} not in the output\nstdout:\n{}\nstderr:\n{}", c.message, out.stdout, out.stderr));
+    }
+    // Refusals say `error[code]: ...`; usage errors found by the argument parser `error: ...`.
+    if c.exit != 0
+        && !(out.stderr.starts_with("error[") || out.stderr.starts_with("error:") || out.stderr.contains("\nerror["))
+    {
+        return Err(format!("a refusal must start with `error` on stderr:\n{}", out.stderr));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_case_gets_its_exit_code_and_message() {
+    let text = std::fs::read_to_string(repo().join("tests/bad-inputs/cases.toml")).unwrap();
+    let corpus: Corpus = toml::from_str(&text).unwrap();
+    assert!(corpus.case.len() >= 40, "the corpus has {} cases", corpus.case.len());
+    let mut names = std::collections::BTreeSet::new();
+    let mut failures = Vec::new();
+    for c in &corpus.case {
+        assert!(names.insert(c.name.clone()), "duplicate case {}", c.name);
+        if let Err(e) = run_case(c) {
+            failures.push(format!("case {}: {e}", c.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n\n{}",
+        failures.len(),
+        corpus.case.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// An argument holding NUL cannot come through execve's argv, only through the library:
+/// the planner refuses it instead of truncating it.
+#[test]
+fn an_argument_with_nul_is_refused() {
+    use infera_exec::cli::{EngineArg, Output, Request, Role};
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let req = Request {
+        role: Role::Server,
+        engine: EngineArg::Auto,
+        require: vec![],
+        family: None,
+        allow: vec![],
+        args: vec!["--ok".into(), OsString::from_vec(b"a\0b".to_vec())],
+        root: img.path().to_path_buf(),
+        overlay: ov.overlay(),
+        dry_run: true,
+        output: Output::Json,
+        init: false,
+        init_group: false,
+        init_grace: None,
+        drop_caps: None,
+        no_new_privs: false,
+    };
+    let env: infera_exec::Env = [("PATH".into(), "/usr/bin:/bin".into())].into_iter().collect();
+    let facts = infera_exec::facts::Facts::gather(infera_exec::rootfs::Root::new(img.path()), &env, &[]);
+    let overlay = infera_exec::overlay::load(&ov.overlay(), false).map_err(Into::into);
+    let plan =
+        infera_exec::plan::plan(&infera_exec::plan::Inputs { req: &req, facts: &facts, overlay: &overlay, env: &env });
+    let e = plan.error.expect("refused");
+    assert_eq!(e.exit_code, 2);
+    assert_eq!(e.message, "argument 2 after `--` contains a NUL byte");
+}
