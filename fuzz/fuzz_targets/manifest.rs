@@ -1,0 +1,16 @@
+//! Manifest parsing and validation: never panics; what validates survives a JSON round
+//! trip unchanged and still validates.
+#![no_main]
+use infera_exec::manifest::{self, Manifest};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok(m) = manifest::parse(text, "rocm7-py312") {
+        let json = serde_json::to_string(&m).expect("a parsed manifest serialises");
+        let back: Manifest = serde_json::from_str(&json).expect("and reads back");
+        assert_eq!(back, m);
+        manifest::validate(&back, "rocm7-py312").expect("still valid");
+        let _ = (m.python_minor(), m.rocm_major());
+    }
+});
