@@ -61,8 +61,10 @@ fn keep_caps(list: &[String]) -> caps::CapsHashSet {
 pub fn launch(req: &Request, env: &Env) -> i32 {
     let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
     let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
-    let facts = facts::Facts::gather(root, env, &models);
     let overlay = overlay::load(&req.overlay, nix::unistd::geteuid().is_root()).map_err(Refusal::from);
+    let probe: std::collections::BTreeSet<String> =
+        overlay.iter().flat_map(|o| o.trees.iter().flat_map(overlay::top_level_modules)).collect();
+    let facts = facts::Facts::gather(root, env, &models, &probe);
     let plan = plan::plan(&plan::Inputs { req, facts: &facts, overlay: &overlay, env });
 
     let mut out = std::io::stdout().lock();

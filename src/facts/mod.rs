@@ -9,7 +9,7 @@ pub mod rocm;
 pub mod site;
 pub mod torch;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 
 use serde::Serialize;
@@ -47,13 +47,16 @@ fn get<'a>(env: &'a Env, k: &str) -> Option<&'a OsString> {
 }
 
 impl Facts {
-    pub fn gather(root: Root, env: &Env, model_refs: &[String]) -> Facts {
+    /// `probe`: top-level module names to look for in the image (the overlay trees' own),
+    /// so shadowing can be judged without listing every package of the image.
+    pub fn gather(root: Root, env: &Env, model_refs: &[String], probe: &BTreeSet<String>) -> Facts {
         let mut findings = Vec::new();
         let python = python::detect(&root, get(env, ev::PATH), get(env, ev::PYTHONPATH), &mut findings);
         let site_dirs = python.as_ref().map(|p| p.site_dirs.clone()).unwrap_or_default();
         let torch = torch::detect(&root, &site_dirs);
         let rocm = rocm::detect(&root, get(env, ev::ROCM_PATH), get(env, ev::ROCM_HOME), torch.as_ref(), &mut findings);
-        let (site, engines) = site::scan(&root, &site_dirs);
+        let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
+        let (site, engines) = site::scan(&root, &site_dirs, minor, probe);
         let gpus = gpus::detect(&root, env);
         let s = |k: &str| get(env, k).and_then(|v| v.to_str());
         let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };

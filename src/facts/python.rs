@@ -288,6 +288,7 @@ fn site_candidates(root: &Root, prefix: &Path, venv: bool) -> Vec<(PathBuf, Opti
 
 /// Does this site directory hold the image's packages (torch, or an engine)?
 fn holds_packages(root: &Root, dir: &Path) -> bool {
+    // torch is in every engine image: one stat answers the common case.
     if root.is_dir(&dir.join("torch")) {
         return true;
     }

@@ -2,7 +2,7 @@
 //! shadowing) and the engines installed there (dist-info / egg-info).
 //! Each directory is listed once; nothing inside the packages is read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -58,21 +58,49 @@ fn dist_record(entry: &str) -> Option<(&str, &str)> {
     Some((name, version))
 }
 
-pub fn scan(root: &Root, site_dirs: &[PathBuf]) -> (SiteIndex, Vec<EngineInstall>) {
+/// Engines installed in the site directories, and which of `probe` (the overlay trees'
+/// top-level modules) the image provides. Each site directory is read once for the
+/// engines' dist-info; the probes are `stat`s, so a site-packages ten times larger costs
+/// one longer directory read, not ten times the work.
+pub fn scan(
+    root: &Root,
+    site_dirs: &[PathBuf],
+    minor: (u32, u32),
+    probe: &BTreeSet<String>,
+) -> (SiteIndex, Vec<EngineInstall>) {
     let mut index = SiteIndex::default();
     let mut engines: Vec<EngineInstall> = Vec::new();
+    let ext = format!(".cpython-{}{}-x86_64-linux-gnu.so", minor.0, minor.1);
     for dir in site_dirs {
-        let mut names: Vec<String> = root.list(dir).into_iter().filter_map(|n| n.into_string().ok()).collect();
-        names.sort();
-        for n in &names {
-            if let Some(m) = module_name(n) {
-                index.modules.entry(m.to_string()).or_insert_with(|| dir.clone());
+        let mut found: Vec<EngineInstall> = Vec::new();
+        for n in root.list(dir) {
+            let n = n.as_encoded_bytes();
+            if !(n.starts_with(b"vllm") || n.starts_with(b"sglang")) {
+                continue;
             }
+            let Ok(n) = std::str::from_utf8(n) else { continue };
             if let Some((name, version)) = dist_record(n) {
                 let name = name.to_ascii_lowercase().replace('_', "-");
-                if ENGINES.contains(&name.as_str()) && !engines.iter().any(|e| e.name == name) {
-                    engines.push(EngineInstall { name, version: version.to_string(), record: dir.join(n) });
+                if ENGINES.contains(&name.as_str()) {
+                    found.push(EngineInstall { name, version: version.to_string(), record: dir.join(n) });
                 }
+            }
+        }
+        found.sort_by(|a, b| a.record.cmp(&b.record));
+        for e in found {
+            if !engines.iter().any(|x| x.name == e.name) {
+                engines.push(e);
+            }
+        }
+        for m in probe {
+            if index.modules.contains_key(m) {
+                continue;
+            }
+            let hit = [m.clone(), format!("{m}.py"), format!("{m}{ext}"), format!("{m}.abi3.so"), format!("{m}.so")]
+                .iter()
+                .any(|c| root.metadata(&dir.join(c)).is_ok());
+            if hit {
+                index.modules.insert(m.clone(), dir.clone());
             }
         }
     }

@@ -193,7 +193,8 @@ fn an_argument_with_nul_is_refused() {
         no_new_privs: false,
     };
     let env: infera_exec::Env = [("PATH".into(), "/usr/bin:/bin".into())].into_iter().collect();
-    let facts = infera_exec::facts::Facts::gather(infera_exec::rootfs::Root::new(img.path()), &env, &[]);
+    let facts =
+        infera_exec::facts::Facts::gather(infera_exec::rootfs::Root::new(img.path()), &env, &[], &Default::default());
     let overlay = infera_exec::overlay::load(&ov.overlay(), false).map_err(Into::into);
     let plan =
         infera_exec::plan::plan(&infera_exec::plan::Inputs { req: &req, facts: &facts, overlay: &overlay, env: &env });
