@@ -27,6 +27,7 @@ pub enum Opt {
     DataParallelSize,
     PipelineParallelSize,
     Nnodes,
+    DistributedExecutorBackend,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -83,6 +84,7 @@ pub fn spelling(engine: Engine, opt: Opt) -> Option<Spelling> {
         (Engine::Vllm, Opt::DataParallelSize) => Value(&["--data-parallel-size", "-dp"]),
         (Engine::Vllm, Opt::PipelineParallelSize) => Value(&["--pipeline-parallel-size", "-pp"]),
         (Engine::Vllm, Opt::Nnodes) => Value(&["--nnodes"]),
+        (Engine::Vllm, Opt::DistributedExecutorBackend) => Value(&["--distributed-executor-backend"]),
         (Engine::Vllm, _) => return None,
         (Engine::Sglang, Opt::Model) => Value(&["--model-path", "--model"]),
         (Engine::Sglang, Opt::TensorParallelSize) => Value(&["--tp-size", "--tensor-parallel-size"]),
@@ -101,7 +103,7 @@ pub fn spelling(engine: Engine, opt: Opt) -> Option<Spelling> {
     })
 }
 
-pub const ALL_OPTS: [Opt; 15] = [
+pub const ALL_OPTS: [Opt; 16] = [
     Opt::Model,
     Opt::TensorParallelSize,
     Opt::KvCacheDtype,
@@ -117,7 +119,41 @@ pub const ALL_OPTS: [Opt; 15] = [
     Opt::DataParallelSize,
     Opt::PipelineParallelSize,
     Opt::Nnodes,
+    Opt::DistributedExecutorBackend,
 ];
+
+/// Every long spelling the launcher knows for an engine.
+fn long_names(engine: Engine) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    for o in ALL_OPTS {
+        match spelling(engine, o) {
+            Some(Spelling::Value(n)) | Some(Spelling::ValueOff { names: n, .. }) => v.extend(n.iter().copied()),
+            Some(Spelling::Bool { on, off }) => v.extend([on, off]),
+            Some(Spelling::OffFlag(f)) => v.push(f),
+            None => {}
+        }
+    }
+    v.retain(|n| n.starts_with("--"));
+    v
+}
+
+/// argparse accepts an unambiguous prefix of a long option (`--tp` for `--tp-size`, as
+/// sglang's docs write it). A prefix of exactly one known spelling reads as that option.
+fn unabbreviate(engine: Engine, name: String) -> String {
+    if !name.starts_with("--") || name.len() < 4 {
+        return name;
+    }
+    let names = long_names(engine);
+    if names.contains(&name.as_str()) {
+        return name;
+    }
+    let mut hits: Vec<&str> = names.into_iter().filter(|n| n.starts_with(name.as_str())).collect();
+    hits.dedup();
+    match hits.as_slice() {
+        [one] => one.to_string(),
+        _ => name,
+    }
+}
 
 /// Every model the args may name, read with both dialects (facts are gathered before the
 /// engine is chosen).
@@ -204,7 +240,8 @@ pub fn read(engine: Engine, args: &[OsString]) -> Parsed {
             Some(p) => (&raw[..p], Some(&raw[p + 1..])),
             None => (raw, None),
         };
-        let name = normalise(engine, name_bytes);
+        let written = normalise(engine, name_bytes);
+        let name = unabbreviate(engine, written.clone());
         let mut consumed = 1;
         for opt in ALL_OPTS {
             let Some(sp) = spelling(engine, opt) else {
@@ -231,7 +268,7 @@ pub fn read(engine: Engine, args: &[OsString]) -> Parsed {
                 _ => None,
             };
             if let Some(setting) = hit {
-                parsed.opts.insert(opt, Occurrence { setting, spelled: name.clone(), index: i });
+                parsed.opts.insert(opt, Occurrence { setting, spelled: written.clone(), index: i });
                 break;
             }
         }
@@ -335,6 +372,19 @@ mod tests {
                 assert!(read(e, &r).is_set(o), "{e:?} {o:?} {r:?}");
             }
         }
+    }
+
+    #[test]
+    fn unambiguous_prefixes_like_argparse() {
+        let p = read(Engine::Sglang, &a(&["--model-path", "/m", "--tp", "4", "--dp", "2"]));
+        assert_eq!(p.value(Opt::TensorParallelSize), Some("4"));
+        assert_eq!(p.value(Opt::DataParallelSize), Some("2"));
+        assert_eq!(p.opts[&Opt::TensorParallelSize].spelled, "--tp");
+        let p = read(Engine::Vllm, &a(&["--tensor-parallel", "2", "--kv-cache=fp8"]));
+        assert_eq!(p.value(Opt::TensorParallelSize), Some("2"));
+        assert_eq!(p.value(Opt::KvCacheDtype), Some("fp8"));
+        // Ambiguous (--enable-prefix-caching / --enable-chunked-prefill): not read.
+        assert!(read(Engine::Vllm, &a(&["--enable"])).opts.is_empty());
     }
 
     #[test]

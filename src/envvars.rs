@@ -20,7 +20,9 @@ pub const INFERA_VERIFY: &str = "INFERA_VERIFY";
 
 /// Set in the child so the payload knows which tree it runs from.
 pub const INFERA_TREE: &str = "INFERA_TREE";
-pub const INFERA_FAMILY_OUT: &str = "INFERA_FAMILY";
+/// Not INFERA_FAMILY: that one is read to *force* a tree, and an infera-exec started by
+/// the engine must not inherit a forced family.
+pub const INFERA_TREE_FAMILY: &str = "INFERA_TREE_FAMILY";
 
 pub const PATH: &str = "PATH";
 pub const PYTHONPATH: &str = "PYTHONPATH";

@@ -11,10 +11,9 @@ use crate::plan::ExecSpec;
 /// is reset to default and the signal mask emptied: std resets SIGPIPE, but not a mask
 /// inherited from whoever started the launcher, nor other ignored signals.
 pub fn command(x: &ExecSpec) -> Command {
-    let mut c = Command::new(&x.program);
-    if let Some(a0) = x.argv.first() {
-        c.arg0(a0);
-    }
+    let file = x.host_program.as_ref().unwrap_or(&x.program);
+    let mut c = Command::new(file);
+    c.arg0(file);
     c.args(x.argv.iter().skip(1));
     c.envs(x.env.iter());
     // SAFETY: only async-signal-safe calls (signal, sigprocmask) before execve.
@@ -36,7 +35,7 @@ pub fn command(x: &ExecSpec) -> Command {
 /// execve; only returns on failure, mapped to 126/127.
 pub fn exec(x: &ExecSpec) -> Refusal {
     let err = command(x).exec();
-    exec_error(&x.program, &err)
+    exec_error(x.host_program.as_ref().unwrap_or(&x.program), &err)
 }
 
 pub fn exec_error(program: &std::path::Path, err: &io::Error) -> Refusal {

@@ -61,7 +61,7 @@ pub fn run(x: &ExecSpec, opts: &Options) -> i32 {
     let child = match cmd.spawn() {
         Ok(c) => Pid::from_raw(c.id() as i32),
         Err(e) => {
-            let r = crate::exec::exec_error(&x.program, &e);
+            let r = crate::exec::exec_error(x.host_program.as_ref().unwrap_or(&x.program), &e);
             eprint!("{}", r.render());
             return r.exit.code();
         }
@@ -94,7 +94,7 @@ pub fn run(x: &ExecSpec, opts: &Options) -> i32 {
             Some(sig) => {
                 let _ = kill(target, sig);
                 if sig == Signal::SIGTERM && deadline.is_none() {
-                    deadline = opts.grace.map(|g| Instant::now() + g);
+                    deadline = opts.grace.and_then(|g| Instant::now().checked_add(g));
                 }
             }
         }

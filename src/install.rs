@@ -28,7 +28,8 @@ pub fn run(dest: &Path, from: Option<PathBuf>) -> i32 {
 }
 
 fn err(e: std::io::Error, what: &str, p: &Path) -> Refusal {
-    Refusal::new(Exit::CannotExec, "install-failed", format!("{what} `{}`: {e}", p.display()))
+    Refusal::new(Exit::Missing, "install-failed", format!("{what} `{}`: {e}", p.display()))
+        .hint("the destination must be a writable directory (an emptyDir volume)")
 }
 
 fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
@@ -47,6 +48,43 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
             format!("`{}` holds no trees/ to install", from.display()),
         )
         .hint("run `install` from the overlay image, or pass --from OVERLAY"));
+    }
+    // Never delete what is not ours: the destination must not hold the source, sit inside
+    // it, or be a non-empty directory other than an earlier copy of the overlay.
+    let src = fs::canonicalize(&from).unwrap_or_else(|_| from.clone());
+    let dst = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
+    let dst = fs::canonicalize(&dst).unwrap_or(dst);
+    // (Run from the overlay image itself the source is `/`: only its bin/ and trees/ count.)
+    if dst.starts_with(src.join("bin")) || dst.starts_with(src.join("trees")) || src.starts_with(&dst) {
+        return Err(Refusal::new(
+            Exit::Usage,
+            "install-overlap",
+            format!(
+                "`{}` and the overlay `{}` overlap; install into a separate (empty) directory",
+                dst.display(),
+                src.display()
+            ),
+        ));
+    }
+    if let Ok(rd) = fs::read_dir(&dst) {
+        let foreign: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !["bin", "trees", "opt"].contains(&n.as_str()))
+            .collect();
+        let earlier_copy = dst.join("trees").is_dir();
+        if !foreign.is_empty() || (dst.join("bin").exists() && !earlier_copy) {
+            return Err(Refusal::new(
+                Exit::Usage,
+                "install-not-empty",
+                format!(
+                    "`{}` is not empty and is not an earlier copy of the overlay (it holds {})",
+                    dst.display(),
+                    foreign.join(", ")
+                ),
+            )
+            .hint("install into an empty directory (an emptyDir volume)"));
+        }
     }
     fs::create_dir_all(dest).map_err(|e| err(e, "cannot create", dest))?;
     let mut n = 0;

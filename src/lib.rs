@@ -108,7 +108,8 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         let _ = nix::sys::prctl::set_no_new_privs();
     }
     if req.init {
-        let grace = req.init_grace.filter(|g| g.is_finite() && *g >= 0.0).map(std::time::Duration::from_secs_f64);
+        // Bounded while planning (0 ..= MAX_GRACE_SECONDS), so the conversion cannot fail.
+        let grace = req.init_grace.and_then(|g| std::time::Duration::try_from_secs_f64(g).ok());
         return init::run(x, &init::Options { group: req.init_group, grace });
     }
     let refusal = exec::exec(x);

@@ -179,6 +179,9 @@ pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), String> {
         if !is_env_name(k) {
             return Err(format!("[env] `{k}` is not an environment variable name"));
         }
+        if LAUNCHER_ENV.contains(&k.as_str()) || k.starts_with("INFERA_") {
+            return Err(format!("[env] `{k}` is composed by the launcher (the tree's directories are prepended to it); a tree cannot set it"));
+        }
         if v.contains('\0') {
             return Err(format!("[env] {k} contains a NUL byte"));
         }
@@ -196,6 +199,10 @@ pub fn schema_json() -> String {
     let schema = schemars::schema_for!(Manifest);
     serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
 }
+
+/// Variables the launcher composes itself for the child.
+const LAUNCHER_ENV: [&str; 5] =
+    ["PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"];
 
 pub fn is_env_name(k: &str) -> bool {
     is_identifier(k)

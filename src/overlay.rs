@@ -50,6 +50,8 @@ pub enum OverlayError {
     Manifest { path: PathBuf, reason: String },
     #[error("`{path}` is writable by {who} (mode {mode:o}); a payload root runs from must not be")]
     Writable { path: PathBuf, who: &'static str, mode: u32 },
+    #[error("`{path}` is owned by uid {uid}, who could change what root runs")]
+    Owner { path: PathBuf, uid: u32 },
     #[error("`{path}` resolves to `{target}`, outside its tree `{tree}`")]
     Escapes { path: PathBuf, target: PathBuf, tree: PathBuf },
     #[error("trees `{a}` and `{b}` both claim python {python} / ROCm {rocm}; the launcher cannot choose")]
@@ -68,7 +70,9 @@ impl From<OverlayError> for Refusal {
             OverlayError::Manifest { .. } => Refusal::new(Exit::Invalid, "manifest-invalid", msg)
                 .hint("fix the manifest in the overlay build; `infera-exec manifest verify` checks every tree"),
             OverlayError::Writable { .. } => Refusal::new(Exit::Invalid, "overlay-writable", msg)
-                .hint("mount the overlay read-only (image volumes are) or `chmod go-w` the payload"),
+                .hint("mount the overlay read-only (image volumes are) or `chmod -R go-w` the payload"),
+            OverlayError::Owner { .. } => Refusal::new(Exit::Invalid, "overlay-owner", msg)
+                .hint("mount the overlay read-only, or `chown -R root:` the payload"),
             OverlayError::Escapes { .. } => Refusal::new(Exit::Invalid, "path-escapes-tree", msg)
                 .hint("payload files must live inside their tree; replace the symlink by the file"),
             OverlayError::Ambiguous { .. } => Refusal::new(Exit::Invalid, "trees-ambiguous", msg)
@@ -103,6 +107,7 @@ pub fn load(dir: &Path, check_writable: bool) -> Result<Overlay, OverlayError> {
     let mut trees: Vec<Tree> = Vec::new();
     for name in names {
         let tdir = trees_dir.join(&name);
+        inside(&trees_dir, &tdir)?;
         let mpath = tdir.join("manifest.toml");
         let bytes = read_bounded(&mpath, SMALL_FILE_LIMIT)
             .map_err(|e| OverlayError::Manifest { path: mpath.clone(), reason: rootfs::io_reason(&e) })?;
@@ -112,11 +117,8 @@ pub fn load(dir: &Path, check_writable: bool) -> Result<Overlay, OverlayError> {
             manifest::parse(&text, &name).map_err(|reason| OverlayError::Manifest { path: mpath.clone(), reason })?;
         let tree = Tree { family: name, dir: tdir, manifest_path: mpath, manifest };
         if check_writable {
-            for p in [tree.dir.clone(), tree.manifest_path.clone(), tree.site_packages(), tree.lib(), tree.bin()] {
-                if p.exists() {
-                    not_writable(&p)?;
-                }
-            }
+            not_writable(&tree.manifest_path)?;
+            payload_not_writable(&tree.dir)?;
         }
         for sub in [tree.site_packages(), tree.lib(), tree.bin()] {
             if sub.exists() {
@@ -134,6 +136,34 @@ pub fn load(dir: &Path, check_writable: bool) -> Result<Overlay, OverlayError> {
         trees.push(tree);
     }
     Ok(Overlay { dir, trees })
+}
+
+/// Every directory and file of a tree: not writable by group or others, owned by root or
+/// by the user the launcher runs as. Skipped on a read-only mount (image volumes, readOnly
+/// volumeMounts), where nobody can write whatever the bits say.
+fn payload_not_writable(tree: &Path) -> Result<(), OverlayError> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    if statvfs(tree).is_ok_and(|s| s.flags().contains(FsFlags::ST_RDONLY)) {
+        return Ok(());
+    }
+    let euid = nix::unistd::geteuid().as_raw();
+    let mut stack = vec![tree.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        if m.file_type().is_symlink() {
+            continue;
+        }
+        if m.uid() != 0 && m.uid() != euid {
+            return Err(OverlayError::Owner { path: p, uid: m.uid() });
+        }
+        not_writable(&p)?;
+        if m.is_dir() {
+            if let Ok(rd) = fs::read_dir(&p) {
+                stack.extend(rd.filter_map(|e| e.ok()).map(|e| e.path()));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn not_writable(p: &Path) -> Result<(), OverlayError> {

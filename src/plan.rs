@@ -43,8 +43,12 @@ pub struct CapRow {
 /// launcher's environment with these applied.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExecSpec {
+    /// The interpreter, as a container path.
     #[serde(serialize_with = "ser_path")]
     pub program: PathBuf,
+    /// With `--root` other than `/`: the host file the real run execs (also its argv[0]).
+    #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
+    pub host_program: Option<PathBuf>,
     #[serde(serialize_with = "ser_os_vec")]
     pub argv: Vec<OsString>,
     #[serde(serialize_with = "ser_os_map")]
@@ -77,6 +81,9 @@ impl Plan {
         self.error.as_ref().map(|e| e.exit).unwrap_or(Exit::Ok)
     }
 }
+
+/// A day: longer grace periods are a typo, and would overflow time arithmetic.
+pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
 
 pub struct Inputs<'a> {
     pub req: &'a Request,
@@ -113,11 +120,11 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         crate::privs::parse_keep(keep)?;
     }
     if let Some(g) = req.init_grace {
-        if !g.is_finite() || g < 0.0 {
+        if !(0.0..=MAX_GRACE_SECONDS).contains(&g) {
             return Err(Refusal::new(
                 Exit::Usage,
                 "init-grace-invalid",
-                format!("--init-grace {g}: expected a number of seconds >= 0"),
+                format!("--init-grace {g}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}"),
             ));
         }
     }
@@ -190,13 +197,24 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         })?;
         let installed = facts.engine(e.name());
         if let (Some(spec), Some(inst)) = (&entry.versions, installed) {
-            let ok = Spec::parse(spec).ok().zip(Version::parse(&inst.version)).map(|(s, v)| s.contains(&v));
-            if ok != Some(true) {
-                return Err(Refusal::new(Exit::Unsupported, "engine-version", format!(
-                    "the image has {} {} (`{}`) but tree {} supports {} {spec}",
-                    e.name(), inst.version, inst.record.display(), tree.family, e.name()
-                ))
-                .hint("use an overlay release that supports this engine version, or the engine image the overlay was released with"));
+            match (Spec::parse(spec), Version::parse(&inst.version)) {
+                (Ok(s), Some(v)) if !s.contains(&v) => {
+                    return Err(Refusal::new(Exit::Unsupported, "engine-version", format!(
+                        "the image has {} {} (`{}`) but tree {} supports {} {spec}",
+                        e.name(), inst.version, inst.record.display(), tree.family, e.name()
+                    ))
+                    .hint("use an overlay release that supports this engine version, or the engine image the overlay was released with"));
+                }
+                (Ok(_), None) => p.findings.push(Finding::warn(
+                    "engine-version-unknown",
+                    format!(
+                        "cannot read the version `{}` of {} (`{}`); the tree's bound {spec} was not checked",
+                        inst.version,
+                        e.name(),
+                        inst.record.display()
+                    ),
+                )),
+                _ => {}
             }
         }
         p.engine = Some(EngineView {
@@ -219,7 +237,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
 
     let parsed = engine.map(|e| dialect::read(e, &req.args)).unwrap_or_default();
     capabilities(req, overlay, tree, engine, &parsed, p)?;
-    usability(facts, rocm, inp.env, p)?;
+    usability(req, facts, rocm, inp.env, p)?;
     noexec(tree)?;
     if req.role.runs_engine() {
         gpu_presence(facts, &mut p.findings);
@@ -233,8 +251,12 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     }
 
     let env = child_env(tree, inp.env, &mut p.findings);
-    let program =
-        if facts.root.is_host_root() { python.executable.clone() } else { facts.root.host(&python.executable) };
+    // The plan names container paths. With --root (an unpacked image read in place) a real
+    // run execs the image's interpreter file from this host: `host_program`, the
+    // interpreter resolved inside the root (a venv's link may be absolute and would point
+    // at the host's own python).
+    let program = python.executable.clone();
+    let host_program = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
     let mut argv: Vec<OsString> = vec![program.clone().into_os_string(), "-m".into(), module.into()];
     argv.extend(req.args.iter().cloned());
     argv.extend(added.iter().cloned());
@@ -246,7 +268,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         }
         None => None,
     };
-    p.exec = Some(ExecSpec { program, argv, env, added_args: added, init: req.init, keep_caps });
+    p.exec = Some(ExecSpec { program, host_program, argv, env, added_args: added, init: req.init, keep_caps });
     runnable(&facts.root, &python.executable)?;
     Ok(())
 }
@@ -277,10 +299,20 @@ fn integrity(tree: &Tree, env: &Env) -> Result<(), Refusal> {
 }
 
 /// Fill `usable` for the provided capabilities; refuse a requested one that cannot work here.
-fn usability(facts: &Facts, rocm: &crate::facts::Rocm, env: &Env, p: &mut Plan) -> Result<(), Refusal> {
+fn usability(req: &Request, facts: &Facts, rocm: &crate::facts::Rocm, env: &Env, p: &mut Plan) -> Result<(), Refusal> {
+    // Judge the process the engine will be: after --drop-caps, not before.
+    let host = match (&facts.host, &req.drop_caps) {
+        (Some(h), Some(keep)) => {
+            let keep: Vec<String> = crate::privs::parse_keep(keep)?.into_iter().map(|c| c.to_string()).collect();
+            let mut h = h.clone();
+            h.caps.effective.retain(|c| keep.contains(c));
+            Some(h)
+        }
+        (h, _) => h.clone(),
+    };
     let mut refusal = None;
     for row in p.capabilities.iter_mut().filter(|r| r.provided) {
-        let u = crate::usable::check(&row.name, facts.host.as_ref(), rocm, env);
+        let u = crate::usable::check(&row.name, host.as_ref(), rocm, env);
         row.usable = u.usable;
         row.reason = u.reason.clone();
         if row.requested && u.usable == Some(false) && refusal.is_none() {
@@ -583,15 +615,24 @@ fn provided(
     Ok((true, None))
 }
 
+/// The tree's module to run must be there (65 otherwise: the overlay build is incomplete);
+/// a capability's module missing is a capability that cannot be supplied (69).
 fn module_present(tree: &Tree, module: &str, what: &str) -> Result<(), Refusal> {
     match overlay::find_module(&tree.site_packages(), module) {
         Some(path) => overlay::inside(&tree.dir, &path).map_err(Refusal::from),
-        None => Err(Refusal::new(
-            Exit::Unsupported,
-            "module-missing",
-            format!("tree {}: module `{module}` ({what}) is not in `{}`", tree.family, tree.site_packages().display()),
-        )
-        .hint("the overlay build is incomplete; `infera-exec manifest verify` shows what is missing")),
+        None => {
+            let exit = if what.starts_with("capability") { Exit::Unsupported } else { Exit::Invalid };
+            Err(Refusal::new(
+                exit,
+                "module-missing",
+                format!(
+                    "tree {}: module `{module}` ({what}) is not in `{}`",
+                    tree.family,
+                    tree.site_packages().display()
+                ),
+            )
+            .hint("the overlay build is incomplete; `infera-exec manifest verify` shows what is missing"))
+        }
     }
 }
 
@@ -643,7 +684,7 @@ fn child_env(tree: &Tree, env: &Env, findings: &mut Vec<Finding>) -> BTreeMap<Os
         out.insert(ev::PYTHONDONTWRITEBYTECODE.into(), "1".into());
     }
     out.insert(ev::INFERA_TREE.into(), tree.dir.clone().into_os_string());
-    out.insert(ev::INFERA_FAMILY_OUT.into(), tree.family.clone().into());
+    out.insert(ev::INFERA_TREE_FAMILY.into(), tree.family.clone().into());
     let tree_dir = tree.dir.to_string_lossy();
     for (k, v) in &tree.manifest.env {
         if env.contains_key(OsStr::new(k)) {
@@ -691,6 +732,10 @@ fn os_json(s: &OsStr) -> serde_json::Value {
 
 fn ser_path<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
     os_json(p.as_os_str()).serialize(s)
+}
+
+fn ser_opt_path<S: serde::Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    p.as_ref().map(|p| os_json(p.as_os_str())).serialize(s)
 }
 
 fn ser_os_vec<S: serde::Serializer>(v: &[OsString], s: S) -> Result<S::Ok, S::Error> {

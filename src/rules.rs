@@ -88,6 +88,10 @@ pub struct Ctx<'a> {
 struct Effective<'a> {
     tp: Option<u64>,
     gpus: Option<u32>,
+    /// `--nnodes` (1 when unset): TP may span nodes.
+    nnodes: u64,
+    /// A Ray cluster places ranks across nodes: the local GPU count does not bound TP.
+    ray: bool,
     kv: Option<String>,
     load_format: Option<String>,
     max_seqs: Option<u64>,
@@ -181,6 +185,8 @@ pub fn apply(ctx: &Ctx, added: &mut Vec<OsString>, findings: &mut Vec<Finding>) 
     let eff = Effective {
         tp,
         gpus,
+        nnodes: p.value(Opt::Nnodes).and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(1),
+        ray: p.value(Opt::DistributedExecutorBackend) == Some("ray"),
         kv,
         load_format: p.value(Opt::LoadFormat).map(str::to_string),
         max_seqs: p.value(Opt::MaxSeqs).and_then(|v| v.parse().ok()),
@@ -298,14 +304,16 @@ fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>
     }
     if let Some(want) = w.tp_over_gpus {
         let (tp, g) = (eff.tp?, eff.gpus?);
-        if (tp > u64::from(g)) != want {
+        if eff.ray {
             return None;
         }
-        ev.push(format!(
-            "{} {tp} ({}), {g} GPUs visible",
-            dialect::primary(e, Opt::TensorParallelSize),
-            src(Opt::TensorParallelSize)
-        ));
+        let capacity = u64::from(g).saturating_mul(eff.nnodes);
+        if (tp > capacity) != want {
+            return None;
+        }
+        let nodes = if eff.nnodes > 1 { format!(" on each of {} nodes", eff.nnodes) } else { String::new() };
+        let flag = dialect::primary(e, Opt::TensorParallelSize);
+        ev.push(format!("{flag} {tp} ({}), {g} GPUs visible{nodes}", src(Opt::TensorParallelSize)));
     }
     if let Some(want) = w.tp_divides_heads {
         let (tp, heads) = (eff.tp?, eff.model?.attention_heads?);

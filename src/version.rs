@@ -9,6 +9,8 @@ pub struct Version {
     release: Vec<u64>,
     /// (stage, n): dev = 0, a = 1, b = 2, rc = 3; None = final release.
     pre: Option<(u8, u64)>,
+    /// `.postN`: after the release it follows.
+    post: Option<u64>,
 }
 
 impl Version {
@@ -21,17 +23,25 @@ impl Version {
             return None;
         }
         let release: Vec<u64> = rel.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
-        let rest = s[digits_end..].trim_start_matches(['.', '-', '_']);
-        let pre = if rest.is_empty() {
-            None
-        } else {
-            let (stage, num) = [("dev", 0u8), ("rc", 3), ("a", 1), ("b", 2)]
+        let mut rest = &s[digits_end..];
+        let (mut pre, mut post) = (None, None);
+        // Segments in PEP 440 order: [pre][.postN][.devN], separators optional.
+        while !rest.is_empty() {
+            rest = rest.trim_start_matches(['.', '-', '_']);
+            let (kind, tail) = [("post", 9u8), ("dev", 0), ("rc", 3), ("a", 1), ("b", 2)]
                 .iter()
-                .find_map(|(p, k)| rest.strip_prefix(p).map(|n| (*k, n)))?;
-            let n: String = num.chars().take_while(|c| c.is_ascii_digit()).collect();
-            Some((stage, n.parse().unwrap_or(0)))
-        };
-        Some(Version { release, pre })
+                .find_map(|(p, k)| rest.strip_prefix(p).map(|t| (*k, t)))?;
+            let n: String = tail.chars().take_while(|c| c.is_ascii_digit()).collect();
+            let num = if n.is_empty() { 0 } else { n.parse().ok()? };
+            rest = &tail[n.len()..];
+            match kind {
+                9 => post = Some(num),
+                // A dev release of a post release still sorts after the release; keep it simple.
+                0 if post.is_some() => {}
+                k => pre = Some((k, num)),
+            }
+        }
+        Some(Version { release, pre, post })
     }
 }
 
@@ -46,12 +56,13 @@ impl Ord for Version {
                 o => return o,
             }
         }
-        match (&self.pre, &other.pre) {
+        let pre = match (&self.pre, &other.pre) {
             (None, None) => Ordering::Equal,
             (None, Some(_)) => Ordering::Greater,
             (Some(_), None) => Ordering::Less,
             (Some(a), Some(b)) => a.cmp(b),
-        }
+        };
+        pre.then(self.post.cmp(&other.post))
     }
 }
 
@@ -111,6 +122,11 @@ mod tests {
         assert!(v("0.11.0") > v("0.11.0rc2"));
         assert!(v("0.11.1.dev0+g1.rocm700") < v("0.11.1"));
         assert!(v("0.12") == v("0.12.0"));
+        assert!(v("0.5.4.post2") > v("0.5.4"));
+        assert!(v("0.5.4post1") < v("0.5.4.post2"));
+        assert!(v("0.5.4.post2") < v("0.5.5rc1"));
+        assert!(Spec::parse(">=0.4.9, <0.6").unwrap().contains(&v("0.5.4.post2")));
+        assert!(v("1.0.0.dev3") < v("1.0.0a1"));
         let spec = Spec::parse(">=0.10, <0.12").unwrap();
         assert!(spec.contains(&v("0.11.0+rocm700")));
         assert!(!spec.contains(&v("0.12.0")));

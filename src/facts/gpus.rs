@@ -1,7 +1,7 @@
 //! How many GPUs this container may use: the allocation first (INFERA_GPUS, then the
 //! visible-devices variables), then what the node exposes under the root.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::Path;
 
@@ -31,27 +31,43 @@ pub fn detect(root: &Root, env: &BTreeMap<OsString, OsString>) -> Result<Gpus, S
             return Ok(Gpus { count: Some(count_list(&s)), source: format!("{var}={s}") });
         }
     }
+    // What the node exposes. sysfs is not namespaced: the KFD topology lists every GPU of
+    // the node, while the device plugin allocates GPUs by mounting their render nodes. So a
+    // GPU counts when its render node is in this container's /dev/dri.
+    let dri = Path::new("/dev/dri");
+    let renders: BTreeSet<u32> =
+        root.list(dri).iter().filter_map(|n| n.to_str()?.strip_prefix("renderD")?.parse().ok()).collect();
     let nodes = Path::new("/sys/class/kfd/kfd/topology/nodes");
-    let mut kfd = 0;
-    let mut saw_kfd = false;
+    let mut kfd_gpus: Vec<Option<u32>> = Vec::new(); // each GPU node's drm_render_minor
     for n in root.list(nodes) {
-        let props = nodes.join(&n).join("properties");
-        if let Ok(text) = root.read_small_string(&props) {
-            saw_kfd = true;
-            // CPU nodes report simd_count 0.
-            let simds = text.lines().find_map(|l| l.strip_prefix("simd_count ")?.trim().parse::<u64>().ok());
-            if simds.unwrap_or(0) > 0 {
-                kfd += 1;
-            }
+        let Ok(text) = root.read_small_string(&nodes.join(&n).join("properties")) else { continue };
+        let prop = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
+        // CPU nodes report simd_count 0.
+        if prop("simd_count ").unwrap_or(0) > 0 {
+            kfd_gpus.push(prop("drm_render_minor ").and_then(|m| u32::try_from(m).ok()));
         }
     }
-    if saw_kfd {
-        return Ok(Gpus { count: Some(kfd), source: format!("{} (KFD topology)", nodes.display()) });
+    if !renders.is_empty() {
+        if !kfd_gpus.is_empty() && kfd_gpus.iter().all(Option::is_some) {
+            let n = kfd_gpus.iter().flatten().filter(|m| renders.contains(m)).count() as u32;
+            return Ok(Gpus {
+                count: Some(n),
+                source: format!("KFD topology GPUs whose render node is in {}", dri.display()),
+            });
+        }
+        return Ok(Gpus {
+            count: Some(renders.len() as u32),
+            source: format!("{}/renderD* device nodes", dri.display()),
+        });
     }
-    let dri = Path::new("/dev/dri");
-    let render = root.list(dri).iter().filter(|n| n.to_string_lossy().starts_with("renderD")).count();
-    if render > 0 {
-        return Ok(Gpus { count: Some(render as u32), source: format!("{}/renderD* device nodes", dri.display()) });
+    if !kfd_gpus.is_empty() {
+        return Ok(Gpus {
+            count: None,
+            source: format!(
+                "the node's KFD topology lists {} GPUs, none allocated to this container (no /dev/dri/renderD*)",
+                kfd_gpus.len()
+            ),
+        });
     }
     Ok(Gpus { count: None, source: "no visible-devices variable, KFD topology or render nodes".into() })
 }

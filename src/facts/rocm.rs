@@ -51,10 +51,9 @@ pub fn parse_version_file(text: &str) -> Option<(String, u32, u32)> {
     let line = text.lines().next()?.trim();
     let ver = line.split('-').next()?;
     let parts: Vec<&str> = ver.split('.').collect();
-    if parts.len() < 2
-        || parts.len() > 4
-        || parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
-    {
+    // Digits only, no leading zeros (`7.01` is not a ROCm version: fuzzing found it read as 7.1).
+    let bad = |p: &&str| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || (p.len() > 1 && p.starts_with('0'));
+    if parts.len() < 2 || parts.len() > 4 || parts.iter().any(bad) {
         return None;
     }
     let major = parts[0].parse().ok()?;
@@ -233,6 +232,9 @@ mod tests {
         assert_eq!(parse_version_file("seven"), None);
         assert_eq!(parse_version_file(""), None);
         assert_eq!(parse_version_file("7..1"), None);
+        // Fuzzing regression (fuzz/seeds/versions/regress-leading-zero): was read as 7.1.
+        assert_eq!(parse_version_file("7.01-\n"), None);
+        assert_eq!(parse_version_file("7.0.0-\n"), Some(("7.0.0".into(), 7, 0)));
     }
 
     #[test]

@@ -160,7 +160,7 @@ fn sglang_image_selects_py310_and_refuses_hipfile() {
     assert_eq!(r["standin"], "infera.engine.sglang");
     assert_eq!(r["python"], "3.10");
     assert_eq!(r["executable"], "/opt/venv/bin/python3");
-    assert_eq!(r["env"]["INFERA_FAMILY"], "rocm7-py310");
+    assert_eq!(r["env"]["INFERA_TREE_FAMILY"], "rocm7-py310");
     let mut want: Vec<String> = args.map(String::from).to_vec();
     want.extend(["--tp-size", "8", "--kv-cache-dtype", "auto"].map(String::from));
     assert_eq!(strings(&r["argv"]), want);
@@ -315,7 +315,9 @@ fn local_dry_run_against_the_image_root() {
     assert_eq!(h["family"], i["family"]);
     assert_eq!(h["facts"]["python"], i["facts"]["python"]);
     assert_eq!(h["facts"]["rocm"], i["facts"]["rocm"]);
-    assert_eq!(h["exec"]["program"], i["exec"]["program"].as_str().map(|p| format!("{root}{p}")).unwrap());
+    assert_eq!(h["exec"]["program"], i["exec"]["program"], "the plan names container paths");
+    assert_eq!(h["exec"]["host_program"], format!("{root}/usr/bin/python3.12"));
+    assert!(i["exec"].get("host_program").is_none());
     assert_eq!(
         strings(&h["exec"]["argv"])[3..11],
         strings(&i["exec"]["argv"])[3..11],
@@ -413,6 +415,26 @@ fn mooncake_refused_under_a_low_memlock_limit() {
         assert!(o.stdout.contains(want), "{want:?} in:\n{}", o.stdout);
     }
     assert!(o.stdout.contains("[gpus-not-present] 8 GPUs expected"), "{}", o.stdout);
+    // ...but not once --drop-caps takes CAP_IPC_LOCK away: the plan judges the engine's process.
+    let mut c = podman(&[
+        "run",
+        "--rm",
+        "--cap-add",
+        "IPC_LOCK",
+        "--mount",
+        &format!("type=image,source={OVERLAY},target=/opt/infera"),
+    ]);
+    c.args(dev).args([
+        VLLM,
+        "/opt/infera/bin/infera-exec",
+        "worker",
+        "--require",
+        "mooncake",
+        "--drop-caps",
+        "net_bind_service",
+        "--dry-run",
+    ]);
+    out(c).assert(69, "the memlock limit is 64 KiB and CAP_IPC_LOCK is not effective");
     // Without the device: no RDMA.
     let mut c = podman(&["run", "--rm", "--mount", &format!("type=image,source={OVERLAY},target=/opt/infera")]);
     c.args([VLLM, "/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--", "--model", "/m"]);

@@ -148,10 +148,19 @@ fn gpus_from_allocation_then_node() {
     assert_eq!(gpus(infera(&[]).env("ROCR_VISIBLE_DEVICES", "0,1,2,3").env("HIP_VISIBLE_DEVICES", "0,1")), 2);
     assert_eq!(gpus(infera(&[]).env("ROCR_VISIBLE_DEVICES", "0,1,2,3")), 4);
     assert_eq!(gpus(infera(&[])), serde_json::Value::Null);
-    for n in 1..=3 {
-        img.file(&format!("/sys/class/kfd/kfd/topology/nodes/{n}/properties"), "cpu_cores_count 0\nsimd_count 304\n");
+    // An 8-GPU node (the KFD topology is the node's), 3 GPUs allocated to this container.
+    for n in 1..=8 {
+        img.file(
+            &format!("/sys/class/kfd/kfd/topology/nodes/{n}/properties"),
+            format!("cpu_cores_count 0\nsimd_count 304\ndrm_render_minor {}\n", 127 + n),
+        );
     }
     img.file("/sys/class/kfd/kfd/topology/nodes/0/properties", "cpu_cores_count 96\nsimd_count 0\n");
+    assert_eq!(gpus(infera(&[])), serde_json::Value::Null, "no render node allocated: no GPU");
+    for minor in [128, 130, 133] {
+        img.file(&format!("/dev/dri/renderD{minor}"), "");
+    }
+    img.file("/dev/dri/card0", "");
     assert_eq!(gpus(infera(&[])), 3);
 }
 

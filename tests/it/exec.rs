@@ -29,7 +29,7 @@ fn real_cpython_runs_the_standin_engine() {
     assert_eq!(r["env"]["PYTHONPATH"], format!("{}:/image/own/path", site.display()));
     assert_eq!(r["env"]["LD_LIBRARY_PATH"], tree.join("lib").display().to_string());
     assert_eq!(r["env"]["PYTHONDONTWRITEBYTECODE"], "1");
-    assert_eq!(r["env"]["INFERA_FAMILY"], "rocm7-py312");
+    assert_eq!(r["env"]["INFERA_TREE_FAMILY"], "rocm7-py312");
     for m in ["mooncake", "hipfile"] {
         assert_eq!(r["imports"][m]["ok"], true, "{m}: {}", r["imports"][m]);
         assert!(r["imports"][m]["file"].as_str().unwrap().starts_with(site.to_str().unwrap()), "{m} from the tree");
@@ -71,6 +71,9 @@ fn exit_codes_126_and_127() {
     img.chmod("/usr/bin/python3.12", 0o644);
     infera(&["worker"]).root(&img).overlay(&ov.overlay()).run().assert(126, "is not an executable file (mode 644)");
     infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(126, "exec-not-executable");
+    // The interpreter's `#!` names a program that does not exist: execve says ENOENT.
+    img.chmod("/usr/bin/python3.12", 0o755).exe("/usr/bin/python3.12", "#!/nonexistent/interpreter\n");
+    infera(&["worker"]).root(&img).overlay(&ov.overlay()).run().assert(127, "error[exec-not-found]: execve");
 }
 
 /// The normal path spawns no Python: a fixture interpreter that leaves a marker when run.
@@ -148,6 +151,33 @@ proptest! {
         let j = out.json();
         let argv: Vec<Vec<u8>> = j["exec"]["argv"].as_array().unwrap().iter().skip(3).map(hex_of).collect();
         prop_assert_eq!(argv, args);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// The worker path reads the args in the engine's dialect and appends flags: the user's
+    /// args stay an unchanged prefix of the argv, in order.
+    #[test]
+    fn worker_plan_keeps_user_args_as_a_prefix(args in proptest::collection::vec(arg_bytes(), 0..8)) {
+        let img = vllm_image(None);
+        img.file("/models/kimi-k3/config.json", include_str!("../../examples/models/kimi-k3/config.json"));
+        let ov = custom_overlay(&[("rocm7-py312", PY312_MANIFEST, &["infera.engine.vllm", "infera.server"])]);
+        let mut all: Vec<Vec<u8>> = vec![b"--model".to_vec(), b"/models/kimi-k3".to_vec()];
+        all.extend(args);
+        let os: Vec<OsString> = all.iter().cloned().map(OsString::from_vec).collect();
+        let out = infera(&["worker", "--dry-run", "--output", "json", "--"]).args(os).root(&img).overlay(&ov.overlay())
+            .env("INFERA_GPUS", "8").env("INFERA_ALLOW", "kv-fp8-mla,fastsafetensors-rocm,tp-exceeds-gpus,tp-does-not-divide-heads,hybrid-prefix-caching-needs-chunked-prefill").run();
+        // Arbitrary bytes may form an invalid --kv-transfer-config (78); otherwise runnable.
+        prop_assert!(out.code == 0 || out.code == 78, "{}", out.stderr);
+        let j = out.json();
+        let argv: Vec<Vec<u8>> = j["exec"]["argv"].as_array().map(|a| a.iter().skip(3).map(hex_of).collect()).unwrap_or_default();
+        if out.code == 0 {
+            prop_assert_eq!(&argv[..all.len()], &all[..]);
+            let added: Vec<Vec<u8>> = j["exec"]["added_args"].as_array().unwrap().iter().map(hex_of).collect();
+            prop_assert_eq!(&argv[all.len()..], &added[..]);
+        }
     }
 }
 

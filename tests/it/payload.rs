@@ -228,6 +228,21 @@ fn install_copies_the_overlay_and_checks_the_copy() {
     infera(&["manifest", "verify", "--digest"]).args([&target]).run().assert(0, "ok: 2 trees");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&target).unwrap().permissions()) & 0o777;
     assert_eq!(mode, 0o755, "the emptyDir root is no longer world-writable");
+    // Never into the source, nor over a directory that is not an earlier copy.
+    let out = infera(&["install"])
+        .args([ov.overlay().join("trees/x").as_os_str()])
+        .args(["--from".as_ref(), ov.overlay().as_os_str()])
+        .run();
+    out.assert(2, "overlap");
+    let busy = dest.path().join("busy");
+    std::fs::create_dir_all(busy.join("bin")).unwrap();
+    std::fs::write(busy.join("precious"), "keep me").unwrap();
+    let out = infera(&["install"]).args([busy.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
+    out.assert(2, "is not empty and is not an earlier copy of the overlay (it holds precious)");
+    assert_eq!(std::fs::read_to_string(busy.join("precious")).unwrap(), "keep me");
+    // Re-installing over an earlier copy (a restarted initContainer) is fine.
+    let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
+    out.assert(0, "(24 files)");
     // A source that does not match its record is not installed silently.
     std::fs::write(ov.overlay().join("trees/rocm7-py312/site-packages/kvd/__init__.py"), "tampered").unwrap();
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();

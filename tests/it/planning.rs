@@ -245,3 +245,56 @@ fn server_needs_no_gpu_and_passes_args_through() {
     assert_eq!(argv(&j), ["--port", "8000", "--tensor-parallel-size", "99"]);
     assert_eq!(j["exec"]["argv"][2], "infera.server");
 }
+
+#[test]
+fn sglang_short_flags_and_multi_node_layouts() {
+    let img = sglang_image("3.10", None);
+    img.file("/models/kimi-k3/config.json", KIMI);
+    let ov = shipped_overlay();
+    // argparse accepts `--tp` for `--tp-size` (sglang's docs use it): the user chose TP.
+    let j = plan(&img, &ov, &["--model-path", "/models/kimi-k3", "--tp", "4"], &[]).json();
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto"]));
+    plan(&img, &ov, &["--model-path", "/models/kimi-k3", "--tp", "16"], &[])
+        .assert(78, "--tp-size 16 (set in the args), 8 GPUs visible");
+    // TP 16 over two 8-GPU nodes (the LeaderWorkerSet recipe) is fine; over one it is not.
+    let multi = [
+        "--model-path",
+        "/models/kimi-k3",
+        "--tp-size",
+        "16",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--dist-init-addr",
+        "leader:20000",
+    ];
+    let out = plan(&img, &ov, &multi, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.json()["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto"]));
+    plan(&img, &ov, &["--model-path", "/models/kimi-k3", "--tp-size", "32", "--nnodes", "2"], &[])
+        .assert(78, "8 GPUs visible on each of 2 nodes");
+}
+
+#[test]
+fn post_releases_are_inside_the_trees_range() {
+    let img = sglang_image("3.10", None);
+    img.rm("/opt/venv/lib/python3.10/site-packages/sglang-0.5.4.dist-info").dist(
+        "/opt/venv/lib/python3.10/site-packages",
+        "sglang",
+        "0.5.4.post2",
+    );
+    let ov = shipped_overlay();
+    let j = plan(&img, &ov, &["--model-path", "/m"], &[]).json();
+    assert_eq!(j["engine"]["version"], "0.5.4.post2");
+    assert!(j.get("error").is_none(), "{j}");
+    // An unreadable version is a warning, not a refusal on a guess.
+    img.rm("/opt/venv/lib/python3.10/site-packages/sglang-0.5.4.post2.dist-info").dist(
+        "/opt/venv/lib/python3.10/site-packages",
+        "sglang",
+        "main",
+    );
+    let out = plan(&img, &ov, &["--model-path", "/m"], &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.json()["findings"].to_string().contains("cannot read the version `main` of sglang"));
+}
