@@ -90,7 +90,9 @@ fn kimi_k3_on_sglang_uses_sglang_spellings() {
     // The MLA fp8 crash rule is vLLM's.
     let mut a = args.to_vec();
     a.extend(["--kv-cache-dtype", "fp8_e4m3"]);
-    assert_eq!(plan(&img, &ov, &a, &[]).code, 0);
+    let j = plan(&img, &ov, &a, &[]).json();
+    assert!(j.get("error").is_none(), "{j}");
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tp-size", "8"]), "the user's kv dtype is kept");
 }
 
 #[test]
@@ -150,7 +152,8 @@ fn rules_fire_do_not_fire_and_can_be_allowed() {
     run(&["-tp", "3"], &[("HIP_VISIBLE_DEVICES", "0,1,2")])
         .assert(78, "tensor parallel size 3 does not divide the 64 attention heads");
     // fp8 with one sequence: the MLA rule does not fire.
-    assert_eq!(run(&["--kv-cache-dtype", "fp8", "--max-num-seqs", "1"], &[]).code, 0);
+    let j = run(&["--kv-cache-dtype", "fp8", "--max-num-seqs", "1"], &[]).json();
+    assert!(j.get("error").is_none() && !j["findings"].to_string().contains("kv-fp8-mla"), "{j}");
     // fp8 with the engine's default concurrency: fires.
     run(&["--kv-cache-dtype", "fp8"], &[]).assert(78, "--max-num-seqs unset (the engine's default is more than 1)");
     // Overridden knowingly: runs, recorded as a finding.
@@ -177,7 +180,9 @@ fn rules_fire_do_not_fire_and_can_be_allowed() {
     // Hybrid + prefix caching + chunked prefill off: fires; either one alone does not.
     run(&["--enable-prefix-caching", "--no-enable-chunked-prefill"], &[])
         .assert(78, "experimental Mamba \"align\" mode");
-    assert_eq!(run(&["--enable-prefix-caching"], &[]).code, 0);
+    let j = run(&["--enable-prefix-caching"], &[]).json();
+    assert!(j.get("error").is_none(), "{j}");
+    assert_eq!(j["exec"]["argv"][5], "--enable-prefix-caching");
     assert_eq!(
         run(&["--enable-prefix-caching", "--no-enable-chunked-prefill", "--enable-chunked-prefill"], &[]).code,
         0
