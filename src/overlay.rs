@@ -181,8 +181,33 @@ fn not_writable(p: &Path) -> Result<(), OverlayError> {
     Err(OverlayError::Writable { path: p.to_path_buf(), who, mode })
 }
 
-/// `path` (inside `tree`) must resolve inside `tree`.
+/// `path` (inside `tree`) must resolve inside `tree`. Without a symlink below the tree on
+/// the way (the common case) nothing can escape, so only then is the path canonicalised.
 pub fn inside(tree: &Path, path: &Path) -> Result<(), OverlayError> {
+    if let Ok(rel) = path.strip_prefix(tree) {
+        let mut p = tree.to_path_buf();
+        let mut linked = false;
+        for c in rel.components() {
+            match c {
+                std::path::Component::Normal(n) => p.push(n),
+                _ => {
+                    linked = true;
+                    break;
+                }
+            }
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    linked = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => break, // missing: nothing to escape through
+            }
+        }
+        if !linked {
+            return Ok(());
+        }
+    }
     let t = fs::canonicalize(tree).unwrap_or_else(|_| tree.to_path_buf());
     match fs::canonicalize(path) {
         Ok(r) if r.starts_with(&t) => Ok(()),

@@ -50,37 +50,60 @@ impl Root {
     /// container path; fails with `NotFound` when a component is missing and with
     /// the kernel's `ELOOP` message after 40 links.
     pub fn resolve(&self, cpath: &Path) -> io::Result<PathBuf> {
-        let mut done: Vec<OsString> = Vec::new();
+        self.stat(cpath).map(|(p, _)| p)
+    }
+
+    /// Resolve and return the resolved container path with its metadata (the last
+    /// component's, taken from the same walk: no second lookup).
+    pub fn stat(&self, cpath: &Path) -> io::Result<(PathBuf, fs::Metadata)> {
+        // `done` is the resolved container path so far; `host` the same under the root,
+        // kept in step so no path is rebuilt per component.
+        let mut done = PathBuf::from("/");
+        let mut host = self.host.clone();
         let mut todo: VecDeque<OsString> = components(cpath);
         let mut hops = 0;
+        let mut last: Option<fs::Metadata> = None;
         while let Some(c) = todo.pop_front() {
             if c == ".." {
-                done.pop();
+                if done.pop() {
+                    host.pop();
+                }
+                last = None;
                 continue;
             }
-            let mut cand: PathBuf = PathBuf::from("/");
-            cand.extend(done.iter());
-            cand.push(&c);
-            let meta = fs::symlink_metadata(self.host(&cand))?;
+            host.push(&c);
+            let meta = match fs::symlink_metadata(&host) {
+                Ok(m) => m,
+                Err(e) => return Err(e),
+            };
             if meta.file_type().is_symlink() {
                 hops += 1;
                 if hops > MAX_SYMLINKS {
-                    return Err(io::Error::other(format!("too many levels of symbolic links at `{}`", cand.display())));
+                    return Err(io::Error::other(format!(
+                        "too many levels of symbolic links at `{}`",
+                        done.join(&c).display()
+                    )));
                 }
-                let target = fs::read_link(self.host(&cand))?;
+                let target = fs::read_link(&host)?;
+                host.pop();
                 if target.is_absolute() {
-                    done.clear();
+                    done = PathBuf::from("/");
+                    host = self.host.clone();
                 }
                 let mut t = components(&target);
                 t.extend(todo);
                 todo = t;
+                last = None;
             } else {
-                done.push(c);
+                done.push(&c);
+                last = Some(meta);
             }
         }
-        let mut out = PathBuf::from("/");
-        out.extend(done);
-        Ok(out)
+        let meta = match last {
+            Some(m) => m,
+            None => fs::metadata(&host)?,
+        };
+        Ok((done, meta))
     }
 
     /// Resolve and return (container path, host path).
@@ -91,8 +114,7 @@ impl Root {
     }
 
     pub fn metadata(&self, cpath: &Path) -> io::Result<fs::Metadata> {
-        let (_, h) = self.locate(cpath)?;
-        fs::metadata(h)
+        self.stat(cpath).map(|(_, m)| m)
     }
 
     pub fn is_dir(&self, cpath: &Path) -> bool {

@@ -223,8 +223,8 @@ fn find_on_path(root: &Root, dirs: &[&str]) -> Result<Option<PathBuf>, PythonErr
     for name in ["python3", "python"] {
         for d in dirs {
             let cand = Path::new(d).join(name);
-            match root.resolve(&cand) {
-                Ok(r) if root.is_file(&r) => return Ok(Some(cand)),
+            match root.stat(&cand) {
+                Ok((_, m)) if m.is_file() => return Ok(Some(cand)),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {}

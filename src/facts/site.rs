@@ -3,7 +3,7 @@
 //! Each directory is listed once; nothing inside the packages is read.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -72,22 +72,7 @@ pub fn scan(
     let mut engines: Vec<EngineInstall> = Vec::new();
     let ext = format!(".cpython-{}{}-x86_64-linux-gnu.so", minor.0, minor.1);
     for dir in site_dirs {
-        let mut found: Vec<EngineInstall> = Vec::new();
-        for n in root.list(dir) {
-            let n = n.as_encoded_bytes();
-            if !(n.starts_with(b"vllm") || n.starts_with(b"sglang")) {
-                continue;
-            }
-            let Ok(n) = std::str::from_utf8(n) else { continue };
-            if let Some((name, version)) = dist_record(n) {
-                let name = name.to_ascii_lowercase().replace('_', "-");
-                if ENGINES.contains(&name.as_str()) {
-                    found.push(EngineInstall { name, version: version.to_string(), record: dir.join(n) });
-                }
-            }
-        }
-        found.sort_by(|a, b| a.record.cmp(&b.record));
-        for e in found {
+        for e in probe_versions(root, dir) {
             if !engines.iter().any(|x| x.name == e.name) {
                 engines.push(e);
             }
@@ -104,8 +89,67 @@ pub fn scan(
             }
         }
     }
+    // An engine not found by its package's version file (an editable install keeps only
+    // its dist-info in site-packages): one read of each site directory, for dist-info names.
+    if engines.is_empty() {
+        for dir in site_dirs {
+            let mut found: Vec<EngineInstall> = Vec::new();
+            for n in root.list(dir) {
+                let n = n.as_encoded_bytes();
+                if !(n.starts_with(b"vllm") || n.starts_with(b"sglang")) {
+                    continue;
+                }
+                let Ok(n) = std::str::from_utf8(n) else { continue };
+                if let Some((name, version)) = dist_record(n) {
+                    let name = name.to_ascii_lowercase().replace('_', "-");
+                    if ENGINES.contains(&name.as_str()) {
+                        found.push(EngineInstall { name, version: version.to_string(), record: dir.join(n) });
+                    }
+                }
+            }
+            found.sort_by(|a, b| a.record.cmp(&b.record));
+            for e in found {
+                if !engines.iter().any(|x| x.name == e.name) {
+                    engines.push(e);
+                }
+            }
+        }
+    }
     engines.sort_by(|a, b| a.name.cmp(&b.name));
     (index, engines)
+}
+
+/// Where each engine records its version inside its package (setuptools-scm's
+/// `vllm/_version.py`, sglang's `sglang/version.py`).
+const VERSION_FILES: [(&str, &str); 2] = [("vllm", "vllm/_version.py"), ("sglang", "sglang/version.py")];
+
+/// Engines found by reading their package's version file: no directory listing, so a
+/// site-packages ten times larger costs nothing more. The dist-info of that version is the
+/// record when present.
+fn probe_versions(root: &Root, dir: &Path) -> Vec<EngineInstall> {
+    let mut out = Vec::new();
+    for (name, file) in VERSION_FILES {
+        let path = dir.join(file);
+        let Ok(text) = root.read_small_string(&path) else { continue };
+        let Some(version) = text.lines().find_map(|l| {
+            let l = l.trim_start();
+            if !(l.starts_with("__version__") || l.starts_with("version")) {
+                return None;
+            }
+            let q = l.rfind(['\'', '"'])?;
+            let start = l[..q].rfind(['\'', '"'])?;
+            Some(l[start + 1..q].to_string())
+        }) else {
+            continue;
+        };
+        if version.is_empty() {
+            continue;
+        }
+        let dist = dir.join(format!("{name}-{version}.dist-info"));
+        let record = if root.metadata(&dist).is_ok() { dist } else { path };
+        out.push(EngineInstall { name: name.to_string(), version, record });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -186,7 +186,7 @@ fn forced_family_warns() {
 fn engine_choice() {
     let img = vllm_image(None);
     let ov = shipped_overlay();
-    img.dist(VLLM_SITE, "sglang", "0.5.4");
+    img.dist(VLLM_SITE, "sglang", "0.5.4").file(&format!("{VLLM_SITE}/sglang/version.py"), "__version__ = \"0.5.4\"\n");
     infera(&["worker", "--dry-run"])
         .root(&img)
         .overlay(&ov.overlay())
@@ -197,7 +197,10 @@ fn engine_choice() {
         .overlay(&ov.overlay())
         .run()
         .assert(0, "-m infera.engine.vllm");
-    img.rm(&format!("{VLLM_SITE}/sglang-0.5.4.dist-info")).rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"));
+    img.rm(&format!("{VLLM_SITE}/sglang-0.5.4.dist-info"))
+        .rm(&format!("{VLLM_SITE}/sglang"))
+        .rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+        .rm(&format!("{VLLM_SITE}/vllm"));
     infera(&["worker", "--dry-run"])
         .root(&img)
         .overlay(&ov.overlay())
@@ -208,7 +211,9 @@ fn engine_choice() {
 #[test]
 fn engine_version_outside_the_trees_range() {
     let img = vllm_image(None);
-    img.rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info")).dist(VLLM_SITE, "vllm", "0.9.2");
+    img.rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+        .dist(VLLM_SITE, "vllm", "0.9.2")
+        .file(&format!("{VLLM_SITE}/vllm/_version.py"), "__version__ = version = '0.9.2'\n");
     let ov = shipped_overlay();
     infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(69, "the image has vllm 0.9.2");
     let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();

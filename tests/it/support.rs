@@ -127,7 +127,10 @@ pub fn vllm_image(real: Option<&Path>) -> Fx {
         .dir("/usr/lib/python3.10") // Ubuntu's own python, a distractor
         .dir("/usr/local/lib/python3.10/dist-packages")
         .dist(VLLM_SITE, "vllm", "0.11.0+rocm700")
-        .dir(&format!("{VLLM_SITE}/vllm"))
+        .file(
+            &format!("{VLLM_SITE}/vllm/_version.py"),
+            "__version__ = version = '0.11.0+rocm700'\n__version_tuple__ = (0, 11, 0)\n",
+        )
         .dir(&format!("{VLLM_SITE}/aiter"))
         .file(&format!("{VLLM_SITE}/torch/_C.cpython-312-x86_64-linux-gnu.so"), "")
         .torch(VLLM_SITE, "2.9.0+rocm7.0.0.git1c57644d", Some("7.0.51831-a3e329ad8"), None, false)
