@@ -540,7 +540,7 @@ fn capabilities(
     let mut refusal: Option<Refusal> = None;
     for name in names {
         let by = requested.iter().find(|(c, _)| *c == name).map(|(_, b)| b.clone());
-        let (provided, reason) = provided(overlay, tree, &name, ename)?;
+        let (provided, reason) = provided(tree, &name, ename)?;
         if by.is_some() && !provided && refusal.is_none() {
             let providers: Vec<String> = overlay
                 .trees
@@ -576,13 +576,7 @@ fn capabilities(
 }
 
 /// Is `name` provided by `tree` to `engine`? A path escaping the tree is an error (65).
-fn provided(
-    overlay: &Overlay,
-    tree: &Tree,
-    name: &str,
-    engine: Option<&str>,
-) -> Result<(bool, Option<String>), Refusal> {
-    let _ = overlay;
+fn provided(tree: &Tree, name: &str, engine: Option<&str>) -> Result<(bool, Option<String>), Refusal> {
     let Some(cap) = tree.manifest.capabilities.get(name) else {
         return Ok((false, Some(format!("tree {} does not declare it", tree.family))));
     };
