@@ -72,10 +72,7 @@ impl Root {
                 continue;
             }
             host.push(&c);
-            let meta = match fs::symlink_metadata(&host) {
-                Ok(m) => m,
-                Err(e) => return Err(e),
-            };
+            let meta = fs::symlink_metadata(&host)?;
             if meta.file_type().is_symlink() {
                 hops += 1;
                 if hops > MAX_SYMLINKS {
