@@ -105,7 +105,11 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
             return r.exit.code();
         }
     } else if req.no_new_privs {
-        let _ = nix::sys::prctl::set_no_new_privs();
+        if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+            let r = Refusal::new(Exit::CannotExec, "no-new-privs-failed", format!("cannot set no_new_privs: {e}"));
+            let _ = std::io::stderr().write_all(r.render().as_bytes());
+            return r.exit.code();
+        }
     }
     if req.init {
         // Bounded while planning (0 ..= MAX_GRACE_SECONDS), so the conversion cannot fail.
