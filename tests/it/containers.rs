@@ -371,6 +371,18 @@ fn init_mode_is_pid1_and_podman_stop_exits_143() {
     assert_eq!(code.stdout.trim(), "143", "the engine died of the forwarded SIGTERM");
 }
 
+/// `podman run` with the overlay mounted and CAP_IPC_LOCK added.
+fn with_ipc_lock() -> Command {
+    podman(&[
+        "run",
+        "--rm",
+        "--cap-add",
+        "IPC_LOCK",
+        "--mount",
+        &format!("type=image,source={OVERLAY},target=/opt/infera"),
+    ])
+}
+
 /// A real lowered memlock limit (setrlimit by the runtime) with an RDMA device node present:
 /// Mooncake cannot register memory, and the launcher refuses before the engine starts.
 #[test]
@@ -393,14 +405,7 @@ fn mooncake_refused_under_a_low_memlock_limit() {
     o.assert(69, "capability `mooncake` is provided by the tree but cannot work on this node: the memlock limit is 64 KiB and CAP_IPC_LOCK is not effective");
     assert!(o.stderr.contains("hint: set MC_FORCE_TCP=1"), "{}", o.stderr);
     // With CAP_IPC_LOCK it is usable; `check` shows the whole table and the process facts.
-    let mut c = podman(&[
-        "run",
-        "--rm",
-        "--cap-add",
-        "IPC_LOCK",
-        "--mount",
-        &format!("type=image,source={OVERLAY},target=/opt/infera"),
-    ]);
+    let mut c = with_ipc_lock();
     c.args(dev).args(["-e", GPUS8, VLLM, "/opt/infera/bin/infera-exec", "check", "--require", "mooncake"]);
     let o = out(c);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
@@ -416,14 +421,7 @@ fn mooncake_refused_under_a_low_memlock_limit() {
     }
     assert!(o.stdout.contains("[gpus-not-present] 8 GPUs expected"), "{}", o.stdout);
     // ...but not once --drop-caps takes CAP_IPC_LOCK away: the plan judges the engine's process.
-    let mut c = podman(&[
-        "run",
-        "--rm",
-        "--cap-add",
-        "IPC_LOCK",
-        "--mount",
-        &format!("type=image,source={OVERLAY},target=/opt/infera"),
-    ]);
+    let mut c = with_ipc_lock();
     c.args(dev).args([
         VLLM,
         "/opt/infera/bin/infera-exec",
