@@ -31,18 +31,22 @@ impl Exit {
 /// `code` is a stable machine-readable name (also the JSON `error.code`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
-    #[serde(skip)]
-    pub exit: Exit,
     pub code: String,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
-    pub exit_code: i32,
+    /// Serialised as the number the process exits with.
+    #[serde(rename = "exit_code", serialize_with = "ser_exit")]
+    pub exit: Exit,
+}
+
+fn ser_exit<S: serde::Serializer>(e: &Exit, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i32(e.code())
 }
 
 impl Refusal {
     pub fn new(exit: Exit, code: impl Into<String>, message: impl Into<String>) -> Self {
-        Refusal { exit, code: code.into(), message: message.into(), hint: None, exit_code: exit.code() }
+        Refusal { exit, code: code.into(), message: message.into(), hint: None }
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> Self {

@@ -53,17 +53,12 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
     launch(&req, &env)
 }
 
-fn keep_caps(list: &[String]) -> caps::CapsHashSet {
-    // Validated while planning; an invalid name never reaches here.
-    privs::parse_keep(list).unwrap_or_default()
-}
-
 pub fn launch(req: &Request, env: &Env) -> i32 {
     let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
     let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
     let overlay = overlay::load(&req.overlay, nix::unistd::geteuid().is_root()).map_err(Refusal::from);
     let probe: std::collections::BTreeSet<String> =
-        overlay.iter().flat_map(|o| o.trees.iter().flat_map(overlay::top_level_modules)).collect();
+        overlay.iter().flat_map(|o| o.trees.iter().flat_map(|t| t.modules.iter().cloned())).collect();
     let facts = facts::Facts::gather(root, env, &models, &probe);
     let plan = plan::plan(&plan::Inputs { req, facts: &facts, overlay: &overlay, env });
 
@@ -99,8 +94,10 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let _ = err.flush();
     drop(out);
     drop(err);
-    if let Some(keep) = &req.drop_caps {
-        if let Err(r) = privs::drop_all_but(&keep_caps(keep), req.no_new_privs) {
+    // The plan holds the kept set, validated and canonical: exactly what the dry run showed.
+    if let Some(keep) = &x.keep_caps {
+        let keep = privs::parse_keep(keep);
+        if let Err(r) = keep.and_then(|k| privs::drop_all_but(&k, req.no_new_privs)) {
             let _ = std::io::stderr().write_all(r.render().as_bytes());
             return r.exit.code();
         }

@@ -17,6 +17,8 @@ pub struct Tree {
     pub dir: PathBuf,
     pub manifest_path: PathBuf,
     pub manifest: Manifest,
+    /// Top-level importable names of its site-packages (read once, at load).
+    pub modules: Vec<String>,
 }
 
 impl Tree {
@@ -115,7 +117,8 @@ pub fn load(dir: &Path, check_writable: bool) -> Result<Overlay, OverlayError> {
             .map_err(|_| OverlayError::Manifest { path: mpath.clone(), reason: "not valid UTF-8".into() })?;
         let manifest =
             manifest::parse(&text, &name).map_err(|reason| OverlayError::Manifest { path: mpath.clone(), reason })?;
-        let tree = Tree { family: name, dir: tdir, manifest_path: mpath, manifest };
+        let modules = top_level_modules(&tdir.join("site-packages"));
+        let tree = Tree { family: name, dir: tdir, manifest_path: mpath, manifest, modules };
         if check_writable {
             not_writable(&tree.manifest_path)?;
             payload_not_writable(&tree.dir)?;
@@ -242,9 +245,9 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<PathBuf> {
     })
 }
 
-/// Top-level importable names the tree's site-packages provides.
-pub fn top_level_modules(tree: &Tree) -> Vec<String> {
-    let Ok(rd) = fs::read_dir(tree.site_packages()) else {
+/// Top-level importable names a site-packages directory provides.
+fn top_level_modules(site: &Path) -> Vec<String> {
+    let Ok(rd) = fs::read_dir(site) else {
         return Vec::new();
     };
     let mut v: Vec<String> = rd

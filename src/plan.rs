@@ -116,9 +116,15 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         return Err(Refusal::new(Exit::Usage, "arg-nul", format!("argument {} after `--` contains a NUL byte", i + 1))
             .hint("an execve argument cannot hold NUL; fix the pod spec's args"));
     }
-    if let Some(keep) = &req.drop_caps {
-        crate::privs::parse_keep(keep)?;
-    }
+    // The capabilities kept by --drop-caps, canonical and sorted (None: unchanged).
+    let keep_caps: Option<Vec<String>> = match &req.drop_caps {
+        Some(k) => {
+            let mut v: Vec<String> = crate::privs::parse_keep(k)?.into_iter().map(|c| c.to_string()).collect();
+            v.sort();
+            Some(v)
+        }
+        None => None,
+    };
     if let Some(g) = req.init_grace {
         if !(0.0..=MAX_GRACE_SECONDS).contains(&g) {
             return Err(Refusal::new(
@@ -233,11 +239,22 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         })?;
         (None, s.module.clone())
     };
-    module_present(tree, &module, "the module to run")?;
+    if !module_present(tree, &module)? {
+        return Err(Refusal::new(
+            Exit::Invalid,
+            "module-missing",
+            format!(
+                "tree {}: module `{module}` (the module to run) is not in `{}`",
+                tree.family,
+                tree.site_packages().display()
+            ),
+        )
+        .hint("the overlay build is incomplete; `infera-exec manifest verify` shows what is missing"));
+    }
 
     let parsed = engine.map(|e| dialect::read(e, &req.args)).unwrap_or_default();
     capabilities(req, overlay, tree, engine, &parsed, p)?;
-    usability(req, facts, rocm, inp.env, p)?;
+    usability(keep_caps.as_deref(), facts, rocm, inp.env, p)?;
     noexec(tree)?;
     if req.role.runs_engine() {
         gpu_presence(facts, &mut p.findings);
@@ -260,14 +277,6 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let mut argv: Vec<OsString> = vec![program.clone().into_os_string(), "-m".into(), module.into()];
     argv.extend(req.args.iter().cloned());
     argv.extend(added.iter().cloned());
-    let keep_caps = match &req.drop_caps {
-        Some(k) => {
-            let mut v: Vec<String> = crate::privs::parse_keep(k)?.into_iter().map(|c| c.to_string()).collect();
-            v.sort();
-            Some(v)
-        }
-        None => None,
-    };
     p.exec = Some(ExecSpec { program, host_program, argv, env, added_args: added, init: req.init, keep_caps });
     runnable(&facts.root, &python.executable)?;
     Ok(())
@@ -299,11 +308,16 @@ fn integrity(tree: &Tree, env: &Env) -> Result<(), Refusal> {
 }
 
 /// Fill `usable` for the provided capabilities; refuse a requested one that cannot work here.
-fn usability(req: &Request, facts: &Facts, rocm: &crate::facts::Rocm, env: &Env, p: &mut Plan) -> Result<(), Refusal> {
+fn usability(
+    keep_caps: Option<&[String]>,
+    facts: &Facts,
+    rocm: &crate::facts::Rocm,
+    env: &Env,
+    p: &mut Plan,
+) -> Result<(), Refusal> {
     // Judge the process the engine will be: after --drop-caps, not before.
-    let host = match (&facts.host, &req.drop_caps) {
+    let host = match (&facts.host, keep_caps) {
         (Some(h), Some(keep)) => {
-            let keep: Vec<String> = crate::privs::parse_keep(keep)?.into_iter().map(|c| c.to_string()).collect();
             let mut h = h.clone();
             h.caps.effective.retain(|c| keep.contains(c));
             Some(h)
@@ -592,10 +606,7 @@ fn provided(tree: &Tree, name: &str, engine: Option<&str>) -> Result<(bool, Opti
         ));
     }
     for m in &cap.modules {
-        if let Err(r) = module_present(tree, m, &format!("capability `{name}`")) {
-            if r.exit == Exit::Invalid {
-                return Err(r);
-            }
+        if !module_present(tree, m)? {
             return Ok((false, Some(format!("module `{m}` is missing from `{}`", tree.site_packages().display()))));
         }
     }
@@ -609,32 +620,20 @@ fn provided(tree: &Tree, name: &str, engine: Option<&str>) -> Result<(bool, Opti
     Ok((true, None))
 }
 
-/// The tree's module to run must be there (65 otherwise: the overlay build is incomplete);
-/// a capability's module missing is a capability that cannot be supplied (69).
-fn module_present(tree: &Tree, module: &str, what: &str) -> Result<(), Refusal> {
+/// Is the module in the tree's site-packages? A path resolving outside the tree is 65.
+fn module_present(tree: &Tree, module: &str) -> Result<bool, Refusal> {
     match overlay::find_module(&tree.site_packages(), module) {
-        Some(path) => overlay::inside(&tree.dir, &path).map_err(Refusal::from),
-        None => {
-            let exit = if what.starts_with("capability") { Exit::Unsupported } else { Exit::Invalid };
-            Err(Refusal::new(
-                exit,
-                "module-missing",
-                format!(
-                    "tree {}: module `{module}` ({what}) is not in `{}`",
-                    tree.family,
-                    tree.site_packages().display()
-                ),
-            )
-            .hint("the overlay build is incomplete; `infera-exec manifest verify` shows what is missing"))
-        }
+        Some(path) => overlay::inside(&tree.dir, &path).map(|()| true).map_err(Refusal::from),
+        None => Ok(false),
     }
 }
 
 fn shadowing(tree: &Tree, facts: &Facts) -> Result<(), Refusal> {
-    let clashes: Vec<String> = overlay::top_level_modules(tree)
-        .into_iter()
+    let clashes: Vec<String> = tree
+        .modules
+        .iter()
         .filter(|m| !tree.manifest.allow_shadow.contains(m))
-        .filter_map(|m| facts.site.modules.get(&m).map(|base| format!("`{m}` (base: `{}`)", base.join(&m).display())))
+        .filter_map(|m| facts.site.modules.get(m).map(|base| format!("`{m}` (base: `{}`)", base.join(m).display())))
         .collect();
     if clashes.is_empty() {
         return Ok(());

@@ -153,7 +153,7 @@ pub fn text(plan: &Plan, check: bool) -> String {
         let _ = writeln!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
     }
     if let Some(e) = &plan.error {
-        let _ = writeln!(o, "  refused   [{}] exit {}: {}", e.code, e.exit_code, e.message);
+        let _ = writeln!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
     }
     o
 }

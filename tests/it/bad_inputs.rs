@@ -199,6 +199,6 @@ fn an_argument_with_nul_is_refused() {
     let plan =
         infera_exec::plan::plan(&infera_exec::plan::Inputs { req: &req, facts: &facts, overlay: &overlay, env: &env });
     let e = plan.error.expect("refused");
-    assert_eq!(e.exit_code, 2);
+    assert_eq!(e.exit.code(), 2);
     assert_eq!(e.message, "argument 2 after `--` contains a NUL byte");
 }
