@@ -183,11 +183,13 @@ fn exec_failures_give_126_and_127_in_init_mode() {
     // The same failure without --init: the launcher's own execve.
     let (code, _, err) = finish(launcher(&img, &ov, &["server"], &[]).spawn().unwrap());
     assert_eq!(code, 126, "{err}");
+    assert!(err.contains("error[exec-failed]: execve") && err.contains("Permission denied"), "{err}");
     img.exe("/usr/bin/python3.12", "#!/nonexistent/interpreter\n");
-    let (code, _, err) = finish(launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap());
-    assert_eq!(code, 127, "{err}");
-    let (code, _, err) = finish(launcher(&img, &ov, &["server"], &[]).spawn().unwrap());
-    assert_eq!(code, 127, "{err}");
+    for mode in [&["server", "--init"][..], &["server"][..]] {
+        let (code, _, err) = finish(launcher(&img, &ov, mode, &[]).spawn().unwrap());
+        assert_eq!(code, 127, "{mode:?}: {err}");
+        assert!(err.contains("error[exec-not-found]: execve") && err.contains("No such file"), "{mode:?}: {err}");
+    }
 }
 
 /// Bit positions in /proc/<pid>/status Cap* masks (capabilities(7)).

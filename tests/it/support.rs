@@ -165,19 +165,9 @@ pub fn shipped_overlay() -> Fx {
     let fx = Fx::new();
     let out = fx.p("overlay");
     let r = repo();
-    let st = Command::new(r.join("overlay-layout/stage"))
+    let st = Command::new(r.join("examples/stage-standin-overlay"))
         .arg(&out)
-        .args(["--binary", BIN])
-        .args(["--family", "rocm7-py312", "--manifest"])
-        .arg(r.join("manifests/rocm7-py312.toml"))
-        .arg("--site")
-        .arg(r.join("examples/standin/common"))
-        .arg("--site")
-        .arg(r.join("examples/standin/vllm-only"))
-        .args(["--family", "rocm7-py310", "--manifest"])
-        .arg(r.join("manifests/rocm7-py310.toml"))
-        .arg("--site")
-        .arg(r.join("examples/standin/common"))
+        .arg(BIN)
         .stdout(Stdio::null())
         .status()
         .unwrap();
