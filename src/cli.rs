@@ -4,10 +4,14 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::builder::BoolishValueParser;
+use clap::builder::{BoolishValueParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use thiserror::Error;
 
-use crate::envvars as ev;
+use crate::engines::Engine;
+use crate::envvars::{self as ev, Env};
+use crate::spec::{InitSpec, Privileges};
+use infera_exec_derive::Refuse;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -66,11 +70,46 @@ pub enum ManifestCommand {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum EngineArg {
+/// `--engine`: one of the engine table's names, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineChoice {
     Auto,
-    Vllm,
-    Sglang,
+    One(Engine),
+}
+
+/// `auto` and the table's engine names. Works on the raw value so that a non-UTF-8 value
+/// is reported as an invalid `--engine` value (lossily shown), not as a generic error.
+#[derive(Clone)]
+struct EngineChoiceParser;
+
+impl TypedValueParser for EngineChoiceParser {
+    type Value = EngineChoice;
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<EngineChoice, clap::Error> {
+        let text = value.to_string_lossy();
+        if text == "auto" {
+            return Ok(EngineChoice::Auto);
+        }
+        if let Some(e) = Engine::from_name(&text) {
+            return Ok(EngineChoice::One(e));
+        }
+        use clap::error::{ContextKind, ContextValue, ErrorKind};
+        let mut err = clap::Error::new(ErrorKind::InvalidValue).with_cmd(cmd);
+        let arg = arg.map_or_else(|| "--engine".to_string(), ToString::to_string);
+        err.insert(ContextKind::InvalidArg, ContextValue::String(arg));
+        err.insert(ContextKind::InvalidValue, ContextValue::String(text.into_owned()));
+        let valid = std::iter::once("auto").chain(Engine::names()).map(String::from).collect();
+        err.insert(ContextKind::ValidValue, ContextValue::Strings(valid));
+        Err(err)
+    }
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let names = std::iter::once("auto").chain(Engine::names());
+        Some(Box::new(names.map(clap::builder::PossibleValue::new)))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -88,8 +127,8 @@ pub struct RunArgs {
     #[arg(long, env = ev::INFERA_ROOT, default_value = "/", value_name = "DIR")]
     pub root: PathBuf,
     /// The engine to run; `auto` picks the one installed in the image.
-    #[arg(long, env = ev::INFERA_ENGINE, value_enum, default_value = "auto")]
-    pub engine: EngineArg,
+    #[arg(long, env = ev::INFERA_ENGINE, value_parser = EngineChoiceParser, default_value = "auto")]
+    pub engine: EngineChoice,
     /// Capabilities the pod needs (comma-separated, repeatable): mooncake, hipfile, ...
     #[arg(long, env = ev::INFERA_REQUIRE, value_delimiter = ',', value_name = "CAP[,CAP]")]
     pub require: Vec<String>,
@@ -146,11 +185,19 @@ impl Role {
     }
 }
 
-/// What the pod asked for, resolved from argv and environment.
+/// `INFERA_VERIFY`: check the selected tree against its integrity record before exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    Off,
+    Size,
+    Digest,
+}
+
+/// What the pod asked for, resolved from argv and environment, every value validated.
 #[derive(Debug, Clone)]
 pub struct Request {
     pub role: Role,
-    pub engine: EngineArg,
+    pub engine: EngineChoice,
     pub require: Vec<String>,
     pub family: Option<String>,
     pub allow: Vec<String>,
@@ -159,40 +206,99 @@ pub struct Request {
     pub overlay: PathBuf,
     pub dry_run: bool,
     pub output: Output,
-    pub init: bool,
-    pub init_group: bool,
-    pub init_grace: Option<f64>,
-    pub drop_caps: Option<Vec<String>>,
-    pub no_new_privs: bool,
+    pub init: Option<InitSpec>,
+    pub privileges: Privileges,
+    pub verify: Verify,
+}
+
+/// A day: longer grace periods are a typo, and would overflow time arithmetic.
+pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
+
+/// Values the argument parser accepted but that do not mean anything.
+#[derive(Debug, Clone, PartialEq, Error, Refuse)]
+pub enum UsageError {
+    #[error("--init-grace {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
+    #[refuse(code = "init-grace-invalid", exit = Usage)]
+    InitGrace { value: f64 },
+    #[error("--drop-caps: `{name}` is not a Linux capability")]
+    #[refuse(
+        code = "drop-caps-invalid",
+        exit = Usage,
+        hint = "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK"
+    )]
+    DropCaps { name: String },
+    #[error("INFERA_ALLOW / --allow names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
+    #[refuse(code = "allow-unknown", exit = Usage)]
+    AllowUnknown { name: String, rules: Vec<String> },
+    #[error("{}=`{value}`: expected size, digest or off", ev::INFERA_VERIFY)]
+    #[refuse(code = "verify-invalid", exit = Usage)]
+    Verify { value: String },
+    #[error("argument {index} after `--` contains a NUL byte")]
+    #[refuse(code = "arg-nul", exit = Usage, hint = "an execve argument cannot hold NUL; fix the pod spec's args")]
+    ArgNul { index: usize },
+}
+
+/// `net_bind_service,CAP_KILL` → the set, sorted; `none` (or empty) → keep nothing.
+pub fn parse_caps(list: &[String]) -> Result<Vec<caps::Capability>, UsageError> {
+    use std::str::FromStr;
+    let mut keep = Vec::new();
+    for name in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none")) {
+        let cap = caps::Capability::from_str(&caps::to_canonical(name))
+            .map_err(|_| UsageError::DropCaps { name: name.to_string() })?;
+        if !keep.contains(&cap) {
+            keep.push(cap);
+        }
+    }
+    keep.sort_by_key(|c| c.to_string());
+    Ok(keep)
+}
+
+/// Trimmed, without empties and duplicates, in order.
+fn clean(v: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in v.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()) {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
 }
 
 impl Request {
-    pub fn from_cli(role: Role, a: RunArgs) -> Request {
-        let clean = |v: Vec<String>| -> Vec<String> {
-            let mut out: Vec<String> = Vec::new();
-            for s in v.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()) {
-                if !out.contains(&s) {
-                    out.push(s);
-                }
-            }
-            out
+    pub fn resolve(role: Role, a: RunArgs, env: &Env) -> Result<Request, UsageError> {
+        if let Some(g) = a.init_grace.filter(|g| !(0.0..=MAX_GRACE_SECONDS).contains(g)) {
+            return Err(UsageError::InitGrace { value: g });
+        }
+        let init = a.init.then_some(InitSpec { group: a.init_group, grace_seconds: a.init_grace });
+        let keep_caps = a.drop_caps.as_deref().map(parse_caps).transpose()?;
+        let allow = clean(a.allow);
+        let rules = crate::rules::codes();
+        if let Some(name) = allow.iter().find(|x| !rules.contains(&x.as_str())) {
+            return Err(UsageError::AllowUnknown {
+                name: name.clone(),
+                rules: rules.iter().map(|r| r.to_string()).collect(),
+            });
+        }
+        let verify = match ev::get(env, ev::INFERA_VERIFY).map(|v| v.to_string_lossy()).as_deref() {
+            None | Some("" | "off" | "0") => Verify::Off,
+            Some("size") => Verify::Size,
+            Some("digest") => Verify::Digest,
+            Some(other) => return Err(UsageError::Verify { value: other.to_string() }),
         };
-        Request {
+        Ok(Request {
             role,
             engine: a.engine,
             require: clean(a.require),
             family: a.family.filter(|f| !f.is_empty()),
-            allow: clean(a.allow),
+            allow,
             args: a.args,
             root: a.root,
             overlay: a.overlay,
             dry_run: a.dry_run || role == Role::Check,
             output: a.output,
-            init: a.init,
-            init_group: a.init_group,
-            init_grace: a.init_grace,
-            drop_caps: a.drop_caps,
-            no_new_privs: a.no_new_privs,
-        }
+            init,
+            privileges: Privileges { keep_caps, no_new_privs: a.no_new_privs },
+            verify,
+        })
     }
 }

@@ -1,138 +1,19 @@
-//! Engine dialects: one table of canonical options with each engine's spellings, and a
-//! reader that understands every form argparse accepts (`--flag v`, `--flag=v`, vLLM's
-//! `--flag_with_underscores`, short aliases, `--no-...` booleans; the last one wins).
-//! The reader never changes the args; planning only appends absent flags.
+//! Reading engine args in the engine's own dialect: every form argparse accepts
+//! (`--flag v`, `--flag=v`, vLLM's `--flag_with_underscores`, short aliases, `--no-...`
+//! booleans, unambiguous prefixes; the last one wins), with the spellings of the engine
+//! table (`engines.rs`). The reader never changes the args; planning only appends absent
+//! flags.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 
-use serde::Serialize;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Opt {
-    Model,
-    TensorParallelSize,
-    KvCacheDtype,
-    MaxSeqs,
-    LoadFormat,
-    PrefixCaching,
-    ChunkedPrefill,
-    MmEncoderTpMode,
-    KvTransferConfig,
-    DisaggregationMode,
-    DisaggregationBackend,
-    HicacheStorageBackend,
-    DataParallelSize,
-    PipelineParallelSize,
-    Nnodes,
-    DistributedExecutorBackend,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Engine {
-    Vllm,
-    Sglang,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Vllm => "vllm",
-            Engine::Sglang => "sglang",
-        }
-    }
-    pub fn from_name(s: &str) -> Option<Engine> {
-        match s {
-            "vllm" => Some(Engine::Vllm),
-            "sglang" => Some(Engine::Sglang),
-            _ => None,
-        }
-    }
-}
-
-/// How an option is spelled in one engine.
-#[derive(Debug, Clone, Copy)]
-pub enum Spelling {
-    /// Takes a value. The first name is the one the launcher writes.
-    Value(&'static [&'static str]),
-    /// `--enable-x` / `--no-enable-x` (argparse BooleanOptionalAction).
-    Bool { on: &'static str, off: &'static str },
-    /// A flag that turns the feature *off* (`--disable-radix-cache`).
-    OffFlag(&'static str),
-    /// A value where `value_off` means "off" (`--chunked-prefill-size -1`).
-    ValueOff { names: &'static [&'static str], value_off: &'static str },
-}
-
-/// The canonical table. `None`: the engine has no such option.
-pub fn spelling(engine: Engine, opt: Opt) -> Option<Spelling> {
-    use Spelling::*;
-    Some(match (engine, opt) {
-        (Engine::Vllm, Opt::Model) => Value(&["--model"]),
-        (Engine::Vllm, Opt::TensorParallelSize) => Value(&["--tensor-parallel-size", "-tp"]),
-        (Engine::Vllm, Opt::KvCacheDtype) => Value(&["--kv-cache-dtype"]),
-        (Engine::Vllm, Opt::MaxSeqs) => Value(&["--max-num-seqs"]),
-        (Engine::Vllm, Opt::LoadFormat) => Value(&["--load-format"]),
-        (Engine::Vllm, Opt::PrefixCaching) => Bool { on: "--enable-prefix-caching", off: "--no-enable-prefix-caching" },
-        (Engine::Vllm, Opt::ChunkedPrefill) => {
-            Bool { on: "--enable-chunked-prefill", off: "--no-enable-chunked-prefill" }
-        }
-        (Engine::Vllm, Opt::MmEncoderTpMode) => Value(&["--mm-encoder-tp-mode"]),
-        (Engine::Vllm, Opt::KvTransferConfig) => Value(&["--kv-transfer-config"]),
-        (Engine::Vllm, Opt::DataParallelSize) => Value(&["--data-parallel-size", "-dp"]),
-        (Engine::Vllm, Opt::PipelineParallelSize) => Value(&["--pipeline-parallel-size", "-pp"]),
-        (Engine::Vllm, Opt::Nnodes) => Value(&["--nnodes"]),
-        (Engine::Vllm, Opt::DistributedExecutorBackend) => Value(&["--distributed-executor-backend"]),
-        (Engine::Vllm, _) => return None,
-        (Engine::Sglang, Opt::Model) => Value(&["--model-path", "--model"]),
-        (Engine::Sglang, Opt::TensorParallelSize) => Value(&["--tp-size", "--tensor-parallel-size"]),
-        (Engine::Sglang, Opt::KvCacheDtype) => Value(&["--kv-cache-dtype"]),
-        (Engine::Sglang, Opt::MaxSeqs) => Value(&["--max-running-requests"]),
-        (Engine::Sglang, Opt::LoadFormat) => Value(&["--load-format"]),
-        (Engine::Sglang, Opt::PrefixCaching) => OffFlag("--disable-radix-cache"),
-        (Engine::Sglang, Opt::ChunkedPrefill) => ValueOff { names: &["--chunked-prefill-size"], value_off: "-1" },
-        (Engine::Sglang, Opt::DisaggregationMode) => Value(&["--disaggregation-mode"]),
-        (Engine::Sglang, Opt::DisaggregationBackend) => Value(&["--disaggregation-transfer-backend"]),
-        (Engine::Sglang, Opt::HicacheStorageBackend) => Value(&["--hicache-storage-backend"]),
-        (Engine::Sglang, Opt::DataParallelSize) => Value(&["--dp-size", "--data-parallel-size"]),
-        (Engine::Sglang, Opt::PipelineParallelSize) => Value(&["--pp-size", "--pipeline-parallel-size"]),
-        (Engine::Sglang, Opt::Nnodes) => Value(&["--nnodes"]),
-        (Engine::Sglang, _) => return None,
-    })
-}
-
-pub const ALL_OPTS: [Opt; 16] = [
-    Opt::Model,
-    Opt::TensorParallelSize,
-    Opt::KvCacheDtype,
-    Opt::MaxSeqs,
-    Opt::LoadFormat,
-    Opt::PrefixCaching,
-    Opt::ChunkedPrefill,
-    Opt::MmEncoderTpMode,
-    Opt::KvTransferConfig,
-    Opt::DisaggregationMode,
-    Opt::DisaggregationBackend,
-    Opt::HicacheStorageBackend,
-    Opt::DataParallelSize,
-    Opt::PipelineParallelSize,
-    Opt::Nnodes,
-    Opt::DistributedExecutorBackend,
-];
+use crate::engines::{Engine, Normalise, Opt, Spelling};
 
 /// Every long spelling the launcher knows for an engine.
 fn long_names(engine: Engine) -> Vec<&'static str> {
-    let mut v = Vec::new();
-    for o in ALL_OPTS {
-        match spelling(engine, o) {
-            Some(Spelling::Value(n)) | Some(Spelling::ValueOff { names: n, .. }) => v.extend(n.iter().copied()),
-            Some(Spelling::Bool { on, off }) => v.extend([on, off]),
-            Some(Spelling::OffFlag(f)) => v.push(f),
-            None => {}
-        }
-    }
+    let mut v: Vec<&'static str> =
+        Opt::ALL.iter().filter_map(|o| engine.spelling(*o)).flat_map(Spelling::names).collect();
     v.retain(|n| n.starts_with("--"));
     v
 }
@@ -159,7 +40,7 @@ fn unabbreviate(engine: Engine, name: String) -> String {
 /// engine is chosen).
 pub fn model_refs(args: &[OsString]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for e in [Engine::Vllm, Engine::Sglang] {
+    for e in Engine::all() {
         if let Some(m) = read(e, args).value(Opt::Model) {
             if !out.iter().any(|x| x == m) {
                 out.push(m.to_string());
@@ -215,11 +96,9 @@ impl Parsed {
 /// Normalise a long option name the way the engine's parser does.
 fn normalise(engine: Engine, name: &[u8]) -> String {
     let s = String::from_utf8_lossy(name).into_owned();
-    if engine == Engine::Vllm && s.starts_with("--") {
-        // vLLM's FlexibleArgumentParser rewrites `_` to `-` in long names.
-        format!("--{}", s[2..].replace('_', "-"))
-    } else {
-        s
+    match engine.info().normalise {
+        Normalise::UnderscoresToDashes if s.starts_with("--") => format!("--{}", s[2..].replace('_', "-")),
+        _ => s,
     }
 }
 
@@ -243,8 +122,8 @@ pub fn read(engine: Engine, args: &[OsString]) -> Parsed {
         let written = normalise(engine, name_bytes);
         let name = unabbreviate(engine, written.clone());
         let mut consumed = 1;
-        for opt in ALL_OPTS {
-            let Some(sp) = spelling(engine, opt) else {
+        for &opt in Opt::ALL {
+            let Some(sp) = engine.spelling(opt) else {
                 continue;
             };
             let hit = match sp {
@@ -279,21 +158,11 @@ pub fn read(engine: Engine, args: &[OsString]) -> Parsed {
 
 /// The args to append so that `opt` is `value` (the engine's first spelling).
 pub fn render(engine: Engine, opt: Opt, value: &str) -> Option<Vec<OsString>> {
-    match spelling(engine, opt)? {
+    match engine.spelling(opt)? {
         Spelling::Value(names) => Some(vec![names[0].into(), value.into()]),
         Spelling::Bool { on, off } => Some(vec![if value == "on" { on } else { off }.into()]),
         Spelling::OffFlag(f) => (value == "off").then(|| vec![f.into()]),
         Spelling::ValueOff { names, value_off } => (value == "off").then(|| vec![names[0].into(), value_off.into()]),
-    }
-}
-
-/// The primary spelling of an option in an engine, for messages.
-pub fn primary(engine: Engine, opt: Opt) -> String {
-    match spelling(engine, opt) {
-        Some(Spelling::Value(n)) | Some(Spelling::ValueOff { names: n, .. }) => n[0].to_string(),
-        Some(Spelling::Bool { on, .. }) => on.to_string(),
-        Some(Spelling::OffFlag(f)) => f.to_string(),
-        None => format!("({opt:?})"),
     }
 }
 
@@ -326,14 +195,17 @@ mod tests {
     /// Every spelling of every canonical option, in every form argparse accepts.
     #[test]
     fn table_every_option_every_form() {
-        for e in [Engine::Vllm, Engine::Sglang] {
-            for o in ALL_OPTS {
-                let Some(sp) = spelling(e, o) else { continue };
+        for e in Engine::all() {
+            for &o in Opt::ALL {
+                let Some(sp) = e.spelling(o) else { continue };
                 match sp {
                     Spelling::Value(names) | Spelling::ValueOff { names, .. } => {
                         for n in names {
                             let mut forms = vec![a(&[n, "7"]), a(&[&format!("{n}=7")]), a(&["--x", n, "1", n, "7"])];
-                            if e == Engine::Vllm && n.starts_with("--") && n[2..].contains('-') {
+                            if e.info().normalise == Normalise::UnderscoresToDashes
+                                && n.starts_with("--")
+                                && n[2..].contains('-')
+                            {
                                 let u = format!("--{}", n[2..].replace('-', "_"));
                                 forms.push(a(&[&u, "7"]));
                                 forms.push(a(&[&format!("{u}=7")]));
@@ -355,7 +227,7 @@ mod tests {
                         assert_eq!(read(e, &a(&[on])).get(o), Some(&Setting::On), "{on}");
                         assert_eq!(read(e, &a(&[on, off])).get(o), Some(&Setting::Off), "{off}");
                         assert_eq!(read(e, &a(&[off, on])).get(o), Some(&Setting::On));
-                        if e == Engine::Vllm {
+                        if e.info().normalise == Normalise::UnderscoresToDashes {
                             let u = format!("--{}", on[2..].replace('-', "_"));
                             assert_eq!(read(e, &a(&[&u])).get(o), Some(&Setting::On), "{u}");
                         }

@@ -1,4 +1,27 @@
-//! Every environment variable the launcher reads or sets, in one place.
+//! Every environment variable the launcher reads or sets, in one place, and the `Env`
+//! type: the environment as a value (never read from globals after `main`).
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+
+pub type Env = BTreeMap<OsString, OsString>;
+
+/// The value of `name`, if set.
+pub fn get<'a>(env: &'a Env, name: &str) -> Option<&'a OsString> {
+    env.get(OsStr::new(name))
+}
+
+/// The value of `name` if it is set and not empty.
+pub fn get_nonempty<'a>(env: &'a Env, name: &str) -> Option<&'a OsString> {
+    get(env, name).filter(|v| !v.is_empty())
+}
+
+/// `1`, `true`, `yes`, `on` (any case).
+pub fn truthy(env: &Env, name: &str) -> bool {
+    get(env, name)
+        .and_then(|v| v.to_str())
+        .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+}
 
 pub const INFERA_OVERLAY: &str = "INFERA_OVERLAY";
 pub const INFERA_ROOT: &str = "INFERA_ROOT";
@@ -35,6 +58,9 @@ pub const ROCM_HOME: &str = "ROCM_HOME";
 pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
 pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+/// Mooncake's switch to its TCP transport (no RDMA needed).
+pub const MC_FORCE_TCP: &str = "MC_FORCE_TCP";
 
 pub const HF_HUB_CACHE: &str = "HF_HUB_CACHE";
 pub const HF_HOME: &str = "HF_HOME";

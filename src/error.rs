@@ -1,4 +1,9 @@
-//! The one place where outcomes become exit codes (DESIGN.md, "Exit codes").
+//! Where outcomes become exit codes (DESIGN.md, "Exit codes").
+//!
+//! Every module has its own error enum whose variants carry the path and the cause; each
+//! enum implements [`Refuse`], so the variant itself knows its stable code, its exit code
+//! and the hint a user can act on. A [`Refusal`] is the printable form, made from any of
+//! them with `?`/`into()` and rendered in one place (`lib.rs`).
 
 use serde::Serialize;
 
@@ -27,8 +32,18 @@ impl Exit {
     }
 }
 
+/// An error that refuses the run: its message is its `Display`.
+pub trait Refuse: std::fmt::Display {
+    /// Stable machine-readable name (the JSON `error.code`).
+    fn code(&self) -> &str;
+    fn exit(&self) -> Exit;
+    /// What the user can do about it.
+    fn hint(&self) -> Option<String> {
+        None
+    }
+}
+
 /// A refusal: what was found, where, what was expected, and what to do.
-/// `code` is a stable machine-readable name (also the JSON `error.code`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
     pub code: String,
@@ -44,21 +59,20 @@ fn ser_exit<S: serde::Serializer>(e: &Exit, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_i32(e.code())
 }
 
+impl<E: Refuse> From<E> for Refusal {
+    fn from(e: E) -> Refusal {
+        Refusal { code: e.code().to_string(), message: e.to_string(), hint: e.hint(), exit: e.exit() }
+    }
+}
+
 impl Refusal {
-    pub fn new(exit: Exit, code: impl Into<String>, message: impl Into<String>) -> Self {
-        Refusal { exit, code: code.into(), message: message.into(), hint: None }
-    }
-
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
-        self
-    }
-
-    /// The text form printed on stderr: `error: ...` then `hint: ...`.
+    /// The text form printed on stderr: `error[code]: ...` then `hint: ...`.
     pub fn render(&self) -> String {
         let mut s = format!("error[{}]: {}\n", self.code, self.message);
         if let Some(h) = &self.hint {
-            s.push_str(&format!("hint: {h}\n"));
+            s.push_str("hint: ");
+            s.push_str(h);
+            s.push('\n');
         }
         s
     }
@@ -66,7 +80,7 @@ impl Refusal {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.message)
+        f.write_str(&self.message)
     }
 }
 

@@ -1,21 +1,55 @@
-//! The only stage with side effects: replace this process by the planned command.
+//! The only stage with side effects: carry out the plan's exec section exactly — its
+//! privilege steps, then replace this process by the program with the planned argv, the
+//! complete environment and working directory (or, with `--init`, run it as a child).
 
 use std::io;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::error::{Exit, Refusal};
-use crate::plan::ExecSpec;
+use thiserror::Error;
+
+use infera_exec_derive::Refuse;
+
+use crate::error::Refusal;
+use crate::spec::ExecSpec;
+
+#[derive(Debug, Error, Refuse)]
+pub enum ExecError {
+    #[error("execve `{}` failed: {cause}", program.display())]
+    #[refuse(code = "exec-not-found", exit = NotFound)]
+    NotFound { program: PathBuf, cause: io::Error },
+    #[error("execve `{}` failed: {cause}", program.display())]
+    #[refuse(code = "exec-failed", exit = CannotExec)]
+    Failed { program: PathBuf, cause: io::Error },
+}
+
+pub fn exec_error(program: &Path, cause: io::Error) -> ExecError {
+    let program = program.to_path_buf();
+    match cause.kind() {
+        io::ErrorKind::NotFound => ExecError::NotFound { program, cause },
+        _ => ExecError::Failed { program, cause },
+    }
+}
+
+/// The file execve is given: the host file with `--root`, else the program itself.
+pub fn file(x: &ExecSpec) -> &Path {
+    x.host_program.as_deref().unwrap_or(&x.program)
+}
 
 /// Build the command exactly as planned. Right before execve every signal disposition
 /// is reset to default and the signal mask emptied: std resets SIGPIPE, but not a mask
 /// inherited from whoever started the launcher, nor other ignored signals.
 pub fn command(x: &ExecSpec) -> Command {
-    let file = x.host_program.as_ref().unwrap_or(&x.program);
+    let file = file(x);
     let mut c = Command::new(file);
     c.arg0(file);
     c.args(x.argv.iter().skip(1));
+    c.env_clear();
     c.envs(x.env.iter());
+    if let Some(d) = &x.cwd {
+        c.current_dir(d);
+    }
     // SAFETY: only async-signal-safe calls (signal, sigprocmask) before execve.
     unsafe {
         c.pre_exec(|| {
@@ -32,16 +66,13 @@ pub fn command(x: &ExecSpec) -> Command {
     c
 }
 
-/// execve; only returns on failure, mapped to 126/127.
-pub fn exec(x: &ExecSpec) -> Refusal {
+/// Carry out the exec section. Returns only when the run cannot happen (the refusal) or,
+/// in init mode, with the code the launcher must exit with.
+pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
+    crate::privs::apply(&x.privileges)?;
+    if let Some(init) = &x.init {
+        return crate::init::run(x, init);
+    }
     let err = command(x).exec();
-    exec_error(x.host_program.as_ref().unwrap_or(&x.program), &err)
-}
-
-pub fn exec_error(program: &std::path::Path, err: &io::Error) -> Refusal {
-    let (exit, code) = match err.kind() {
-        io::ErrorKind::NotFound => (Exit::NotFound, "exec-not-found"),
-        _ => (Exit::CannotExec, "exec-failed"),
-    };
-    Refusal::new(exit, code, format!("execve `{}` failed: {err}", program.display()))
+    Err(exec_error(file(x), err).into())
 }

@@ -10,14 +10,8 @@ use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::plan::ExecSpec;
-
-pub struct Options {
-    /// Forward to the child's process group instead of the child alone.
-    pub group: bool,
-    /// After forwarding SIGTERM: SIGKILL what is left after this long.
-    pub grace: Option<Duration>,
-}
+use crate::error::Refusal;
+use crate::spec::{ExecSpec, InitSpec};
 
 /// Signals an init must not block: the synchronous ones, and those that cannot be caught.
 const NOT_FORWARDED: [Signal; 8] = [
@@ -39,8 +33,11 @@ fn blocked_set() -> SigSet {
     set
 }
 
-/// Returns the exit code the launcher must exit with.
-pub fn run(x: &ExecSpec, opts: &Options) -> i32 {
+/// Returns the exit code the launcher must exit with, or the refusal when the child
+/// cannot be started (126/127).
+pub fn run(x: &ExecSpec, opts: &InitSpec) -> Result<i32, Refusal> {
+    // Bounded when the request was resolved (0 ..= a day), so the conversion cannot fail.
+    let grace = opts.grace_seconds.and_then(|g| Duration::try_from_secs_f64(g).ok());
     let pid1 = std::process::id() == 1;
     if !pid1 {
         if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
@@ -60,11 +57,7 @@ pub fn run(x: &ExecSpec, opts: &Options) -> i32 {
     // exec::command resets dispositions and the mask in the child before execve.
     let child = match cmd.spawn() {
         Ok(c) => Pid::from_raw(c.id() as i32),
-        Err(e) => {
-            let r = crate::exec::exec_error(x.host_program.as_ref().unwrap_or(&x.program), &e);
-            eprint!("{}", r.render());
-            return r.exit.code();
-        }
+        Err(e) => return Err(crate::exec::exec_error(crate::exec::file(x), e).into()),
     };
     let target = if opts.group { Pid::from_raw(-child.as_raw()) } else { child };
     let mut deadline: Option<Instant> = None;
@@ -83,7 +76,7 @@ pub fn run(x: &ExecSpec, opts: &Options) -> i32 {
             }
         }
         if let Some(code) = status {
-            return code;
+            return Ok(code);
         }
         let timeout = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(Duration::from_secs(1)),
@@ -94,7 +87,7 @@ pub fn run(x: &ExecSpec, opts: &Options) -> i32 {
             Some(sig) => {
                 let _ = kill(target, sig);
                 if sig == Signal::SIGTERM && deadline.is_none() {
-                    deadline = opts.grace.and_then(|g| Instant::now().checked_add(g));
+                    deadline = grace.and_then(|g| Instant::now().checked_add(g));
                 }
             }
         }

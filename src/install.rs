@@ -4,32 +4,42 @@
 //! emptyDir, then checks the copy against each tree's integrity record.
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Exit, Refusal};
+use thiserror::Error;
 
-pub fn run(dest: &Path, from: Option<PathBuf>) -> i32 {
-    match install(dest, from) {
-        Ok(n) => {
-            let _ = writeln!(
-                std::io::stdout(),
-                "installed the overlay into {} ({n} files); trees match their records",
-                dest.display()
-            );
-            0
-        }
-        Err(r) => {
-            let _ = std::io::stderr().write_all(r.render().as_bytes());
-            r.exit.code()
-        }
-    }
+use infera_exec_derive::Refuse;
+
+use crate::error::Refusal;
+
+#[derive(Debug, Error, Refuse)]
+pub enum InstallError {
+    #[error("{what} `{}`: {cause}", path.display())]
+    #[refuse(code = "install-failed", exit = Missing, hint = "the destination must be a writable directory (an emptyDir volume)")]
+    Io { what: &'static str, path: PathBuf, cause: std::io::Error },
+    #[error("`{}` holds no trees/ to install", from.display())]
+    #[refuse(code = "overlay-missing", exit = Missing, hint = "run `install` from the overlay image, or pass --from OVERLAY")]
+    NoTrees { from: PathBuf },
+    #[error("`{}` and the overlay `{}` overlap; install into a separate (empty) directory", dest.display(), from.display())]
+    #[refuse(code = "install-overlap", exit = Usage)]
+    Overlap { dest: PathBuf, from: PathBuf },
+    #[error("`{}` is not empty and is not an earlier copy of the overlay (it holds {})", dest.display(), foreign.join(", "))]
+    #[refuse(code = "install-not-empty", exit = Usage, hint = "install into an empty directory (an emptyDir volume)")]
+    NotEmpty { dest: PathBuf, foreign: Vec<String> },
+    #[error("the copy in `{}` does not match:{list}", dest.display())]
+    #[refuse(code = "integrity", exit = Invalid)]
+    Integrity { dest: PathBuf, list: String },
 }
 
-fn err(e: std::io::Error, what: &str, p: &Path) -> Refusal {
-    Refusal::new(Exit::Missing, "install-failed", format!("{what} `{}`: {e}", p.display()))
-        .hint("the destination must be a writable directory (an emptyDir volume)")
+/// Copy, check, and say what was done (the text for stdout).
+pub fn run(dest: &Path, from: Option<PathBuf>) -> Result<String, Refusal> {
+    let n = install(dest, from)?;
+    Ok(format!("installed the overlay into {} ({n} files); trees match their records\n", dest.display()))
+}
+
+fn err(cause: std::io::Error, what: &'static str, p: &Path) -> InstallError {
+    InstallError::Io { what, path: p.to_path_buf(), cause }
 }
 
 fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
@@ -42,12 +52,7 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
         }
     };
     if !from.join("trees").is_dir() {
-        return Err(Refusal::new(
-            Exit::Missing,
-            "overlay-missing",
-            format!("`{}` holds no trees/ to install", from.display()),
-        )
-        .hint("run `install` from the overlay image, or pass --from OVERLAY"));
+        return Err(InstallError::NoTrees { from }.into());
     }
     // Never delete what is not ours: the destination must not hold the source, sit inside
     // it, or be a non-empty directory other than an earlier copy of the overlay.
@@ -56,15 +61,7 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     let dst = fs::canonicalize(&dst).unwrap_or(dst);
     // (Run from the overlay image itself the source is `/`: only its bin/ and trees/ count.)
     if dst.starts_with(src.join("bin")) || dst.starts_with(src.join("trees")) || src.starts_with(&dst) {
-        return Err(Refusal::new(
-            Exit::Usage,
-            "install-overlap",
-            format!(
-                "`{}` and the overlay `{}` overlap; install into a separate (empty) directory",
-                dst.display(),
-                src.display()
-            ),
-        ));
+        return Err(InstallError::Overlap { dest: dst, from: src }.into());
     }
     if let Ok(rd) = fs::read_dir(&dst) {
         let foreign: Vec<String> = rd
@@ -74,16 +71,7 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
             .collect();
         let earlier_copy = dst.join("trees").is_dir();
         if !foreign.is_empty() || (dst.join("bin").exists() && !earlier_copy) {
-            return Err(Refusal::new(
-                Exit::Usage,
-                "install-not-empty",
-                format!(
-                    "`{}` is not empty and is not an earlier copy of the overlay (it holds {})",
-                    dst.display(),
-                    foreign.join(", ")
-                ),
-            )
-            .hint("install into an empty directory (an emptyDir volume)"));
+            return Err(InstallError::NotEmpty { dest: dst, foreign }.into());
         }
     }
     fs::create_dir_all(dest).map_err(|e| err(e, "cannot create", dest))?;
@@ -97,23 +85,19 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     }
     // An emptyDir is created world-writable; the launcher refuses such a payload.
     fs::set_permissions(dest, fs::Permissions::from_mode(0o755)).map_err(|e| err(e, "cannot chmod", dest))?;
-    let ov = crate::overlay::load(dest, false).map_err(Refusal::from)?;
+    let ov = crate::overlay::load(dest, &crate::overlay::LoadOptions::default())?;
     for t in &ov.trees {
-        if let Err(problems) = crate::manifest_cmd::verify_tree(&t.dir, &t.family, false) {
+        if let Err(problems) = crate::payload::verify_tree(&t.dir, &t.family, false) {
             if problems.iter().any(|p| !p.what.starts_with("no integrity record")) {
                 let list: String = problems.iter().map(|p| format!("\n  trees/{}/{p}", t.family)).collect();
-                return Err(Refusal::new(
-                    Exit::Invalid,
-                    "integrity",
-                    format!("the copy in `{}` does not match:{list}", dest.display()),
-                ));
+                return Err(InstallError::Integrity { dest: dest.to_path_buf(), list }.into());
             }
         }
     }
     Ok(n)
 }
 
-fn copy_tree(src: &Path, dst: &Path) -> Result<usize, Refusal> {
+fn copy_tree(src: &Path, dst: &Path) -> Result<usize, InstallError> {
     let meta = fs::symlink_metadata(src).map_err(|e| err(e, "cannot read", src))?;
     if meta.file_type().is_symlink() {
         let t = fs::read_link(src).map_err(|e| err(e, "cannot read link", src))?;

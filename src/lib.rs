@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod dialect;
+pub mod engines;
 pub mod envvars;
 pub mod error;
 pub mod exec;
@@ -19,20 +20,18 @@ pub mod privs;
 pub mod report;
 pub mod rootfs;
 pub mod rules;
-pub mod usable;
+pub mod spec;
 pub mod version;
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
 
 use clap::Parser;
 
-use cli::{Cli, Command, Output, Request, Role};
+use cli::{Cli, Command, Output, Request, Role, Verify};
 use error::{Exit, Refusal};
 
-/// The environment as a value (never read from globals after `main`).
-pub type Env = BTreeMap<OsString, OsString>;
+pub use envvars::Env;
 
 /// Parse, plan, print or exec. Returns the exit code when it does not exec.
 pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
@@ -43,44 +42,76 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
             return if e.use_stderr() { Exit::Usage.code() } else { 0 };
         }
     };
-    let req = match cli.command {
-        Command::Worker(a) => Request::from_cli(Role::Worker, a),
-        Command::Server(a) => Request::from_cli(Role::Server, a),
-        Command::Check(a) => Request::from_cli(Role::Check, a),
-        Command::Manifest(m) => return manifest_cmd::run(m),
-        Command::Install { dest, from } => return install::run(&dest, from),
+    let outcome = match cli.command {
+        Command::Worker(a) => resolve(Role::Worker, a, &env),
+        Command::Server(a) => resolve(Role::Server, a, &env),
+        Command::Check(a) => resolve(Role::Check, a, &env),
+        Command::Manifest(m) => manifest_cmd::run(&m).map(Done::Print),
+        Command::Install { dest, from } => install::run(&dest, from).map(Done::Print),
     };
-    launch(&req, &env)
+    match outcome {
+        Ok(Done::Print(text)) => {
+            let _ = std::io::stdout().write_all(text.as_bytes());
+            Exit::Ok.code()
+        }
+        Ok(Done::Exit(code)) => code,
+        Err(r) => refuse(&r),
+    }
+}
+
+enum Done {
+    /// Text for stdout, exit 0.
+    Print(String),
+    /// The launch already printed what it had to; exit with this code.
+    Exit(i32),
+}
+
+fn resolve(role: Role, a: cli::RunArgs, env: &Env) -> Result<Done, Refusal> {
+    let req = Request::resolve(role, a, env)?;
+    Ok(Done::Exit(launch(&req, env)))
+}
+
+/// The one place a refusal is printed.
+fn refuse(r: &Refusal) -> i32 {
+    let _ = std::io::stderr().write_all(r.render().as_bytes());
+    r.exit.code()
 }
 
 pub fn launch(req: &Request, env: &Env) -> i32 {
     let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
     let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
-    let overlay = overlay::load(&req.overlay, nix::unistd::geteuid().is_root()).map_err(Refusal::from);
+    let opts = overlay::LoadOptions { check_writable: nix::unistd::geteuid().is_root(), modules: Vec::new() };
+    let mut overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
     let probe: std::collections::BTreeSet<String> =
-        overlay.iter().flat_map(|o| o.trees.iter().flat_map(|t| t.modules.iter().cloned())).collect();
+        overlay.iter().flat_map(|o| o.trees.iter().flat_map(|t| t.facts.top_modules.iter().cloned())).collect();
     let facts = facts::Facts::gather(root, env, &models, &probe);
+    // The integrity check is a fact about the one tree the run would use.
+    if req.verify != Verify::Off {
+        let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, env };
+        if let (Some(family), Ok(ov)) = (plan::selected_family(&inputs), overlay.as_mut()) {
+            if let Some(t) = ov.trees.iter_mut().find(|t| t.family == family) {
+                overlay::verify(t, req.verify == Verify::Digest);
+            }
+        }
+    }
     let plan = plan::plan(&plan::Inputs { req, facts: &facts, overlay: &overlay, env });
 
-    let mut out = std::io::stdout().lock();
-    let mut err = std::io::stderr().lock();
     if req.dry_run {
         let text = match req.output {
             Output::Json => report::json(&plan) + "\n",
             Output::Text => report::text(&plan, req.role == Role::Check),
         };
-        let _ = out.write_all(text.as_bytes());
-        if let Some(e) = &plan.error {
-            let _ = err.write_all(e.render().as_bytes());
-        }
-        return plan.exit().code();
+        let _ = std::io::stdout().write_all(text.as_bytes());
+        return match &plan.error {
+            Some(e) => refuse(e),
+            None => Exit::Ok.code(),
+        };
     }
     if let Some(e) = &plan.error {
         if req.output == Output::Json {
-            let _ = out.write_all((report::json(&plan) + "\n").as_bytes());
+            let _ = std::io::stdout().write_all((report::json(&plan) + "\n").as_bytes());
         }
-        let _ = err.write_all(e.render().as_bytes());
-        return e.exit.code();
+        return refuse(e);
     }
     for f in &plan.findings {
         match f.level {
@@ -91,29 +122,10 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let Some(x) = &plan.exec else {
         return Exit::Ok.code();
     };
-    let _ = err.flush();
-    drop(out);
-    drop(err);
-    // The plan holds the kept set, validated and canonical: exactly what the dry run showed.
-    if let Some(keep) = &x.keep_caps {
-        let keep = privs::parse_keep(keep);
-        if let Err(r) = keep.and_then(|k| privs::drop_all_but(&k, req.no_new_privs)) {
-            let _ = std::io::stderr().write_all(r.render().as_bytes());
-            return r.exit.code();
-        }
-    } else if req.no_new_privs {
-        if let Err(e) = nix::sys::prctl::set_no_new_privs() {
-            let r = Refusal::new(Exit::CannotExec, "no-new-privs-failed", format!("cannot set no_new_privs: {e}"));
-            let _ = std::io::stderr().write_all(r.render().as_bytes());
-            return r.exit.code();
-        }
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    match exec::run(x) {
+        Ok(code) => code,
+        Err(r) => refuse(&r),
     }
-    if req.init {
-        // Bounded while planning (0 ..= MAX_GRACE_SECONDS), so the conversion cannot fail.
-        let grace = req.init_grace.and_then(|g| std::time::Duration::try_from_secs_f64(g).ok());
-        return init::run(x, &init::Options { group: req.init_group, grace });
-    }
-    let refusal = exec::exec(x);
-    let _ = std::io::stderr().write_all(refusal.render().as_bytes());
-    refusal.exit.code()
 }

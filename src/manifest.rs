@@ -6,12 +6,28 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engines::Engine;
 use crate::facts::site::is_identifier;
 use crate::rootfs::parse_minor;
 
 pub const SCHEMA: u32 = 1;
-/// The engines whose flags the launcher knows.
-pub const KNOWN_ENGINES: [&str; 2] = ["vllm", "sglang"];
+
+/// DESIGN.md's minimal manifest: the contract every launcher version reads (examples, tests).
+pub const MINIMAL: &str = r#"schema = 1
+family = "rocm7-py312"
+[abi]
+python = "3.12"
+rocm = "7"
+[engines.vllm]
+module = "infera.engine.vllm"
+[server]
+module = "infera.server"
+[capabilities.mooncake]
+modules = ["mooncake"]
+[capabilities.hipfile]
+modules = ["hipfile"]
+engines = ["vllm"]
+"#;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -92,9 +108,63 @@ impl Manifest {
     }
 }
 
+/// What is wrong with a manifest (the file is named by the caller).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{0}")]
+    Unreadable(String),
+    #[error("not valid UTF-8")]
+    NotUtf8,
+    /// TOML syntax, unknown keys, wrong types (the parser's own message).
+    #[error("{0}")]
+    Toml(String),
+    #[error("schema = {found} is not supported (this launcher reads schema {SCHEMA})")]
+    Schema { found: u32 },
+    #[error("family `{family}` must be lowercase letters, digits, `.`, `_` or `-`")]
+    FamilyName { family: String },
+    #[error("family `{family}` does not match its directory `trees/{dir}`")]
+    FamilyDir { family: String, dir: String },
+    #[error("abi.python = `{value}` must be a CPython minor such as \"3.12\"")]
+    AbiPython { value: String },
+    #[error("abi.rocm = `{value}` must be a ROCm major such as \"7\"")]
+    AbiRocm { value: String },
+    #[error("[engines.{name}]: unknown engine (this launcher knows {})", Engine::names().join(", "))]
+    UnknownEngine { name: String },
+    #[error("[engines.{name}] module `{module}` is not a Python module name")]
+    EngineModule { name: String, module: String },
+    #[error("[engines.{name}] versions = `{spec}`: {cause}")]
+    EngineVersions { name: String, spec: String, cause: crate::version::SpecError },
+    #[error("[server] module `{module}` is not a Python module name")]
+    ServerModule { module: String },
+    #[error("the tree offers no [engines.*] and no [server]: nothing to run")]
+    NothingToRun,
+    #[error("capability `{name}` must be lowercase letters, digits, `.`, `_` or `-`")]
+    CapabilityName { name: String },
+    #[error("[capabilities.{name}] module `{module}` is not a Python module name (paths are not allowed)")]
+    CapabilityModule { name: String, module: String },
+    #[error(
+        "[capabilities.{name}] library `{lib}` escapes the tree's lib/ (give a file name such as \"libhipfile.so.0\")"
+    )]
+    CapabilityLibrary { name: String, lib: String },
+    #[error("[capabilities.{name}] is offered to engine `{engine}`, which the tree has no [engines.{engine}] for")]
+    CapabilityEngine { name: String, engine: String },
+    #[error("[capabilities.{name}] names no modules and no libraries: nothing would be checked")]
+    CapabilityEmpty { name: String },
+    #[error("[env] `{key}` is not an environment variable name")]
+    EnvName { key: String },
+    #[error(
+        "[env] `{key}` is composed by the launcher (the tree's directories are prepended to it); a tree cannot set it"
+    )]
+    EnvComposed { key: String },
+    #[error("[env] {key} contains a NUL byte")]
+    EnvNul { key: String },
+    #[error("allow_shadow entry `{entry}` is not a top-level module name")]
+    AllowShadow { entry: String },
+}
+
 /// Parse and validate. `dir_name` is the tree's directory name, which must equal `family`.
-pub fn parse(text: &str, dir_name: &str) -> Result<Manifest, String> {
-    let m: Manifest = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+pub fn parse(text: &str, dir_name: &str) -> Result<Manifest, ManifestError> {
+    let m: Manifest = toml::from_str(text).map_err(|e| ManifestError::Toml(e.to_string().trim_end().to_string()))?;
     validate(&m, dir_name)?;
     Ok(m)
 }
@@ -110,86 +180,83 @@ fn is_name(s: &str) -> bool {
         && !s.starts_with('.')
 }
 
-pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), String> {
+pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), ManifestError> {
+    use ManifestError as E;
     if m.schema != SCHEMA {
-        return Err(format!("schema = {} is not supported (this launcher reads schema {SCHEMA})", m.schema));
+        return Err(E::Schema { found: m.schema });
     }
     if !is_name(&m.family) {
-        return Err(format!("family `{}` must be lowercase letters, digits, `.`, `_` or `-`", m.family));
+        return Err(E::FamilyName { family: m.family.clone() });
     }
     if m.family != dir_name {
-        return Err(format!("family `{}` does not match its directory `trees/{dir_name}`", m.family));
+        return Err(E::FamilyDir { family: m.family.clone(), dir: dir_name.to_string() });
     }
     match parse_minor(&m.abi.python) {
         Some((3, _)) if m.abi.python.matches('.').count() == 1 => {}
-        _ => return Err(format!("abi.python = `{}` must be a CPython minor such as \"3.12\"", m.abi.python)),
+        _ => return Err(E::AbiPython { value: m.abi.python.clone() }),
     }
     if m.abi.rocm.is_empty() || !m.abi.rocm.bytes().all(|b| b.is_ascii_digit()) || m.abi.rocm.len() > 3 {
-        return Err(format!("abi.rocm = `{}` must be a ROCm major such as \"7\"", m.abi.rocm));
+        return Err(E::AbiRocm { value: m.abi.rocm.clone() });
     }
     for (name, e) in &m.engines {
-        if !KNOWN_ENGINES.contains(&name.as_str()) {
-            return Err(format!("[engines.{name}]: unknown engine (this launcher knows {})", KNOWN_ENGINES.join(", ")));
+        if Engine::from_name(name).is_none() {
+            return Err(E::UnknownEngine { name: name.clone() });
         }
         if !is_dotted_module(&e.module) {
-            return Err(format!("[engines.{name}] module `{}` is not a Python module name", e.module));
+            return Err(E::EngineModule { name: name.clone(), module: e.module.clone() });
         }
         if let Some(v) = &e.versions {
-            crate::version::Spec::parse(v).map_err(|err| format!("[engines.{name}] versions = `{v}`: {err}"))?;
+            crate::version::Spec::parse(v).map_err(|cause| E::EngineVersions {
+                name: name.clone(),
+                spec: v.clone(),
+                cause,
+            })?;
         }
     }
-    if let Some(s) = &m.server {
-        if !is_dotted_module(&s.module) {
-            return Err(format!("[server] module `{}` is not a Python module name", s.module));
-        }
+    if let Some(s) = m.server.as_ref().filter(|s| !is_dotted_module(&s.module)) {
+        return Err(E::ServerModule { module: s.module.clone() });
     }
     if m.engines.is_empty() && m.server.is_none() {
-        return Err("the tree offers no [engines.*] and no [server]: nothing to run".to_string());
+        return Err(E::NothingToRun);
     }
     for (name, c) in &m.capabilities {
-        if !is_name(name) {
-            return Err(format!("capability `{name}` must be lowercase letters, digits, `.`, `_` or `-`"));
-        }
-        for module in &c.modules {
-            if !is_dotted_module(module) {
-                return Err(format!(
-                    "[capabilities.{name}] module `{module}` is not a Python module name (paths are not allowed)"
-                ));
-            }
-        }
-        for lib in &c.libraries {
-            if lib.contains('/') || lib == ".." || lib == "." || lib.is_empty() || lib.contains('\0') {
-                return Err(format!(
-                    "[capabilities.{name}] library `{lib}` escapes the tree's lib/ (give a file name such as \"libhipfile.so.0\")"
-                ));
-            }
-        }
-        for e in &c.engines {
-            if !m.engines.contains_key(e) {
-                return Err(format!(
-                    "[capabilities.{name}] is offered to engine `{e}`, which the tree has no [engines.{e}] for"
-                ));
-            }
-        }
-        if c.modules.is_empty() && c.libraries.is_empty() {
-            return Err(format!("[capabilities.{name}] names no modules and no libraries: nothing would be checked"));
-        }
+        validate_capability(m, name, c)?;
     }
     for (k, v) in &m.env {
         if !is_env_name(k) {
-            return Err(format!("[env] `{k}` is not an environment variable name"));
+            return Err(E::EnvName { key: k.clone() });
         }
         if LAUNCHER_ENV.contains(&k.as_str()) || k.starts_with("INFERA_") {
-            return Err(format!("[env] `{k}` is composed by the launcher (the tree's directories are prepended to it); a tree cannot set it"));
+            return Err(E::EnvComposed { key: k.clone() });
         }
         if v.contains('\0') {
-            return Err(format!("[env] {k} contains a NUL byte"));
+            return Err(E::EnvNul { key: k.clone() });
         }
     }
-    for s in &m.allow_shadow {
-        if !is_identifier(s) {
-            return Err(format!("allow_shadow entry `{s}` is not a top-level module name"));
-        }
+    if let Some(s) = m.allow_shadow.iter().find(|s| !is_identifier(s)) {
+        return Err(E::AllowShadow { entry: s.clone() });
+    }
+    Ok(())
+}
+
+fn validate_capability(m: &Manifest, name: &str, c: &Capability) -> Result<(), ManifestError> {
+    use ManifestError as E;
+    let name_ = || name.to_string();
+    if !is_name(name) {
+        return Err(E::CapabilityName { name: name_() });
+    }
+    if let Some(module) = c.modules.iter().find(|x| !is_dotted_module(x)) {
+        return Err(E::CapabilityModule { name: name_(), module: module.clone() });
+    }
+    let bad_lib = |l: &&String| l.contains('/') || *l == ".." || *l == "." || l.is_empty() || l.contains('\0');
+    if let Some(lib) = c.libraries.iter().find(bad_lib) {
+        return Err(E::CapabilityLibrary { name: name_(), lib: lib.clone() });
+    }
+    if let Some(e) = c.engines.iter().find(|e| !m.engines.contains_key(*e)) {
+        return Err(E::CapabilityEngine { name: name_(), engine: e.clone() });
+    }
+    if c.modules.is_empty() && c.libraries.is_empty() {
+        return Err(E::CapabilityEmpty { name: name_() });
     }
     Ok(())
 }
@@ -212,22 +279,7 @@ pub fn is_env_name(k: &str) -> bool {
 mod tests {
     use super::*;
 
-    const GOOD: &str = r#"
-schema = 1
-family = "rocm7-py312"
-[abi]
-python = "3.12"
-rocm = "7"
-[engines.vllm]
-module = "infera.engine.vllm"
-[server]
-module = "infera.server"
-[capabilities.mooncake]
-modules = ["mooncake"]
-[capabilities.hipfile]
-modules = ["hipfile"]
-engines = ["vllm"]
-"#;
+    const GOOD: &str = MINIMAL;
 
     #[test]
     fn minimal_contract_parses() {
@@ -251,7 +303,7 @@ engines = ["vllm"]
             (GOOD.replace("schema = 1", "schema = 2"), "schema = 2"),
         ];
         for (text, want) in cases {
-            let e = parse(&text, "rocm7-py312").unwrap_err();
+            let e = parse(&text, "rocm7-py312").unwrap_err().to_string();
             assert!(e.contains(want), "{want:?} not in {e:?}");
         }
     }

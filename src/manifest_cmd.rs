@@ -1,29 +1,57 @@
 //! `infera-exec manifest schema|generate|verify`: build-side tools for the overlay.
+//! Each returns the text for stdout; refusals are printed by the caller.
 
-use std::io::Write;
-use std::path::Path;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
 
 use crate::cli::ManifestCommand;
-use crate::error::{Exit, Refusal};
+use infera_exec_derive::Refuse;
+
+use crate::error::Refusal;
 use crate::manifest;
 use crate::overlay;
 use crate::payload::{self, Problem, Record, RECORD};
 
-pub fn run(cmd: ManifestCommand) -> i32 {
-    let result = match cmd {
-        ManifestCommand::Schema => {
-            let _ = std::io::stdout().write_all(manifest::schema_json().as_bytes());
-            Ok(())
-        }
-        ManifestCommand::Generate { tree, check } => generate(&tree, check),
-        ManifestCommand::Verify { overlay, digest } => verify(&overlay, digest),
-    };
-    match result {
-        Ok(()) => 0,
-        Err(r) => {
-            let _ = std::io::stderr().write_all(r.render().as_bytes());
-            r.exit.code()
-        }
+#[derive(Debug, Error, Refuse)]
+pub enum ManifestCmdError {
+    #[error("`{}` is not a directory", path.display())]
+    #[refuse(code = "tree-missing", exit = Missing)]
+    TreeMissing { path: PathBuf },
+    #[error("`{}`: {reason}", path.display())]
+    #[refuse(code = "manifest-invalid", exit = Invalid)]
+    ManifestInvalid { path: PathBuf, reason: manifest::ManifestError },
+    #[error("tree {family} does not match its manifest ({}):{}", manifest.display(), listing(problems, ""))]
+    #[refuse(
+        code = "payload-contradicts-manifest",
+        exit = Invalid,
+        hint = "rebuild the payload for the declared ABI, or fix [abi] / [capabilities] in the manifest"
+    )]
+    Contradicts { family: String, manifest: PathBuf, problems: Vec<Problem> },
+    #[error("`{}` does not exist", path.display())]
+    #[refuse(code = "record-missing", exit = Invalid, hint = "run `infera-exec manifest generate` on the tree")]
+    RecordMissing { path: PathBuf },
+    #[error("`{}` is out of date:{}", path.display(), diffs.iter().map(|d| format!("\n  {d}")).collect::<String>())]
+    #[refuse(code = "record-stale", exit = Invalid, hint = "run `infera-exec manifest generate` on the tree")]
+    RecordStale { path: PathBuf, diffs: Vec<String> },
+    #[error("`{}`: {reason}", path.display())]
+    #[refuse(code = "record-unwritable", exit = Invalid)]
+    RecordUnwritable { path: PathBuf, reason: String },
+    #[error("the overlay `{}` does not match its integrity records:{}", overlay.display(), problems.iter().map(|p| format!("\n  {p}")).collect::<String>())]
+    #[refuse(
+        code = "integrity",
+        exit = Invalid,
+        hint = "the overlay image is corrupted or was modified after `manifest generate`; pull or rebuild it"
+    )]
+    Integrity { overlay: PathBuf, problems: Vec<String> },
+}
+
+pub fn run(cmd: &ManifestCommand) -> Result<String, Refusal> {
+    match cmd {
+        ManifestCommand::Schema => Ok(manifest::schema_json()),
+        ManifestCommand::Generate { tree, check } => generate(tree, *check),
+        ManifestCommand::Verify { overlay, digest } => verify(overlay, *digest),
     }
 }
 
@@ -32,134 +60,90 @@ fn listing(problems: &[Problem], prefix: &str) -> String {
 }
 
 /// Derive the tree's facts and record; refuse when the contents contradict `[abi]`.
-pub fn generate(tree: &Path, check: bool) -> Result<(), Refusal> {
+pub fn generate(tree: &Path, check: bool) -> Result<String, Refusal> {
     if !tree.is_dir() {
-        return Err(Refusal::new(Exit::Missing, "tree-missing", format!("`{}` is not a directory", tree.display())));
+        return Err(ManifestCmdError::TreeMissing { path: tree.to_path_buf() }.into());
     }
     let family = tree.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mpath = tree.join("manifest.toml");
-    let text = std::fs::read_to_string(&mpath)
-        .map_err(|e| Refusal::new(Exit::Invalid, "manifest-invalid", format!("`{}`: {e}", mpath.display())))?;
-    let m = manifest::parse(&text, &family)
-        .map_err(|e| Refusal::new(Exit::Invalid, "manifest-invalid", format!("`{}`: {e}", mpath.display())))?;
-    let (derived, mut problems) =
-        payload::derive(tree, &m).map_err(|e| Refusal::new(Exit::Invalid, "tree-unreadable", e))?;
-    let (files, file_problems) =
-        payload::record_files(tree).map_err(|e| Refusal::new(Exit::Invalid, "tree-unreadable", e))?;
+    let invalid = |reason| ManifestCmdError::ManifestInvalid { path: mpath.clone(), reason };
+    let text =
+        std::fs::read_to_string(&mpath).map_err(|e| invalid(manifest::ManifestError::Unreadable(e.to_string())))?;
+    let m = manifest::parse(&text, &family).map_err(invalid)?;
+    let (derived, mut problems) = payload::derive(tree, &m)?;
+    let (files, file_problems) = payload::record_files(tree)?;
     problems.extend(file_problems);
     if !problems.is_empty() {
-        return Err(Refusal::new(
-            Exit::Invalid,
-            "payload-contradicts-manifest",
-            format!("tree {family} does not match its manifest ({}):{}", mpath.display(), listing(&problems, "")),
-        )
-        .hint("rebuild the payload for the declared ABI, or fix [abi] / [capabilities] in the manifest"));
+        return Err(ManifestCmdError::Contradicts { family, manifest: mpath, problems }.into());
     }
     let record = Record { schema: 1, family: family.clone(), derived, files };
-    let mut out = std::io::stdout().lock();
+    let mut out = String::new();
     let d = &record.derived;
     let caps: Vec<String> =
         d.capabilities.iter().map(|(n, c)| format!("{n} {}", if c.present { "present" } else { "missing" })).collect();
     let bytes: u64 = record.files.iter().filter_map(|f| f.size).sum();
+    let list = |v: Vec<String>| if v.is_empty() { "-".to_string() } else { v.join(", ") };
     let _ = writeln!(
         out,
         "tree {family}: python {} ({} abi3 modules), ROCm {}, libpython {}\ncapabilities: {}\nrecord: {} files, {bytes} bytes",
-        if d.python.is_empty() { "-".to_string() } else { d.python.join(", ") },
+        list(d.python.clone()),
         d.abi3_modules,
-        if d.rocm.is_empty() { "-".to_string() } else { d.rocm.iter().map(u32::to_string).collect::<Vec<_>>().join(", ") },
-        if d.libpython.is_empty() { "-".to_string() } else { d.libpython.join(", ") },
-        if caps.is_empty() { "-".to_string() } else { caps.join(", ") },
+        list(d.rocm.iter().map(u32::to_string).collect()),
+        list(d.libpython.clone()),
+        list(caps),
         record.files.len(),
     );
     let rpath = tree.join(RECORD);
     if check {
-        let old = payload::read_record(tree)
-            .map_err(|e| Refusal::new(Exit::Invalid, "record-invalid", e))?
-            .ok_or_else(|| {
-                Refusal::new(Exit::Invalid, "record-missing", format!("`{}` does not exist", rpath.display()))
-                    .hint("run `infera-exec manifest generate` on the tree")
-            })?;
+        let old = payload::read_record(tree)?.ok_or_else(|| ManifestCmdError::RecordMissing { path: rpath.clone() })?;
         if old != record {
-            let mut diffs = Vec::new();
-            if old.derived != record.derived {
-                diffs.push(format!("derived facts: recorded {:?}, now {:?}", old.derived, record.derived));
-            }
-            let a: std::collections::BTreeMap<_, _> = old.files.iter().map(|f| (&f.path, f)).collect();
-            let b: std::collections::BTreeMap<_, _> = record.files.iter().map(|f| (&f.path, f)).collect();
-            for (p, f) in &b {
-                match a.get(p) {
-                    None => diffs.push(format!("{p}: new file")),
-                    Some(o) if o != f => diffs.push(format!("{p}: changed")),
-                    _ => {}
-                }
-            }
-            diffs.extend(a.keys().filter(|p| !b.contains_key(*p)).map(|p| format!("{p}: removed")));
-            return Err(Refusal::new(
-                Exit::Invalid,
-                "record-stale",
-                format!(
-                    "`{}` is out of date:{}",
-                    rpath.display(),
-                    diffs.iter().map(|d| format!("\n  {d}")).collect::<String>()
-                ),
-            )
-            .hint("run `infera-exec manifest generate` on the tree"));
+            return Err(ManifestCmdError::RecordStale { path: rpath, diffs: differences(&old, &record) }.into());
         }
         let _ = writeln!(out, "{} is up to date", rpath.display());
-        return Ok(());
+        return Ok(out);
     }
     let json = serde_json::to_string_pretty(&record).unwrap_or_default() + "\n";
     std::fs::write(&rpath, json)
-        .map_err(|e| Refusal::new(Exit::Invalid, "record-unwritable", format!("`{}`: {e}", rpath.display())))?;
+        .map_err(|e| ManifestCmdError::RecordUnwritable { path: rpath.clone(), reason: e.to_string() })?;
     let _ = writeln!(out, "wrote {}", rpath.display());
-    Ok(())
+    Ok(out)
 }
 
-pub fn verify(overlay_dir: &Path, digest: bool) -> Result<(), Refusal> {
-    let ov = overlay::load(overlay_dir, nix::unistd::geteuid().is_root()).map_err(Refusal::from)?;
+fn differences(old: &Record, new: &Record) -> Vec<String> {
+    let mut diffs = Vec::new();
+    if old.derived != new.derived {
+        diffs.push(format!("derived facts: recorded {:?}, now {:?}", old.derived, new.derived));
+    }
+    let a: std::collections::BTreeMap<_, _> = old.files.iter().map(|f| (&f.path, f)).collect();
+    let b: std::collections::BTreeMap<_, _> = new.files.iter().map(|f| (&f.path, f)).collect();
+    for (p, f) in &b {
+        match a.get(p) {
+            None => diffs.push(format!("{p}: new file")),
+            Some(o) if o != f => diffs.push(format!("{p}: changed")),
+            _ => {}
+        }
+    }
+    diffs.extend(a.keys().filter(|p| !b.contains_key(*p)).map(|p| format!("{p}: removed")));
+    diffs
+}
+
+pub fn verify(overlay_dir: &Path, digest: bool) -> Result<String, Refusal> {
+    let opts = overlay::LoadOptions { check_writable: nix::unistd::geteuid().is_root(), modules: Vec::new() };
+    let ov = overlay::load(overlay_dir, &opts)?;
     let mut problems: Vec<String> = Vec::new();
     let mut files = 0;
     for t in &ov.trees {
-        match verify_tree(&t.dir, &t.family, digest) {
+        match payload::verify_tree(&t.dir, &t.family, digest) {
             Ok(n) => files += n,
             Err(ps) => problems.extend(ps.iter().map(|p| format!("trees/{}/{p}", t.family))),
         }
     }
     if !problems.is_empty() {
-        return Err(Refusal::new(
-            Exit::Invalid,
-            "integrity",
-            format!(
-                "the overlay `{}` does not match its integrity records:{}",
-                ov.dir.display(),
-                problems.iter().map(|p| format!("\n  {p}")).collect::<String>()
-            ),
-        )
-        .hint("the overlay image is corrupted or was modified after `manifest generate`; pull or rebuild it"));
+        return Err(ManifestCmdError::Integrity { overlay: ov.dir, problems }.into());
     }
-    let _ = writeln!(
-        std::io::stdout(),
-        "ok: {} trees, {files} files match their records ({})",
+    Ok(format!(
+        "ok: {} trees, {files} files match their records ({})\n",
         ov.trees.len(),
         if digest { "sizes and BLAKE3 digests" } else { "presence and sizes" }
-    );
-    Ok(())
-}
-
-/// Check one tree against its record; the number of files on success.
-pub fn verify_tree(tree: &Path, family: &str, digest: bool) -> Result<usize, Vec<Problem>> {
-    let one = |what: String| vec![Problem { path: RECORD.into(), what }];
-    let record = match payload::read_record(tree) {
-        Ok(Some(r)) => r,
-        Ok(None) => return Err(one("no integrity record; run `infera-exec manifest generate` when staging".into())),
-        Err(e) => return Err(one(e)),
-    };
-    if record.family != family {
-        return Err(one(format!("records family `{}`, but the tree is `{family}`", record.family)));
-    }
-    match payload::verify(tree, &record, digest) {
-        Ok(ps) if ps.is_empty() => Ok(record.files.len()),
-        Ok(ps) => Err(ps),
-        Err(e) => Err(one(e)),
-    }
+    ))
 }

@@ -9,6 +9,7 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use infera_exec_derive::Refuse;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +78,21 @@ impl std::fmt::Display for Problem {
     }
 }
 
+/// A tree or its record could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Refuse)]
+pub enum PayloadError {
+    #[error("`{}`: {reason}", path.display())]
+    #[refuse(code = "tree-unreadable", exit = Invalid)]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("`{}`: {reason}", path.display())]
+    #[refuse(code = "record-invalid", exit = Invalid)]
+    RecordInvalid { path: PathBuf, reason: String },
+}
+
+fn unreadable(tree: &Path) -> impl FnOnce(std::io::Error) -> PayloadError + '_ {
+    move |e| PayloadError::Unreadable { path: tree.to_path_buf(), reason: e.to_string() }
+}
+
 /// Every file and symlink under the tree (relative paths, sorted), without the record itself.
 fn walk(tree: &Path) -> std::io::Result<Vec<(String, fs::Metadata)>> {
     let mut out = Vec::new();
@@ -119,8 +135,8 @@ fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
 }
 
 /// The integrity record of a tree: sizes and digests, hashed in parallel.
-pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), String> {
-    let files = walk(tree).map_err(|e| format!("`{}`: {e}", tree.display()))?;
+pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), PayloadError> {
+    let files = walk(tree).map_err(unreadable(tree))?;
     let results: Vec<Result<Entry, Problem>> = files
         .par_iter()
         .map(|(rel, m)| {
@@ -152,8 +168,8 @@ pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), String> {
 
 /// What the tree's shared objects and extension modules say, and the files that
 /// disagree with the manifest's `[abi]`.
-pub fn derive(tree: &Path, manifest: &Manifest) -> Result<(Derived, Vec<Problem>), String> {
-    let files = walk(tree).map_err(|e| format!("`{}`: {e}", tree.display()))?;
+pub fn derive(tree: &Path, manifest: &Manifest) -> Result<(Derived, Vec<Problem>), PayloadError> {
+    let files = walk(tree).map_err(unreadable(tree))?;
     let (want_py, want_rocm) = (manifest.abi.python.clone(), manifest.rocm_major());
     let mut d = Derived::default();
     let mut problems = Vec::new();
@@ -256,8 +272,8 @@ fn elf_needed(path: &Path) -> Option<Result<Vec<String>, String>> {
 }
 
 /// Compare a tree against its record. Sizes and presence always; digests with `digest`.
-pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>, String> {
-    let files = walk(tree).map_err(|e| format!("`{}`: {e}", tree.display()))?;
+pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>, PayloadError> {
+    let files = walk(tree).map_err(unreadable(tree))?;
     let actual: BTreeMap<&str, &fs::Metadata> = files.iter().map(|(p, m)| (p.as_str(), m)).collect();
     let expected: BTreeMap<&str, &Entry> = record.files.iter().map(|e| (e.path.as_str(), e)).collect();
     let mut problems: Vec<Problem> = Vec::new();
@@ -318,11 +334,30 @@ pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>
     Ok(problems)
 }
 
-pub fn read_record(tree: &Path) -> Result<Option<Record>, String> {
+pub fn read_record(tree: &Path) -> Result<Option<Record>, PayloadError> {
     let p = tree.join(RECORD);
+    let invalid = |reason: String| PayloadError::RecordInvalid { path: p.clone(), reason };
     match crate::rootfs::read_bounded(&p, 256 << 20) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("`{}`: {e}", p.display())),
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| invalid(e.to_string())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("`{}`: {e}", p.display())),
+        Err(e) => Err(invalid(e.to_string())),
+    }
+}
+
+/// Check one tree against its record; the number of files on success.
+pub fn verify_tree(tree: &Path, family: &str, digest: bool) -> Result<usize, Vec<Problem>> {
+    let one = |what: String| vec![Problem { path: RECORD.into(), what }];
+    let record = match read_record(tree) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Err(one("no integrity record; run `infera-exec manifest generate` when staging".into())),
+        Err(e) => return Err(one(e.to_string())),
+    };
+    if record.family != family {
+        return Err(one(format!("records family `{}`, but the tree is `{family}`", record.family)));
+    }
+    match verify(tree, &record, digest) {
+        Ok(ps) if ps.is_empty() => Ok(record.files.len()),
+        Ok(ps) => Err(ps),
+        Err(e) => Err(one(e.to_string())),
     }
 }

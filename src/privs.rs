@@ -1,48 +1,51 @@
-//! Dropping Linux capabilities before exec, in the safe order: the bounding set first
-//! (needs CAP_SETPCAP, which is dropped later), then effective/permitted/inheritable,
-//! then ambient. Optionally no_new_privs.
-
-use std::str::FromStr;
+//! Privilege steps before exec, in the safe order: the bounding set first (needs
+//! CAP_SETPCAP, which is dropped later), then effective/permitted/inheritable, then
+//! ambient; then no_new_privs.
 
 use caps::{CapSet, Capability, CapsHashSet};
+use thiserror::Error;
 
-use crate::error::{Exit, Refusal};
+use crate::spec::Privileges;
+use infera_exec_derive::Refuse;
 
-/// `net_bind_service,CAP_KILL` → the set; `none` (or empty) → keep nothing.
-pub fn parse_keep(list: &[String]) -> Result<CapsHashSet, Refusal> {
-    let mut keep = CapsHashSet::new();
-    for name in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none")) {
-        let canon = caps::to_canonical(name);
-        let cap = Capability::from_str(&canon).map_err(|_| {
-            Refusal::new(Exit::Usage, "drop-caps-invalid", format!("--drop-caps: `{name}` is not a Linux capability"))
-                .hint("name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK")
-        })?;
-        keep.insert(cap);
-    }
-    Ok(keep)
+#[derive(Debug, Error, Refuse)]
+pub enum PrivError {
+    #[error("cannot drop capabilities ({what}): {cause}")]
+    #[refuse(code = "drop-caps-failed", exit = CannotExec)]
+    DropCaps { what: String, cause: caps::errors::CapsError },
+    #[error("cannot set no_new_privs: {cause}")]
+    #[refuse(code = "no-new-privs-failed", exit = CannotExec)]
+    NoNewPrivs { cause: nix::errno::Errno },
 }
 
-pub fn drop_all_but(keep: &CapsHashSet, no_new_privs: bool) -> Result<(), Refusal> {
-    let fail = |what: &str, e: caps::errors::CapsError| {
-        Refusal::new(Exit::CannotExec, "drop-caps-failed", format!("cannot drop capabilities ({what}): {e}"))
+/// Carry out the plan's privilege steps on this process.
+pub fn apply(p: &Privileges) -> Result<(), PrivError> {
+    if let Some(keep) = &p.keep_caps {
+        drop_all_but(&keep.iter().copied().collect())?;
+    }
+    if p.no_new_privs {
+        nix::sys::prctl::set_no_new_privs().map_err(|cause| PrivError::NoNewPrivs { cause })?;
+    }
+    Ok(())
+}
+
+fn drop_all_but(keep: &CapsHashSet) -> Result<(), PrivError> {
+    let fail = |what: &str| {
+        let what = what.to_string();
+        move |cause| PrivError::DropCaps { what, cause }
     };
-    let bounding = caps::read(None, CapSet::Bounding).map_err(|e| fail("read bounding", e))?;
+    let bounding = caps::read(None, CapSet::Bounding).map_err(fail("read bounding"))?;
     for c in bounding.difference(keep) {
-        caps::drop(None, CapSet::Bounding, *c).map_err(|e| fail("bounding", e))?;
+        caps::drop(None, CapSet::Bounding, *c).map_err(fail("bounding"))?;
     }
     for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
-        let now = caps::read(None, set).map_err(|e| fail("read", e))?;
-        let new: CapsHashSet = now.intersection(keep).copied().collect();
-        caps::set(None, set, &new).map_err(|e| fail(&format!("{set:?}"), e))?;
+        let now = caps::read(None, set).map_err(fail("read"))?;
+        let new: CapsHashSet = now.intersection(keep).copied().collect::<std::collections::HashSet<Capability>>();
+        caps::set(None, set, &new).map_err(fail(&format!("{set:?}")))?;
     }
-    let ambient = caps::read(None, CapSet::Ambient).map_err(|e| fail("read ambient", e))?;
+    let ambient = caps::read(None, CapSet::Ambient).map_err(fail("read ambient"))?;
     for c in ambient.difference(keep) {
-        caps::drop(None, CapSet::Ambient, *c).map_err(|e| fail("ambient", e))?;
-    }
-    if no_new_privs {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| {
-            Refusal::new(Exit::CannotExec, "no-new-privs-failed", format!("cannot set no_new_privs: {e}"))
-        })?;
+        caps::drop(None, CapSet::Ambient, *c).map_err(fail("ambient"))?;
     }
     Ok(())
 }

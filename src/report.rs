@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::finding::Level;
 use crate::plan::Plan;
+use crate::spec::{is_secret, ExecSpec, REDACTED};
 
 pub fn json(plan: &Plan) -> String {
     serde_json::to_string_pretty(plan)
@@ -44,56 +45,36 @@ pub fn text(plan: &Plan, check: bool) -> String {
     let mut o = String::new();
     let f = &plan.facts;
     let _ = writeln!(o, "infera-exec {} plan{}", plan.role, if plan.error.is_some() { " (refused)" } else { "" });
-    if let Some(py) = f.get("python").filter(|v| !v.is_null()) {
-        let ev: Vec<&str> =
-            py["evidence"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
-        let _ = writeln!(
-            o,
-            "  python    {} at {} (from {})",
-            py["version"].as_str().unwrap_or("?"),
-            py["executable"].as_str().unwrap_or("?"),
-            ev.join(", ")
-        );
+    if let Some(py) = f.python {
+        let _ =
+            writeln!(o, "  python    {} at {} (from {})", py.version, py.executable.display(), py.evidence.join(", "));
     }
-    if let Some(r) = f.get("rocm").filter(|v| !v.is_null()) {
-        let _ = writeln!(
-            o,
-            "  rocm      {} (from {})",
-            r["version"].as_str().unwrap_or("?"),
-            r["source"].as_str().unwrap_or("?")
-        );
+    if let Some(r) = f.rocm {
+        let _ = writeln!(o, "  rocm      {} (from {})", r.version, r.source);
     }
-    if let Some(t) = f.get("torch").filter(|v| !v.is_null()) {
+    if let Some(t) = f.torch {
         let _ = writeln!(
             o,
             "  torch     {} (hip {})",
-            t["version"].as_str().unwrap_or("?"),
-            t["hip"].as_str().unwrap_or("none")
+            t.version.as_deref().unwrap_or("?"),
+            t.hip.as_deref().unwrap_or("none")
         );
     }
-    let gpus = f.get("gpus").and_then(|g| g.as_u64()).map(|g| g.to_string()).unwrap_or_else(|| "unknown".into());
-    let _ = writeln!(o, "  gpus      {gpus} ({})", f.get("gpus_source").and_then(|s| s.as_str()).unwrap_or(""));
-    if let Some(h) = f.get("host").filter(|v| !v.is_null()) {
-        let list = |k: &str| -> String {
-            let v: Vec<&str> =
-                h["caps"][k].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
-            if v.is_empty() {
-                "-".into()
-            } else {
-                v.join(",")
-            }
-        };
-        let memlock = h["memlock"].as_u64().map(|b| format!("{} KiB", b / 1024)).unwrap_or_else(|| "unlimited".into());
+    let gpus = f.gpus.map_or_else(|| "unknown".to_string(), |g| g.to_string());
+    let _ = writeln!(o, "  gpus      {gpus} ({})", f.gpus_source);
+    if let Some(h) = f.host {
+        let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(",") };
+        let memlock = h.memlock.map_or_else(|| "unlimited".to_string(), |b| format!("{} KiB", b / 1024));
         let _ = writeln!(o, "  memlock   {memlock}");
-        let _ = writeln!(o, "  caps      effective {}", list("effective"));
-        let _ = writeln!(o, "            bounding  {}", list("bounding"));
-        let _ = writeln!(o, "            ambient   {}", list("ambient"));
-        let rdma = h["rdma_devices"].as_array().map(|a| a.len()).unwrap_or(0);
+        let _ = writeln!(o, "  caps      effective {}", list(&h.caps.effective));
+        let _ = writeln!(o, "            bounding  {}", list(&h.caps.bounding));
+        let _ = writeln!(o, "            ambient   {}", list(&h.caps.ambient));
         let _ = writeln!(
             o,
-            "  devices   /dev/kfd {}, {} render nodes, {rdma} RDMA devices",
-            if h["kfd"] == true { "present" } else { "absent" },
-            h["render_nodes"]
+            "  devices   /dev/kfd {}, {} render nodes, {} RDMA devices",
+            if h.kfd { "present" } else { "absent" },
+            h.render_nodes,
+            h.rdma_devices.len()
         );
     } else if check {
         let _ = writeln!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)");
@@ -129,21 +110,7 @@ pub fn text(plan: &Plan, check: bool) -> String {
         }
     }
     if let Some(x) = &plan.exec {
-        let cmd: Vec<String> = x.argv.iter().map(|a| shell_quote(a)).collect();
-        let _ = writeln!(o, "  exec      {}", cmd.join(" "));
-        for (k, v) in &x.env {
-            let _ = writeln!(o, "  env       {}={}", k.to_string_lossy(), shell_quote(v));
-        }
-        if x.init {
-            let _ = writeln!(o, "  init      yes: the launcher stays as init (reaps, forwards signals)");
-        }
-        if let Some(k) = &x.keep_caps {
-            let _ = writeln!(o, "  caps kept {}", if k.is_empty() { "none".to_string() } else { k.join(",") });
-        }
-        if !x.added_args.is_empty() {
-            let added: Vec<String> = x.added_args.iter().map(|a| shell_quote(a)).collect();
-            let _ = writeln!(o, "  added     {}", added.join(" "));
-        }
+        exec_section(&mut o, x);
     }
     for fi in &plan.findings {
         let lvl = match fi.level {
@@ -156,6 +123,60 @@ pub fn text(plan: &Plan, check: bool) -> String {
         let _ = writeln!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
     }
     o
+}
+
+/// Every step the real run takes, in the order it takes them.
+fn exec_section(o: &mut String, x: &ExecSpec) {
+    let p = &x.privileges;
+    if let Some(k) = &p.keep_caps {
+        let names: Vec<String> = k.iter().map(|c| c.to_string()).collect();
+        let _ = writeln!(o, "  caps kept {}", if names.is_empty() { "none".to_string() } else { names.join(",") });
+    }
+    if p.no_new_privs {
+        let _ = writeln!(o, "  privs     no_new_privs set before exec");
+    }
+    match &x.cwd {
+        Some(d) => {
+            let _ = writeln!(o, "  cwd       {}", d.display());
+        }
+        None => {
+            let _ = writeln!(o, "  cwd       unchanged");
+        }
+    }
+    let cmd: Vec<String> = x.argv.iter().map(|a| shell_quote(a)).collect();
+    let _ = writeln!(o, "  exec      {}", cmd.join(" "));
+    if let Some(h) = &x.host_program {
+        let _ = writeln!(o, "  host file {}", h.display());
+    }
+    if let Some(i) = &x.init {
+        let grace = i.grace_seconds.map_or_else(|| "no".to_string(), |g| format!("{g} s"));
+        let _ = writeln!(
+            o,
+            "  init      yes: the launcher stays as init (reaps, forwards signals to the {}; SIGKILL grace: {grace})",
+            if i.group { "process group" } else { "child" }
+        );
+    }
+    let value = |k: &OsStr, v: &OsStr| {
+        if is_secret(&k.to_string_lossy()) {
+            REDACTED.to_string()
+        } else {
+            shell_quote(v)
+        }
+    };
+    for k in &x.env_set {
+        if let Some(v) = x.env.get(OsStr::new(k)) {
+            let _ = writeln!(o, "  env       {k}={}", value(OsStr::new(k), v));
+        }
+    }
+    for (k, v) in &x.env {
+        if !x.env_set.iter().any(|s| OsStr::new(s) == k) {
+            let _ = writeln!(o, "  env kept  {}={}", k.to_string_lossy(), value(k, v));
+        }
+    }
+    if !x.added_args.is_empty() {
+        let added: Vec<String> = x.added_args.iter().map(|a| shell_quote(a)).collect();
+        let _ = writeln!(o, "  added     {}", added.join(" "));
+    }
 }
 
 fn yn(b: bool) -> &'static str {

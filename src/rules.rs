@@ -1,20 +1,9 @@
-//! Engine planning: defaults the launcher adds (each only when the user did not set it,
-//! each explained by a finding) and the known-bad configurations of `manifests/rules.toml`,
-//! refused with exit 78 unless an operator allows the rule knowingly.
-
-use std::collections::BTreeMap;
-use std::ffi::{OsStr, OsString};
+//! The known-bad engine configurations, as data (`manifests/rules.toml`): their types and
+//! the shipped table. `plan::args` applies them.
 
 use serde::Deserialize;
 
-use crate::cli::Request;
-use crate::dialect::{self, Engine, Opt, Parsed, Setting};
-use crate::envvars as ev;
-use crate::error::{Exit, Refusal};
-use crate::facts::model::{Model, ModelFacts};
-use crate::facts::Facts;
-use crate::finding::Finding;
-use crate::Env;
+use crate::engines::Engine;
 
 pub const RULES_TOML: &str = include_str!("../manifests/rules.toml");
 
@@ -63,288 +52,25 @@ pub enum OnOff {
     Off,
 }
 
-/// The rules shipped in the binary (validated by a test, so this cannot fail at run time).
-pub fn shipped() -> Result<Vec<Rule>, String> {
-    let f: RuleFile = toml::from_str(RULES_TOML).map_err(|e| e.to_string())?;
-    for r in &f.rule {
-        for e in &r.engines {
-            if Engine::from_name(e).is_none() {
+/// The rules shipped in the binary, parsed once (validated by a test, so this cannot fail
+/// at run time; if it did, the error says so).
+pub fn shipped() -> Result<&'static [Rule], &'static str> {
+    static RULES: std::sync::OnceLock<Result<Vec<Rule>, String>> = std::sync::OnceLock::new();
+    let parsed = RULES.get_or_init(|| {
+        let f: RuleFile = toml::from_str(RULES_TOML).map_err(|e| e.to_string())?;
+        for r in &f.rule {
+            if let Some(e) = r.engines.iter().find(|e| Engine::from_name(e).is_none()) {
                 return Err(format!("rule {}: unknown engine {e}", r.code));
             }
         }
-    }
-    Ok(f.rule)
+        Ok(f.rule)
+    });
+    parsed.as_deref().map_err(String::as_str)
 }
 
-pub struct Ctx<'a> {
-    pub req: &'a Request,
-    pub facts: &'a Facts,
-    pub engine: Engine,
-    pub parsed: &'a Parsed,
-    pub env: &'a Env,
-}
-
-/// What the engine will run with: the user's settings plus the launcher's defaults.
-struct Effective<'a> {
-    tp: Option<u64>,
-    gpus: Option<u32>,
-    /// `--nnodes` (1 when unset): TP may span nodes.
-    nnodes: u64,
-    /// A Ray cluster places ranks across nodes: the local GPU count does not bound TP.
-    ray: bool,
-    kv: Option<String>,
-    load_format: Option<String>,
-    max_seqs: Option<u64>,
-    model: Option<&'a Model>,
-}
-
-pub fn apply(ctx: &Ctx, added: &mut Vec<OsString>, findings: &mut Vec<Finding>) -> Result<(), Refusal> {
-    let rules = shipped().map_err(|e| Refusal::new(Exit::Invalid, "rules-invalid", e))?;
-    for a in &ctx.req.allow {
-        if !rules.iter().any(|r| &r.code == a) {
-            let codes: Vec<&str> = rules.iter().map(|r| r.code.as_str()).collect();
-            return Err(Refusal::new(
-                Exit::Usage,
-                "allow-unknown",
-                format!("INFERA_ALLOW / --allow names `{a}`, which is not a rule; rules: {}", codes.join(", ")),
-            ));
-        }
-    }
-    let (e, p) = (ctx.engine, ctx.parsed);
-    let gpus = match &ctx.facts.gpus {
-        Ok(g) => g.count,
-        Err(msg) => {
-            return Err(Refusal::new(Exit::Usage, "gpus-invalid", msg.clone())
-                .hint("set INFERA_GPUS to a whole number, or unset it"))
-        }
-    };
-    let model = model_of(ctx, findings)?;
-
-    // Tensor parallel size = the visible GPUs, unless the user chose a layout.
-    let layout = [Opt::TensorParallelSize, Opt::DataParallelSize, Opt::PipelineParallelSize, Opt::Nnodes]
-        .into_iter()
-        .find(|o| p.is_set(*o));
-    let mut tp = p.value(Opt::TensorParallelSize).and_then(|v| v.parse::<u64>().ok());
-    match (layout, gpus) {
-        (None, Some(n)) if n > 0 => {
-            add(e, Opt::TensorParallelSize, &n.to_string(), added);
-            tp = Some(n.into());
-            let src = ctx.facts.gpus.as_ref().map(|g| g.source.clone()).unwrap_or_default();
-            findings.push(Finding::info(
-                "tp-default",
-                format!(
-                    "added {} {n}: the GPUs visible to this container ({src})",
-                    dialect::primary(e, Opt::TensorParallelSize)
-                ),
-            ));
-        }
-        (Some(o), _) if o != Opt::TensorParallelSize => findings.push(Finding::info(
-            "tp-default-skipped",
-            format!("no tensor parallel size added: {} chooses the parallel layout", dialect::primary(e, o)),
-        )),
-        _ => {}
-    }
-
-    // Multimodal encoders replicated per rank (vLLM, TP > 1).
-    if let Some(m) = model.filter(|m| m.multimodal) {
-        if e == Engine::Vllm && tp.unwrap_or(1) > 1 && !p.is_set(Opt::MmEncoderTpMode) {
-            add(e, Opt::MmEncoderTpMode, "data", added);
-            findings.push(Finding::info(
-                "mm-encoder-tp-mode",
-                format!("added --mm-encoder-tp-mode data: {} is multimodal and TP is {}; the vision encoder runs data-parallel instead of sharded", m.reference, tp.unwrap_or(1)),
-            ));
-        }
-    }
-
-    // KV cache dtype: auto for MLA models, fp8_e4m3 otherwise (unless INFERA_DEFAULT_KV_FP8=0).
-    let mut kv = p.value(Opt::KvCacheDtype).map(str::to_string);
-    if !p.is_set(Opt::KvCacheDtype) {
-        let fp8_off = ctx.env.get(OsStr::new(ev::INFERA_DEFAULT_KV_FP8)).is_some_and(|v| v == "0");
-        match model {
-            Some(m) if m.mla => {
-                add(e, Opt::KvCacheDtype, "auto", added);
-                kv = Some("auto".into());
-                findings.push(Finding::warn(
-                    "kv-cache-dtype-mla",
-                    format!("added --kv-cache-dtype auto: {} is an MLA model ({}); fp8 KV with MLA crashes on ROCm", m.reference, m.evidence.join("; ")),
-                ));
-            }
-            Some(_) if !fp8_off => {
-                add(e, Opt::KvCacheDtype, "fp8_e4m3", added);
-                kv = Some("fp8_e4m3".into());
-                findings.push(Finding::info("kv-cache-dtype-default", "added --kv-cache-dtype fp8_e4m3 (infera's default; INFERA_DEFAULT_KV_FP8=0 turns it off)"));
-            }
-            Some(_) => findings.push(Finding::info("kv-cache-dtype-default", "no --kv-cache-dtype added: INFERA_DEFAULT_KV_FP8=0")),
-            None => findings.push(Finding::info(
-                "kv-cache-dtype-default",
-                "no --kv-cache-dtype added: the model's config.json could not be read, so the engine's default (auto) stays",
-            )),
-        }
-    }
-
-    let eff = Effective {
-        tp,
-        gpus,
-        nnodes: p.value(Opt::Nnodes).and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(1),
-        ray: p.value(Opt::DistributedExecutorBackend) == Some("ray"),
-        kv,
-        load_format: p.value(Opt::LoadFormat).map(str::to_string),
-        max_seqs: p.value(Opt::MaxSeqs).and_then(|v| v.parse().ok()),
-        model,
-    };
-    for rule in &rules {
-        if !rule.engines.is_empty() && !rule.engines.iter().any(|x| x == e.name()) {
-            continue;
-        }
-        let Some(evidence) = fires(&rule.when, &eff, e, p) else { continue };
-        let vars = vars(&eff, e);
-        let msg = format!("{} [{}]", fill(&rule.message, &vars), evidence.join("; "));
-        if ctx.req.allow.contains(&rule.code) {
-            findings.push(Finding::warn(&rule.code, format!("allowed by INFERA_ALLOW/--allow: {msg}")));
-            continue;
-        }
-        return Err(Refusal::new(Exit::Refused, rule.code.clone(), msg).hint(format!(
-            "{}; or set INFERA_ALLOW={} to run it anyway",
-            fill(&rule.fix, &vars),
-            rule.code
-        )));
-    }
-    Ok(())
-}
-
-fn add(e: Engine, o: Opt, v: &str, added: &mut Vec<OsString>) {
-    if let Some(a) = dialect::render(e, o, v) {
-        added.extend(a);
-    }
-}
-
-fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a Model>, Refusal> {
-    let Some(reference) = ctx.parsed.value(Opt::Model) else {
-        findings.push(Finding::info("model-unknown", "no model in the args: model rules skipped"));
-        return Ok(None);
-    };
-    match ctx.facts.models.get(reference) {
-        Some(ModelFacts::Known(m)) => Ok(Some(m)),
-        Some(ModelFacts::Missing { path, .. }) if ctx.facts.root.is_host_root() => Err(Refusal::new(
-            Exit::Missing,
-            "model-missing",
-            format!("the model path `{}` does not exist in this container", path.display()),
-        )
-        .hint("mount the model volume (PVC) at that path, or fix --model")),
-        Some(ModelFacts::Missing { path, .. }) => {
-            findings.push(Finding::warn(
-                "model-unreadable",
-                format!("`{}` is not in the image root (a volume in the pod?): model rules skipped", path.display()),
-            ));
-            Ok(None)
-        }
-        Some(ModelFacts::Unreadable { reason, .. }) => {
-            findings.push(Finding::warn(
-                "model-unreadable",
-                format!("{reason}: model rules skipped, nothing refused on a guess"),
-            ));
-            Ok(None)
-        }
-        None => Ok(None),
-    }
-}
-
-/// Evidence for each condition when all hold; None when any does not (or cannot be known).
-fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>> {
-    let mut ev = Vec::new();
-    let src = |o: Opt| if p.is_set(o) { "set in the args" } else { "infera's default" };
-    if let Some(traits) = &w.model {
-        let m = eff.model?;
-        for t in traits {
-            let has = match t {
-                Trait::Mla => m.mla,
-                Trait::Hybrid => m.hybrid,
-                Trait::Multimodal => m.multimodal,
-            };
-            if !has {
-                return None;
-            }
-        }
-        ev.push(format!("{}: {}", m.config.display(), m.evidence.join(", ")));
-    }
-    if let Some(list) = &w.kv_cache_dtype {
-        let kv = eff.kv.as_ref()?;
-        if !list.contains(kv) {
-            return None;
-        }
-        ev.push(format!("--kv-cache-dtype {kv} ({})", src(Opt::KvCacheDtype)));
-    }
-    if let Some(list) = &w.load_format {
-        let lf = eff.load_format.as_ref()?;
-        if !list.contains(lf) {
-            return None;
-        }
-        ev.push(format!("--load-format {lf}"));
-    }
-    if let Some(n) = w.max_seqs_over {
-        let flag = dialect::primary(e, Opt::MaxSeqs);
-        match eff.max_seqs {
-            Some(s) if s > n => ev.push(format!("{flag} {s}")),
-            Some(_) => return None,
-            None => ev.push(format!("{flag} unset (the engine's default is more than {n})")),
-        }
-    }
-    for (cond, opt) in [(w.prefix_caching, Opt::PrefixCaching), (w.chunked_prefill, Opt::ChunkedPrefill)] {
-        if let Some(want) = cond {
-            let occ = p.opts.get(&opt)?;
-            let is = match occ.setting {
-                Setting::Off => OnOff::Off,
-                _ => OnOff::On,
-            };
-            if is != want {
-                return None;
-            }
-            ev.push(format!("{} (arg {})", occ.spelled, occ.index + 1));
-        }
-    }
-    if let Some(want) = w.tp_over_gpus {
-        let (tp, g) = (eff.tp?, eff.gpus?);
-        if eff.ray {
-            return None;
-        }
-        let capacity = u64::from(g).saturating_mul(eff.nnodes);
-        if (tp > capacity) != want {
-            return None;
-        }
-        let nodes = if eff.nnodes > 1 { format!(" on each of {} nodes", eff.nnodes) } else { String::new() };
-        let flag = dialect::primary(e, Opt::TensorParallelSize);
-        ev.push(format!("{flag} {tp} ({}), {g} GPUs visible{nodes}", src(Opt::TensorParallelSize)));
-    }
-    if let Some(want) = w.tp_divides_heads {
-        let (tp, heads) = (eff.tp?, eff.model?.attention_heads?);
-        if tp == 0 || (heads % tp == 0) != want {
-            return None;
-        }
-        ev.push(format!("num_attention_heads {heads}, tensor parallel size {tp}"));
-    }
-    Some(ev)
-}
-
-fn vars(eff: &Effective, e: Engine) -> BTreeMap<&'static str, String> {
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "?".into());
-    BTreeMap::from([
-        ("tp", opt(eff.tp.map(|x| x.to_string()))),
-        ("gpus", opt(eff.gpus.map(|x| x.to_string()))),
-        ("heads", opt(eff.model.and_then(|m| m.attention_heads).map(|x| x.to_string()))),
-        ("kv_cache_dtype", opt(eff.kv.clone())),
-        ("load_format", opt(eff.load_format.clone())),
-        ("max_seqs", eff.max_seqs.map(|x| x.to_string()).unwrap_or_else(|| "the engine's default number of".into())),
-        ("model", opt(eff.model.map(|m| m.reference.clone()))),
-        ("engine", e.name().to_string()),
-    ])
-}
-
-fn fill(template: &str, vars: &BTreeMap<&'static str, String>) -> String {
-    let mut s = template.to_string();
-    for (k, v) in vars {
-        s = s.replace(&format!("{{{k}}}"), v);
-    }
-    s
+/// The codes of the shipped rules (what `--allow` accepts).
+pub fn codes() -> Vec<&'static str> {
+    shipped().unwrap_or_default().iter().map(|r| r.code.as_str()).collect()
 }
 
 #[cfg(test)]

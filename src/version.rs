@@ -80,21 +80,31 @@ impl PartialOrd for Version {
     }
 }
 
+/// A version bound that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("`{clause}` needs an operator (>=, <, <=, >, ==, !=)")]
+    NoOperator { clause: String },
+    #[error("`{clause}` has no version number")]
+    NoVersion { clause: String },
+}
+
 #[derive(Debug, Clone)]
 pub struct Spec {
     clauses: Vec<(String, Version)>,
 }
 
 impl Spec {
-    pub fn parse(s: &str) -> Result<Spec, String> {
+    pub fn parse(s: &str) -> Result<Spec, SpecError> {
         let mut clauses = Vec::new();
         for part in s.split(',') {
             let part = part.trim();
             let op = [">=", "<=", "==", "!=", ">", "<"]
                 .iter()
                 .find(|op| part.starts_with(**op))
-                .ok_or_else(|| format!("`{part}` needs an operator (>=, <, <=, >, ==, !=)"))?;
-            let v = Version::parse(&part[op.len()..]).ok_or_else(|| format!("`{part}` has no version number"))?;
+                .ok_or_else(|| SpecError::NoOperator { clause: part.to_string() })?;
+            let v =
+                Version::parse(&part[op.len()..]).ok_or_else(|| SpecError::NoVersion { clause: part.to_string() })?;
             clauses.push((op.to_string(), v));
         }
         Ok(Spec { clauses })

@@ -4,7 +4,8 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use infera_exec::dialect::{self, Engine, Opt, Setting, ALL_OPTS};
+use infera_exec::dialect::{self, Setting};
+use infera_exec::engines::{Engine, Opt};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (bool, Vec<Vec<u8>>, u8)| {
@@ -26,7 +27,7 @@ fuzz_target!(|input: (bool, Vec<Vec<u8>>, u8)| {
         }
     }
     // Planning appends flags for options the user did not set; the user's args stay a prefix.
-    let opt = ALL_OPTS[pick as usize % ALL_OPTS.len()];
+    let opt = Opt::ALL[pick as usize % Opt::ALL.len()];
     if parsed.is_set(opt) || args.iter().any(|a| a.as_bytes() == b"--") {
         return;
     }

@@ -1,6 +1,7 @@
 //! Facts: what is true of the container, read from files under a root.
 //! Reading only; never importing torch, never writing, no Python spawned on the normal path.
 
+pub mod exe;
 pub mod gpus;
 pub mod host;
 pub mod model;
@@ -10,16 +11,15 @@ pub mod site;
 pub mod torch;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsString;
 
 use serde::Serialize;
 
-use crate::envvars as ev;
+use crate::envvars::{self as ev, get, Env};
 use crate::finding::Finding;
 use crate::rootfs::Root;
-use crate::Env;
 
-pub use gpus::Gpus;
+pub use exe::ExecFile;
+pub use gpus::{GpuError, GpuSource, Gpus};
 pub use python::{Python, PythonError};
 pub use rocm::{Rocm, RocmError};
 pub use site::{EngineInstall, SiteIndex};
@@ -33,17 +33,15 @@ pub struct Facts {
     pub rocm: Result<Rocm, RocmError>,
     pub engines: Vec<EngineInstall>,
     pub site: SiteIndex,
-    pub gpus: Result<Gpus, String>,
+    pub gpus: Result<Gpus, GpuError>,
     /// The running process and the node's devices (root `/` only).
     pub host: Option<host::Host>,
     /// Model facts per model reference named in the args.
     pub models: BTreeMap<String, model::ModelFacts>,
+    /// The interpreter file the run would exec (when the interpreter was found).
+    pub interpreter_file: Option<ExecFile>,
     /// Evidence that disagreed or could not be read.
     pub findings: Vec<Finding>,
-}
-
-fn get<'a>(env: &'a Env, k: &str) -> Option<&'a OsString> {
-    env.get(&OsString::from(k))
 }
 
 impl Facts {
@@ -62,11 +60,12 @@ impl Facts {
         let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };
         let models = model_refs.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();
         let host = host::gather(&root);
-        Facts { root, python, torch, rocm, engines, site, gpus, host, models, findings }
+        let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(&root, &p.executable));
+        Facts { root, python, torch, rocm, engines, site, gpus, host, models, interpreter_file, findings }
     }
 
-    pub fn engine(&self, name: &str) -> Option<&EngineInstall> {
-        self.engines.iter().find(|e| e.name == name)
+    pub fn engine(&self, e: crate::engines::Engine) -> Option<&EngineInstall> {
+        self.engines.iter().find(|x| x.engine == e)
     }
 
     pub fn view(&self) -> FactsView<'_> {
@@ -76,7 +75,10 @@ impl Facts {
             torch: self.torch.as_ref(),
             engines: &self.engines,
             gpus: self.gpus.as_ref().ok().and_then(|g| g.count),
-            gpus_source: self.gpus.as_ref().map(|g| g.source.clone()).unwrap_or_else(|e| e.clone()),
+            gpus_source: match &self.gpus {
+                Ok(g) => g.source.to_string(),
+                Err(e) => e.to_string(),
+            },
             models: self.models.values().collect(),
             host: self.host.as_ref(),
         }
@@ -84,7 +86,7 @@ impl Facts {
 }
 
 /// The JSON shape of facts in a plan (DESIGN.md stable fields plus a few more).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct FactsView<'a> {
     pub python: Option<&'a Python>,
     pub rocm: Option<&'a Rocm>,

@@ -39,8 +39,32 @@ pub enum ModelFacts {
     /// The config could not be read or understood: rules that need it are skipped.
     Unreadable {
         reference: String,
-        reason: String,
+        #[serde(serialize_with = "ser_display")]
+        reason: ModelProblem,
     },
+}
+
+/// Why a model's config.json gives no facts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelProblem {
+    #[error("`{reference}` is neither an absolute path nor a Hugging Face repo id")]
+    NotAReference { reference: String },
+    #[error("`{}` does not hold a revision", refs.display())]
+    NoRevision { refs: PathBuf },
+    #[error("`{repo}` is not in the Hugging Face cache (`{}`)", cache.display())]
+    NotCached { repo: String, cache: PathBuf },
+    #[error("`{}` is missing and `{}` holds several snapshots", refs.display(), snapshots.display())]
+    SeveralSnapshots { refs: PathBuf, snapshots: PathBuf },
+    #[error("`{}`: {reason}", config.display())]
+    Io { config: PathBuf, reason: String },
+    #[error("`{}` is not a JSON object", config.display())]
+    NotObject { config: PathBuf },
+    #[error("`{}` is not JSON: {reason}", config.display())]
+    NotJson { config: PathBuf, reason: String },
+}
+
+fn ser_display<S: serde::Serializer>(v: &ModelProblem, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 pub struct HfEnv<'a> {
@@ -63,7 +87,7 @@ impl HfEnv<'_> {
 }
 
 pub fn detect(root: &Root, reference: &str, hf: &HfEnv) -> ModelFacts {
-    let unreadable = |reason: String| ModelFacts::Unreadable { reference: reference.to_string(), reason };
+    let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
     let dir = if reference.starts_with('/') {
         let p = PathBuf::from(reference);
         if root.resolve(&p).is_err() {
@@ -79,27 +103,28 @@ pub fn detect(root: &Root, reference: &str, hf: &HfEnv) -> ModelFacts {
     let config = dir.join("config.json");
     match root.read_small(&config) {
         Ok(bytes) => from_config(reference, &config, &bytes),
-        Err(e) => unreadable(format!("`{}`: {}", config.display(), rootfs::io_reason(&e))),
+        Err(e) => unreadable(ModelProblem::Io { config, reason: rootfs::io_reason(&e) }),
     }
 }
 
 /// Model facts from the bytes of a config.json (read from `config`).
 pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
-    let unreadable = |reason: String| ModelFacts::Unreadable { reference: reference.to_string(), reason };
+    let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
+    let config = config.to_path_buf();
     match serde_json::from_slice::<Value>(bytes) {
-        Ok(v @ Value::Object(_)) => ModelFacts::Known(classify(reference, config.to_path_buf(), &v)),
-        Ok(_) => unreadable(format!("`{}` is not a JSON object", config.display())),
-        Err(e) => unreadable(format!("`{}` is not JSON: {e}", config.display())),
+        Ok(v @ Value::Object(_)) => ModelFacts::Known(classify(reference, config, &v)),
+        Ok(_) => unreadable(ModelProblem::NotObject { config }),
+        Err(e) => unreadable(ModelProblem::NotJson { config, reason: e.to_string() }),
     }
 }
 
 /// `org/name` → `<hub>/models--org--name/snapshots/<refs/main>`.
-fn resolve_hf(root: &Root, repo: &str, hf: &HfEnv) -> Result<PathBuf, String> {
+fn resolve_hf(root: &Root, repo: &str, hf: &HfEnv) -> Result<PathBuf, ModelProblem> {
     let valid = repo.split('/').count() <= 2
         && !repo.is_empty()
         && repo.split('/').all(|p| !p.is_empty() && p != "." && p != ".." && !p.contains('\0'));
     if !valid {
-        return Err(format!("`{repo}` is neither an absolute path nor a Hugging Face repo id"));
+        return Err(ModelProblem::NotAReference { reference: repo.to_string() });
     }
     let hub = hf.hub();
     let cache = hub.join(format!("models--{}", repo.replace('/', "--")));
@@ -108,7 +133,7 @@ fn resolve_hf(root: &Root, repo: &str, hf: &HfEnv) -> Result<PathBuf, String> {
         Ok(rev) => {
             let rev = rev.trim();
             if rev.is_empty() || rev.contains('/') || rev.contains("..") {
-                return Err(format!("`{}` does not hold a revision", refs.display()));
+                return Err(ModelProblem::NoRevision { refs });
             }
             Ok(cache.join("snapshots").join(rev))
         }
@@ -117,12 +142,8 @@ fn resolve_hf(root: &Root, repo: &str, hf: &HfEnv) -> Result<PathBuf, String> {
             let snaps = root.list(&cache.join("snapshots"));
             match snaps.as_slice() {
                 [one] => Ok(cache.join("snapshots").join(one)),
-                [] => Err(format!("`{repo}` is not in the Hugging Face cache (`{}`)", cache.display())),
-                _ => Err(format!(
-                    "`{}` is missing and `{}` holds several snapshots",
-                    refs.display(),
-                    cache.join("snapshots").display()
-                )),
+                [] => Err(ModelProblem::NotCached { repo: repo.to_string(), cache }),
+                _ => Err(ModelProblem::SeveralSnapshots { refs, snapshots: cache.join("snapshots") }),
             }
         }
     }

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use infera_exec_derive::Refuse;
 use serde::Serialize;
 
 use crate::envvars;
@@ -30,32 +31,36 @@ pub struct Python {
     pub site_dirs: Vec<PathBuf>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Refuse)]
 pub enum PythonError {
+    #[error("no `python3` can be found: PATH is empty")]
+    #[refuse(
+        code = "python-missing",
+        exit = Missing,
+        hint = "set PATH in the pod spec (the image's PATH, e.g. /usr/local/bin:/usr/bin:/bin)"
+    )]
     EmptyPath,
+    #[error("no `python3` or `python` on the container's PATH ({path})")]
+    #[refuse(
+        code = "python-missing",
+        exit = Missing,
+        hint = "run an engine image that has CPython, or put its bin directory on PATH"
+    )]
     NotFound { path: String },
+    #[error("the interpreter `{}` cannot be resolved: {reason}", path.display())]
+    #[refuse(code = "python-unresolvable", exit = Missing, hint = "the image's python3 link is broken or loops; fix the image")]
     Unresolvable { path: PathBuf, reason: String },
+    #[error(
+        "cannot tell the CPython version of `{}`: no versioned name, pyvenv.cfg, \
+         lib/python3.X directory or cpython-3XY extension module in the image",
+        path.display()
+    )]
+    #[refuse(
+        code = "python-version-unknown",
+        exit = Unsupported,
+        hint = "use an engine image with a versioned interpreter (python3.X) or a pyvenv.cfg"
+    )]
     UnknownVersion { path: PathBuf },
-}
-
-impl std::fmt::Display for PythonError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PythonError::EmptyPath => write!(f, "no `python3` can be found: PATH is empty"),
-            PythonError::NotFound { path } => {
-                write!(f, "no `python3` or `python` on the container's PATH ({path})")
-            }
-            PythonError::Unresolvable { path, reason } => {
-                write!(f, "the interpreter `{}` cannot be resolved: {reason}", path.display())
-            }
-            PythonError::UnknownVersion { path } => write!(
-                f,
-                "cannot tell the CPython version of `{}`: no versioned name, pyvenv.cfg, \
-                 lib/python3.X directory or cpython-3XY extension module in the image",
-                path.display()
-            ),
-        }
-    }
 }
 
 /// One piece of evidence for the CPython minor.
@@ -292,10 +297,11 @@ fn holds_packages(root: &Root, dir: &Path) -> bool {
     if root.is_dir(&dir.join("torch")) {
         return true;
     }
+    let dists: Vec<&str> = crate::engines::TABLE.iter().map(|i| i.dist).chain(["torch"]).collect();
     root.list(dir).iter().any(|n| {
         let n = n.to_string_lossy();
-        (n.starts_with("vllm-") || n.starts_with("sglang-") || n.starts_with("torch-"))
-            && (n.ends_with(".dist-info") || n.ends_with(".egg-info"))
+        (n.ends_with(".dist-info") || n.ends_with(".egg-info"))
+            && n.split_once('-').is_some_and(|(d, _)| dists.contains(&d))
     })
 }
 

@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use infera_exec_derive::Refuse;
 use serde::Serialize;
 
 use super::torch::Torch;
@@ -24,26 +25,26 @@ pub struct Rocm {
     pub install: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Refuse)]
 pub enum RocmError {
+    #[error(
+        "this image's torch is a CUDA build (torch {torch}, cuda {cuda}, no hip, in `{}`); \
+         the infera overlay is built for ROCm",
+        path.display()
+    )]
+    #[refuse(
+        code = "cuda-image",
+        exit = Unsupported,
+        hint = "use the ROCm build of the engine image (e.g. vllm/vllm-openai-rocm, rocm/vllm, lmsysorg/sglang ROCm tags)"
+    )]
     Cuda { torch: String, cuda: String, path: PathBuf },
+    #[error("no ROCm userspace found in the image (looked at {})", looked.join(", "))]
+    #[refuse(
+        code = "rocm-missing",
+        exit = Unsupported,
+        hint = "use a ROCm engine image, or set ROCM_PATH to the image's ROCm install"
+    )]
     NotFound { looked: Vec<String> },
-}
-
-impl std::fmt::Display for RocmError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RocmError::Cuda { torch, cuda, path } => write!(
-                f,
-                "this image's torch is a CUDA build (torch {torch}, cuda {cuda}, no hip, in `{}`); \
-                 the infera overlay is built for ROCm",
-                path.display()
-            ),
-            RocmError::NotFound { looked } => {
-                write!(f, "no ROCm userspace found in the image (looked at {})", looked.join(", "))
-            }
-        }
-    }
 }
 
 /// `6.4.1-120`, `7.0.0`, `7.0.2.1-45` → ("6.4.1", 6, 4). Anything else → None.

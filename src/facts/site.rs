@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::engines::Engine;
 use crate::rootfs::Root;
-
-pub const ENGINES: [&str; 2] = ["vllm", "sglang"];
 
 #[derive(Debug, Clone, Default)]
 pub struct SiteIndex {
@@ -19,7 +18,8 @@ pub struct SiteIndex {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EngineInstall {
-    pub name: String,
+    #[serde(rename = "name")]
+    pub engine: Engine,
     pub version: String,
     /// The dist-info directory (container path).
     pub record: PathBuf,
@@ -73,7 +73,7 @@ pub fn scan(
     let ext = format!(".cpython-{}{}-x86_64-linux-gnu.so", minor.0, minor.1);
     for dir in site_dirs {
         for e in probe_versions(root, dir) {
-            if !engines.iter().any(|x| x.name == e.name) {
+            if !engines.iter().any(|x| x.engine == e.engine) {
                 engines.push(e);
             }
         }
@@ -95,40 +95,36 @@ pub fn scan(
         for dir in site_dirs {
             let mut found: Vec<EngineInstall> = Vec::new();
             for n in root.list(dir) {
-                let n = n.as_encoded_bytes();
-                if !(n.starts_with(b"vllm") || n.starts_with(b"sglang")) {
-                    continue;
-                }
-                let Ok(n) = std::str::from_utf8(n) else { continue };
-                if let Some((name, version)) = dist_record(n) {
-                    let name = name.to_ascii_lowercase().replace('_', "-");
-                    if ENGINES.contains(&name.as_str()) {
-                        found.push(EngineInstall { name, version: version.to_string(), record: dir.join(n) });
-                    }
+                let Some(n) = n.to_str() else { continue };
+                let Some((name, version)) = dist_record(n) else { continue };
+                let name = name.to_ascii_lowercase().replace('_', "-");
+                if let Some(info) = crate::engines::TABLE.iter().find(|i| i.dist == name) {
+                    found.push(EngineInstall {
+                        engine: info.engine,
+                        version: version.to_string(),
+                        record: dir.join(n),
+                    });
                 }
             }
             found.sort_by(|a, b| a.record.cmp(&b.record));
             for e in found {
-                if !engines.iter().any(|x| x.name == e.name) {
+                if !engines.iter().any(|x| x.engine == e.engine) {
                     engines.push(e);
                 }
             }
         }
     }
-    engines.sort_by(|a, b| a.name.cmp(&b.name));
+    engines.sort_by_key(|e| e.engine.name());
     (index, engines)
 }
-
-/// Where each engine records its version inside its package (setuptools-scm's
-/// `vllm/_version.py`, sglang's `sglang/version.py`).
-const VERSION_FILES: [(&str, &str); 2] = [("vllm", "vllm/_version.py"), ("sglang", "sglang/version.py")];
 
 /// Engines found by reading their package's version file: no directory listing, so a
 /// site-packages ten times larger costs nothing more. The dist-info of that version is the
 /// record when present.
 fn probe_versions(root: &Root, dir: &Path) -> Vec<EngineInstall> {
     let mut out = Vec::new();
-    for (name, file) in VERSION_FILES {
+    for info in &crate::engines::TABLE {
+        let Some(file) = info.version_files.first() else { continue };
         let path = dir.join(file);
         let Ok(text) = root.read_small_string(&path) else { continue };
         let Some(version) = text.lines().find_map(|l| {
@@ -145,9 +141,9 @@ fn probe_versions(root: &Root, dir: &Path) -> Vec<EngineInstall> {
         if version.is_empty() {
             continue;
         }
-        let dist = dir.join(format!("{name}-{version}.dist-info"));
+        let dist = dir.join(format!("{}-{version}.dist-info", info.dist));
         let record = if root.metadata(&dist).is_ok() { dist } else { path };
-        out.push(EngineInstall { name: name.to_string(), version, record });
+        out.push(EngineInstall { engine: info.engine, version, record });
     }
     out
 }

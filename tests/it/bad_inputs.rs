@@ -167,38 +167,3 @@ fn every_case_gets_its_exit_code_and_message() {
         failures.join("\n\n")
     );
 }
-
-/// An argument holding NUL cannot come through execve's argv, only through the library:
-/// the planner refuses it instead of truncating it.
-#[test]
-fn an_argument_with_nul_is_refused() {
-    use infera_exec::cli::{EngineArg, Output, Request, Role};
-    let img = vllm_image(None);
-    let ov = shipped_overlay();
-    let req = Request {
-        role: Role::Server,
-        engine: EngineArg::Auto,
-        require: vec![],
-        family: None,
-        allow: vec![],
-        args: vec!["--ok".into(), OsString::from_vec(b"a\0b".to_vec())],
-        root: img.path().to_path_buf(),
-        overlay: ov.overlay(),
-        dry_run: true,
-        output: Output::Json,
-        init: false,
-        init_group: false,
-        init_grace: None,
-        drop_caps: None,
-        no_new_privs: false,
-    };
-    let env: infera_exec::Env = [("PATH".into(), "/usr/bin:/bin".into())].into_iter().collect();
-    let facts =
-        infera_exec::facts::Facts::gather(infera_exec::rootfs::Root::new(img.path()), &env, &[], &Default::default());
-    let overlay = infera_exec::overlay::load(&ov.overlay(), false).map_err(Into::into);
-    let plan =
-        infera_exec::plan::plan(&infera_exec::plan::Inputs { req: &req, facts: &facts, overlay: &overlay, env: &env });
-    let e = plan.error.expect("refused");
-    assert_eq!(e.exit.code(), 2);
-    assert_eq!(e.message, "argument 2 after `--` contains a NUL byte");
-}

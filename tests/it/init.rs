@@ -228,7 +228,7 @@ fn drop_caps_leaves_only_the_kept_set() {
         .overlay(&ov.overlay())
         .run()
         .json();
-    assert_eq!(j["exec"]["keep_caps"], serde_json::json!(["CAP_KILL"]));
+    assert_eq!(j["exec"]["privileges"]["keep_caps"], serde_json::json!(["CAP_KILL"]));
     infera(&["server", "--drop-caps", "cap_flying"])
         .root(&img)
         .overlay(&ov.overlay())

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod agree;
 mod bad_inputs;
 mod containers;
 mod detect;

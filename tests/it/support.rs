@@ -100,6 +100,23 @@ impl Fx {
         }
     }
 
+    /// The machine's real CPython binary itself at `rel` (not a wrapper script, so nothing
+    /// between the launcher and the interpreter touches the environment), with its standard
+    /// library linked at `<prefix>/lib/pythonX.Y` next to it.
+    pub fn real_interpreter(&self, rel: &str, minor: &str) -> &Self {
+        let py = real_python(minor);
+        let p = self.p(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let _ = fs::remove_file(&p);
+        fs::copy(&py, &p).unwrap();
+        let stdlib = py.parent().unwrap().parent().unwrap().join("lib").join(format!("python{minor}"));
+        let prefix = p.parent().unwrap().parent().unwrap().join("lib");
+        fs::create_dir_all(&prefix).unwrap();
+        let _ = fs::remove_file(prefix.join(format!("python{minor}")));
+        symlink(stdlib, prefix.join(format!("python{minor}"))).unwrap();
+        self
+    }
+
     pub fn torch(&self, site: &str, version: &str, hip: Option<&str>, cuda: Option<&str>, annotated: bool) -> &Self {
         let q = |v: Option<&str>| v.map(|s| format!("'{s}'")).unwrap_or_else(|| "None".into());
         let text = if annotated {
@@ -195,21 +212,7 @@ pub fn custom_overlay(trees: &[(&str, &str, &[&str])]) -> Fx {
     fx
 }
 
-pub const PY312_MANIFEST: &str = r#"schema = 1
-family = "rocm7-py312"
-[abi]
-python = "3.12"
-rocm = "7"
-[engines.vllm]
-module = "infera.engine.vllm"
-[server]
-module = "infera.server"
-[capabilities.mooncake]
-modules = ["mooncake"]
-[capabilities.hipfile]
-modules = ["hipfile"]
-engines = ["vllm"]
-"#;
+pub const PY312_MANIFEST: &str = infera_exec::manifest::MINIMAL;
 
 pub struct Out {
     pub code: i32,
@@ -276,6 +279,10 @@ impl Run {
     }
     pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, a: I) -> Self {
         self.cmd.args(a.into_iter().map(Into::into));
+        self
+    }
+    pub fn cwd(mut self, dir: &Path) -> Self {
+        self.cmd.current_dir(dir);
         self
     }
     pub fn run(mut self) -> Out {

@@ -63,7 +63,14 @@ def main(module):
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
             signal.signal(s, on_signal)
     with open("/proc/self/status") as f:
-        report["sig"] = {l.split(":")[0]: l.split()[1] for l in f if l.startswith(("SigBlk", "SigIgn"))}
+        status = {l.split(":")[0]: l.split()[1] for l in f if ":" in l and len(l.split()) > 1}
+    report["sig"] = {k: status[k] for k in ("SigBlk", "SigIgn") if k in status}
+    report["status"] = {k: status[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs") if k in status}
+    # The whole process as the launcher left it, to compare with its dry-run plan.
+    report["environ"] = {os.fsencode(k).decode("utf-8", "replace"): os.fsencode(v).decode("utf-8", "replace") for k, v in os.environ.items()}
+    report["cwd"] = os.getcwd()
+    report["ppid"] = os.getppid()
+    report["pgid"] = os.getpgid(0)
     print("INFERA-STANDIN " + json.dumps(report, sort_keys=True), flush=True)
     if os.environ.get("INFERA_STANDIN_WAIT"):
         deadline = time.time() + float(os.environ["INFERA_STANDIN_WAIT"])

@@ -1,11 +1,9 @@
 //! Whether a capability the tree provides can work on this node: a pure function of
 //! the host facts (devices, memlock, capabilities), ROCm and the pod's environment.
 
-use std::ffi::OsStr;
-
+use crate::envvars::{self as ev, Env};
 use crate::facts::host::Host;
 use crate::facts::Rocm;
-use crate::Env;
 
 pub struct Usability {
     pub usable: Option<bool>,
@@ -28,12 +26,9 @@ fn unknown(reason: &str) -> Usability {
 const NOT_ROOT: &str = "unknown: the node's devices and limits are only read with --root /";
 
 pub fn check(name: &str, host: Option<&Host>, rocm: &Rocm, env: &Env) -> Usability {
-    let truthy = |k: &str| {
-        env.get(OsStr::new(k)).and_then(|v| v.to_str()).is_some_and(|v| matches!(v, "1" | "true" | "True" | "yes"))
-    };
     match name {
         "mooncake" => {
-            if truthy("MC_FORCE_TCP") {
+            if ev::truthy(env, ev::MC_FORCE_TCP) {
                 return yes(Some("MC_FORCE_TCP=1: TCP transport, no RDMA needed".into()));
             }
             let Some(h) = host else { return unknown(NOT_ROOT) };

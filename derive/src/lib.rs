@@ -1,0 +1,139 @@
+//! `#[derive(Refuse)]` for the launcher's error enums: every variant carries, next to its
+//! `#[error("...")]` message, what the refusal is for the machine and for the user:
+//!
+//! ```ignore
+//! #[derive(Debug, thiserror::Error, Refuse)]
+//! pub enum OverlayError {
+//!     #[error("the overlay directory `{dir}` does not exist")]
+//!     #[refuse(code = "overlay-missing", exit = Missing, hint = "mount the overlay at {dir}")]
+//!     Missing { dir: PathBuf },
+//! }
+//! ```
+//!
+//! - `code`: a string literal, or a field holding the code (`code = code`).
+//! - `exit`: a variant of `crate::error::Exit`.
+//! - `hint`: a format string over the variant's fields (`{name}` captures a field), or any
+//!   expression over them that gives a `String`; `hint_opt`: an expression giving
+//!   `Option<String>`. No hint attribute: no hint.
+
+use proc_macro::TokenStream;
+use proc_macro2::TokenStream as Tokens;
+use quote::{format_ident, quote};
+use syn::{parse_macro_input, Data, DeriveInput, Expr, Fields, Ident, Lit};
+
+#[proc_macro_derive(Refuse, attributes(refuse))]
+pub fn derive_refuse(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    match expand(&input) {
+        Ok(t) => t.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+enum Code {
+    Lit(syn::LitStr),
+    Field(Ident),
+}
+
+enum Hint {
+    None,
+    Format(syn::LitStr),
+    Expr(Expr),
+    OptExpr(Expr),
+}
+
+struct Meta {
+    code: Code,
+    exit: Ident,
+    hint: Hint,
+}
+
+fn meta(v: &syn::Variant) -> syn::Result<Meta> {
+    let attr =
+        v.attrs.iter().find(|a| a.path().is_ident("refuse")).ok_or_else(|| {
+            syn::Error::new_spanned(&v.ident, "every variant needs #[refuse(code = ..., exit = ...)]")
+        })?;
+    let (mut code, mut exit, mut hint) = (None, None, Hint::None);
+    attr.parse_nested_meta(|m| {
+        let value: Expr = m.value()?.parse()?;
+        if m.path.is_ident("code") {
+            code = Some(match value {
+                Expr::Lit(syn::ExprLit { lit: Lit::Str(s), .. }) => Code::Lit(s),
+                Expr::Path(p) if p.path.get_ident().is_some() => Code::Field(p.path.get_ident().cloned().unwrap()),
+                other => return Err(syn::Error::new_spanned(other, "code is a string literal or a field name")),
+            });
+        } else if m.path.is_ident("exit") {
+            exit = match value {
+                Expr::Path(p) if p.path.get_ident().is_some() => p.path.get_ident().cloned(),
+                other => return Err(syn::Error::new_spanned(other, "exit is a variant of Exit, e.g. Invalid")),
+            };
+        } else if m.path.is_ident("hint") {
+            hint = match value {
+                Expr::Lit(syn::ExprLit { lit: Lit::Str(s), .. }) => Hint::Format(s),
+                other => Hint::Expr(other),
+            };
+        } else if m.path.is_ident("hint_opt") {
+            hint = Hint::OptExpr(value);
+        } else {
+            return Err(m.error("expected code, exit, hint or hint_opt"));
+        }
+        Ok(())
+    })?;
+    let code = code.ok_or_else(|| syn::Error::new_spanned(attr, "missing code = ..."))?;
+    let exit = exit.ok_or_else(|| syn::Error::new_spanned(attr, "missing exit = ..."))?;
+    Ok(Meta { code, exit, hint })
+}
+
+/// The pattern binding every field of the variant by name (`_0`, `_1` for tuple fields).
+fn pattern(v: &syn::Variant) -> Tokens {
+    let name = &v.ident;
+    match &v.fields {
+        Fields::Named(f) => {
+            let names = f.named.iter().map(|x| x.ident.as_ref());
+            quote!(Self::#name { #(#names),* })
+        }
+        Fields::Unnamed(f) => {
+            let names = (0..f.unnamed.len()).map(|i| format_ident!("_{}", i));
+            quote!(Self::#name ( #(#names),* ))
+        }
+        Fields::Unit => quote!(Self::#name),
+    }
+}
+
+fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
+    let Data::Enum(data) = &input.data else {
+        return Err(syn::Error::new_spanned(&input.ident, "#[derive(Refuse)] is for enums"));
+    };
+    let name = &input.ident;
+    let (mut codes, mut exits, mut hints) = (Vec::new(), Vec::new(), Vec::new());
+    for v in &data.variants {
+        let m = meta(v)?;
+        let pat = pattern(v);
+        codes.push(match m.code {
+            Code::Lit(s) => quote!(#pat => #s),
+            Code::Field(f) => quote!(#pat => #f),
+        });
+        let exit = m.exit;
+        exits.push(quote!(#pat => crate::error::Exit::#exit));
+        hints.push(match m.hint {
+            Hint::None => quote!(#pat => None),
+            Hint::Format(s) => quote!(#pat => Some(format!(#s))),
+            Hint::Expr(e) => quote!(#pat => Some(::std::string::ToString::to_string(&(#e)))),
+            Hint::OptExpr(e) => quote!(#pat => #e),
+        });
+    }
+    Ok(quote! {
+        #[allow(unused_variables, clippy::match_same_arms)]
+        impl crate::error::Refuse for #name {
+            fn code(&self) -> &str {
+                match self { #(#codes,)* }
+            }
+            fn exit(&self) -> crate::error::Exit {
+                match self { #(#exits,)* }
+            }
+            fn hint(&self) -> Option<String> {
+                match self { #(#hints,)* }
+            }
+        }
+    })
+}

@@ -1,0 +1,239 @@
+//! The one engine table: everything the launcher knows about an engine (its name, its
+//! distribution, where its package records its version, the infera module that wraps it,
+//! how its argument parser normalises names, and how it spells each canonical option).
+//!
+//! Adding an engine is one `Engine` variant, one [`Info`] entry and one spelling function.
+//! The spelling functions match every [`Opt`] without a wildcard, so a new canonical option
+//! that an engine does not spell yet is a compile error, not a silent `None`.
+
+use serde::Serialize;
+
+macro_rules! canonical_options {
+    ($($(#[$m:meta])* $name:ident),* $(,)?) => {
+        /// An option the launcher reasons about, independent of any engine's spelling.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(rename_all = "kebab-case")]
+        pub enum Opt { $($(#[$m])* $name),* }
+
+        impl Opt {
+            /// Every canonical option, in declaration order.
+            pub const ALL: &'static [Opt] = &[$(Opt::$name),*];
+        }
+    };
+}
+
+canonical_options! {
+    Model,
+    TensorParallelSize,
+    KvCacheDtype,
+    /// Concurrent sequences (vLLM `--max-num-seqs`, sglang `--max-running-requests`).
+    MaxSeqs,
+    LoadFormat,
+    PrefixCaching,
+    ChunkedPrefill,
+    MmEncoderTpMode,
+    KvTransferConfig,
+    DisaggregationMode,
+    DisaggregationBackend,
+    HicacheStorageBackend,
+    DataParallelSize,
+    PipelineParallelSize,
+    Nnodes,
+    DistributedExecutorBackend,
+}
+
+/// How an option is spelled in one engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spelling {
+    /// Takes a value. The first name is the one the launcher writes.
+    Value(&'static [&'static str]),
+    /// `--enable-x` / `--no-enable-x` (argparse BooleanOptionalAction).
+    Bool { on: &'static str, off: &'static str },
+    /// A flag that turns the feature *off* (`--disable-radix-cache`).
+    OffFlag(&'static str),
+    /// A value where `value_off` means "off" (`--chunked-prefill-size -1`).
+    ValueOff { names: &'static [&'static str], value_off: &'static str },
+}
+
+impl Spelling {
+    /// The name the launcher writes and names in messages.
+    pub fn primary(self) -> &'static str {
+        match self {
+            Spelling::Value(n) | Spelling::ValueOff { names: n, .. } => n[0],
+            Spelling::Bool { on, .. } => on,
+            Spelling::OffFlag(f) => f,
+        }
+    }
+
+    /// Every option string of this spelling.
+    pub fn names(self) -> Vec<&'static str> {
+        match self {
+            Spelling::Value(n) | Spelling::ValueOff { names: n, .. } => n.to_vec(),
+            Spelling::Bool { on, off } => vec![on, off],
+            Spelling::OffFlag(f) => vec![f],
+        }
+    }
+}
+
+/// How an engine's parser rewrites a long option name before matching it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Normalise {
+    /// argparse as is.
+    Verbatim,
+    /// vLLM's FlexibleArgumentParser: `_` → `-` in `--long_names` (before any `=`).
+    UnderscoresToDashes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    Vllm,
+    Sglang,
+}
+
+/// One row of the engine table.
+pub struct Info {
+    pub engine: Engine,
+    /// The name in `--engine`, manifests (`[engines.<name>]`) and messages.
+    pub name: &'static str,
+    /// The distribution name of its `<dist>-<version>.dist-info`.
+    pub dist: &'static str,
+    /// Files inside site-packages that hold the version as a literal, in order of trust.
+    pub version_files: &'static [&'static str],
+    /// The infera module that wraps the engine (`python -m <module>`).
+    pub module: &'static str,
+    pub normalise: Normalise,
+    /// Option values the engine assumes when an option is absent and the launcher must
+    /// know (sglang's transfer backend defaults to mooncake).
+    pub defaults: &'static [(Opt, &'static str)],
+    spell: fn(Opt) -> Option<Spelling>,
+}
+
+pub const TABLE: [Info; 2] = [
+    Info {
+        engine: Engine::Vllm,
+        name: "vllm",
+        dist: "vllm",
+        // setuptools-scm writes the literal into vllm/_version.py.
+        version_files: &["vllm/_version.py"],
+        module: "infera.engine.vllm",
+        normalise: Normalise::UnderscoresToDashes,
+        defaults: &[],
+        spell: vllm,
+    },
+    Info {
+        engine: Engine::Sglang,
+        name: "sglang",
+        dist: "sglang",
+        version_files: &["sglang/version.py"],
+        module: "infera.engine.sglang",
+        normalise: Normalise::Verbatim,
+        defaults: &[(Opt::DisaggregationBackend, "mooncake")],
+        spell: sglang,
+    },
+];
+
+impl Engine {
+    pub fn info(self) -> &'static Info {
+        match self {
+            Engine::Vllm => &TABLE[0],
+            Engine::Sglang => &TABLE[1],
+        }
+    }
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+    pub fn from_name(s: &str) -> Option<Engine> {
+        TABLE.iter().find(|i| i.name == s).map(|i| i.engine)
+    }
+    /// Every engine, in table order.
+    pub fn all() -> impl Iterator<Item = Engine> {
+        TABLE.iter().map(|i| i.engine)
+    }
+    pub fn names() -> Vec<&'static str> {
+        TABLE.iter().map(|i| i.name).collect()
+    }
+    /// How this engine spells `o` (None: it has no such option).
+    pub fn spelling(self, o: Opt) -> Option<Spelling> {
+        (self.info().spell)(o)
+    }
+    /// Does the engine have this option at all?
+    pub fn has(self, o: Opt) -> bool {
+        self.spelling(o).is_some()
+    }
+    /// The name to use in messages for `o`.
+    pub fn flag(self, o: Opt) -> String {
+        self.spelling(o).map_or_else(|| format!("({o:?})"), |s| s.primary().to_string())
+    }
+    /// The value the engine assumes for an absent option, when the table records one.
+    pub fn default_of(self, o: Opt) -> Option<&'static str> {
+        self.info().defaults.iter().find(|(x, _)| *x == o).map(|(_, v)| *v)
+    }
+}
+
+// [vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py]
+fn vllm(o: Opt) -> Option<Spelling> {
+    use Spelling::*;
+    match o {
+        Opt::Model => Some(Value(&["--model"])),
+        Opt::TensorParallelSize => Some(Value(&["--tensor-parallel-size", "-tp"])),
+        Opt::KvCacheDtype => Some(Value(&["--kv-cache-dtype"])),
+        Opt::MaxSeqs => Some(Value(&["--max-num-seqs"])),
+        Opt::LoadFormat => Some(Value(&["--load-format"])),
+        Opt::PrefixCaching => Some(Bool { on: "--enable-prefix-caching", off: "--no-enable-prefix-caching" }),
+        Opt::ChunkedPrefill => Some(Bool { on: "--enable-chunked-prefill", off: "--no-enable-chunked-prefill" }),
+        Opt::MmEncoderTpMode => Some(Value(&["--mm-encoder-tp-mode"])),
+        Opt::KvTransferConfig => Some(Value(&["--kv-transfer-config"])),
+        Opt::DisaggregationMode | Opt::DisaggregationBackend | Opt::HicacheStorageBackend => None,
+        Opt::DataParallelSize => Some(Value(&["--data-parallel-size", "-dp"])),
+        Opt::PipelineParallelSize => Some(Value(&["--pipeline-parallel-size", "-pp"])),
+        Opt::Nnodes => Some(Value(&["--nnodes"])),
+        Opt::DistributedExecutorBackend => Some(Value(&["--distributed-executor-backend"])),
+    }
+}
+
+// [python/sglang/srt/server_args.py]
+fn sglang(o: Opt) -> Option<Spelling> {
+    use Spelling::*;
+    match o {
+        Opt::Model => Some(Value(&["--model-path", "--model"])),
+        Opt::TensorParallelSize => Some(Value(&["--tp-size", "--tensor-parallel-size"])),
+        Opt::KvCacheDtype => Some(Value(&["--kv-cache-dtype"])),
+        Opt::MaxSeqs => Some(Value(&["--max-running-requests"])),
+        Opt::LoadFormat => Some(Value(&["--load-format"])),
+        Opt::PrefixCaching => Some(OffFlag("--disable-radix-cache")),
+        Opt::ChunkedPrefill => Some(ValueOff { names: &["--chunked-prefill-size"], value_off: "-1" }),
+        Opt::MmEncoderTpMode | Opt::KvTransferConfig | Opt::DistributedExecutorBackend => None,
+        Opt::DisaggregationMode => Some(Value(&["--disaggregation-mode"])),
+        Opt::DisaggregationBackend => Some(Value(&["--disaggregation-transfer-backend"])),
+        Opt::HicacheStorageBackend => Some(Value(&["--hicache-storage-backend"])),
+        Opt::DataParallelSize => Some(Value(&["--dp-size", "--data-parallel-size"])),
+        Opt::PipelineParallelSize => Some(Value(&["--pp-size", "--pipeline-parallel-size"])),
+        Opt::Nnodes => Some(Value(&["--nnodes"])),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        for (i, info) in TABLE.iter().enumerate() {
+            assert_eq!(info.engine.info().name, info.name, "row {i} is the row of its engine");
+            assert_eq!(Engine::from_name(info.name), Some(info.engine));
+            assert!(info.module.split('.').all(|p| !p.is_empty()));
+            // Every spelling is an option string; no two options share one.
+            let mut seen = std::collections::BTreeMap::new();
+            for &o in Opt::ALL {
+                for n in info.engine.spelling(o).map(Spelling::names).unwrap_or_default() {
+                    assert!(n.starts_with('-'), "{n}");
+                    assert_eq!(seen.insert(n, o), None, "{} spells {n} twice", info.name);
+                }
+            }
+            for (o, _) in info.defaults {
+                assert!(info.engine.has(*o), "{}: a default for an option it does not spell", info.name);
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! The file the run would exec, as the container sees it: whether it exists, is a regular
+//! file with an execute bit, sits on a `noexec` mount, and what its first bytes say (an
+//! ELF image, a `#!` script, or neither). Gathered before planning so the dry run refuses
+//! exactly what execve would.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::rootfs::{self, Root};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Header {
+    Elf,
+    /// `#!` and the interpreter it names.
+    Script(String),
+    /// Neither (empty, text without `#!`, another format).
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecFile {
+    /// Resolution failed (missing, dangling link, loop).
+    Missing {
+        reason: String,
+    },
+    /// Not a regular file (a directory, a device, a FIFO).
+    NotRegular {
+        mode: u32,
+    },
+    /// A regular file without any execute bit.
+    NotExecutable {
+        mode: u32,
+    },
+    /// On a filesystem mounted `noexec`: execve fails with EACCES.
+    NoexecMount,
+    Ok {
+        mode: u32,
+        header: Header,
+    },
+}
+
+/// Inspect `cpath` (a container path) under `root`.
+pub fn inspect(root: &Root, cpath: &Path) -> ExecFile {
+    let (resolved, meta) = match root.stat(cpath) {
+        Ok(x) => x,
+        Err(e) => return ExecFile::Missing { reason: rootfs::io_reason(&e) },
+    };
+    let mode = meta.permissions().mode() & 0o7777;
+    if !meta.is_file() {
+        return ExecFile::NotRegular { mode };
+    }
+    if mode & 0o111 == 0 {
+        return ExecFile::NotExecutable { mode };
+    }
+    let host: PathBuf = root.host(&resolved);
+    if noexec(&host) {
+        return ExecFile::NoexecMount;
+    }
+    ExecFile::Ok { mode, header: header(&host) }
+}
+
+fn noexec(host: &Path) -> bool {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    statvfs(host).is_ok_and(|s| s.flags().contains(FsFlags::ST_NOEXEC))
+}
+
+/// The first bytes of a regular file (already known to be one).
+fn header(host: &Path) -> Header {
+    let mut buf = [0u8; 256];
+    let n = std::fs::File::open(host).and_then(|mut f| f.read(&mut buf)).unwrap_or(0);
+    let b = &buf[..n];
+    if b.starts_with(b"\x7fELF") {
+        return Header::Elf;
+    }
+    if let Some(rest) = b.strip_prefix(b"#!") {
+        let line = rest.split(|c| *c == b'\n').next().unwrap_or(rest);
+        let text = String::from_utf8_lossy(line);
+        return Header::Script(text.split_whitespace().next().unwrap_or("").to_string());
+    }
+    Header::Unknown
+}

@@ -1,0 +1,162 @@
+//! The checks that make a tree safe to run from: paths resolve inside it; nobody but
+//! root (or the launcher's own user) can change what it holds.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path};
+
+use super::{Mount, OverlayError, Presence};
+
+/// Every directory and file of a tree: not writable by group or others, owned by root or
+/// by the user the launcher runs as. Skipped on a read-only mount (image volumes, readOnly
+/// volumeMounts), where nobody can write whatever the bits say.
+pub fn payload_not_writable(tree: &Path, mount: Mount) -> Result<(), OverlayError> {
+    if mount.read_only {
+        return Ok(());
+    }
+    let euid = nix::unistd::geteuid().as_raw();
+    let mut stack = vec![tree.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        if m.file_type().is_symlink() {
+            continue;
+        }
+        if m.uid() != 0 && m.uid() != euid {
+            return Err(OverlayError::Owner { path: p, uid: m.uid() });
+        }
+        not_writable(&p)?;
+        if m.is_dir() {
+            if let Ok(rd) = fs::read_dir(&p) {
+                stack.extend(rd.filter_map(|e| e.ok()).map(|e| e.path()));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn not_writable(p: &Path) -> Result<(), OverlayError> {
+    let Ok(m) = fs::metadata(p) else {
+        return Ok(());
+    };
+    let mode = m.mode() & 0o7777;
+    let who = if mode & 0o002 != 0 {
+        "everyone"
+    } else if mode & 0o020 != 0 {
+        "its group"
+    } else {
+        return Ok(());
+    };
+    Err(OverlayError::Writable { path: p.to_path_buf(), who, mode })
+}
+
+/// `path` (inside `tree`) must resolve inside `tree`. Without a symlink below the tree on
+/// the way (the common case) nothing can escape, so only then is the path canonicalised.
+pub fn inside(tree: &Path, path: &Path) -> Result<(), OverlayError> {
+    if let Ok(rel) = path.strip_prefix(tree) {
+        let mut p = tree.to_path_buf();
+        let mut linked = false;
+        for c in rel.components() {
+            match c {
+                Component::Normal(n) => p.push(n),
+                _ => {
+                    linked = true;
+                    break;
+                }
+            }
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    linked = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => break, // missing: nothing to escape through
+            }
+        }
+        if !linked {
+            return Ok(());
+        }
+    }
+    let t = fs::canonicalize(tree).unwrap_or_else(|_| tree.to_path_buf());
+    match fs::canonicalize(path) {
+        Ok(r) if r.starts_with(&t) => Ok(()),
+        Ok(r) => Err(OverlayError::Escapes { path: path.to_path_buf(), target: r, tree: tree.to_path_buf() }),
+        // A dangling link is reported as escaping to where it points.
+        Err(_) => Err(OverlayError::Escapes {
+            path: path.to_path_buf(),
+            target: fs::read_link(path).unwrap_or_default(),
+            tree: tree.to_path_buf(),
+        }),
+    }
+}
+
+/// Where a dotted module lives under `site`, if it does: a package directory,
+/// a `.py` file, or an extension module.
+pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
+    let mut parts: Vec<&str> = dotted.split('.').collect();
+    let last = parts.pop()?;
+    let base = parts.iter().fold(site.to_path_buf(), |p, s| p.join(s));
+    let pkg = base.join(last);
+    if fs::symlink_metadata(&pkg).is_ok() {
+        return Some(pkg);
+    }
+    let py = base.join(format!("{last}.py"));
+    if fs::symlink_metadata(&py).is_ok() {
+        return Some(py);
+    }
+    let prefix = format!("{last}.");
+    fs::read_dir(&base).ok()?.filter_map(|e| e.ok()).find_map(|e| {
+        let n = e.file_name().to_string_lossy().into_owned();
+        (n.starts_with(&prefix) && n.ends_with(".so")).then(|| e.path())
+    })
+}
+
+/// A module of the tree: present inside it, missing, or resolving outside it.
+pub fn module_presence(tree: &Path, site: &Path, dotted: &str) -> Presence {
+    match find_module(site, dotted) {
+        Some(path) => presence_of(tree, &path),
+        None => Presence::Missing,
+    }
+}
+
+/// A file of the tree (a library under lib/): present, missing or escaping.
+pub fn file_presence(tree: &Path, path: &Path) -> Presence {
+    if fs::symlink_metadata(path).is_err() {
+        return Presence::Missing;
+    }
+    presence_of(tree, path)
+}
+
+fn presence_of(tree: &Path, path: &Path) -> Presence {
+    match inside(tree, path) {
+        Ok(()) => Presence::Present,
+        Err(e) => Presence::Escapes(e),
+    }
+}
+
+/// Top-level importable names a site-packages directory provides.
+pub fn top_level_modules(site: &Path) -> Vec<String> {
+    let Ok(rd) = fs::read_dir(site) else {
+        return Vec::new();
+    };
+    let mut v: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            crate::facts::site::module_name(&n).map(str::to_string)
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The mount flags of the filesystem holding `dir`.
+pub fn mount_of(dir: &Path) -> Mount {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    match statvfs(dir) {
+        Ok(s) => {
+            Mount { read_only: s.flags().contains(FsFlags::ST_RDONLY), noexec: s.flags().contains(FsFlags::ST_NOEXEC) }
+        }
+        Err(_) => Mount::default(),
+    }
+}

@@ -1,0 +1,305 @@
+//! Engine args: the defaults the launcher adds (each only when the user did not set it,
+//! each explained by a finding) and the known-bad configurations of `manifests/rules.toml`,
+//! refused with exit 78 unless an operator allows the rule knowingly.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::cli::Request;
+use crate::dialect::{self, Parsed, Setting};
+use crate::engines::{Engine, Opt};
+use crate::envvars::{self as ev, Env};
+use infera_exec_derive::Refuse;
+
+use crate::error::Refusal;
+use crate::facts::model::{Model, ModelFacts};
+use crate::facts::Facts;
+use crate::finding::Finding;
+use crate::rules::{OnOff, Trait, When};
+
+#[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
+pub enum ArgsError {
+    /// A rule of `manifests/rules.toml` fired.
+    #[error("{message}")]
+    #[refuse(code = code, exit = Refused, hint = hint)]
+    Rule { code: String, message: String, hint: String },
+    #[error("the model path `{}` does not exist in this container", path.display())]
+    #[refuse(code = "model-missing", exit = Missing, hint = "mount the model volume (PVC) at that path, or fix --model")]
+    ModelMissing { path: PathBuf },
+    #[error("the shipped rules are invalid: {reason}")]
+    #[refuse(code = "rules-invalid", exit = Invalid)]
+    RulesInvalid { reason: String },
+}
+
+pub struct Ctx<'a> {
+    pub req: &'a Request,
+    pub facts: &'a Facts,
+    pub engine: Engine,
+    pub parsed: &'a Parsed,
+    pub env: &'a Env,
+}
+
+/// What the engine will run with: the user's settings plus the launcher's defaults.
+struct Effective<'a> {
+    tp: Option<u64>,
+    gpus: Option<u32>,
+    /// `--nnodes` (1 when unset): TP may span nodes.
+    nnodes: u64,
+    /// A Ray cluster places ranks across nodes: the local GPU count does not bound TP.
+    ray: bool,
+    kv: Option<String>,
+    load_format: Option<String>,
+    max_seqs: Option<u64>,
+    model: Option<&'a Model>,
+}
+
+/// The args to append (in order) after the user's, or the refusal.
+pub fn apply(ctx: &Ctx, findings: &mut Vec<Finding>) -> Result<Vec<OsString>, Refusal> {
+    let rules = crate::rules::shipped().map_err(|e| ArgsError::RulesInvalid { reason: e.to_string() })?;
+    let gpus = ctx.facts.gpus.as_ref().map_err(Clone::clone)?.count;
+    let model = model_of(ctx, findings)?;
+    let mut added = Vec::new();
+    let eff = defaults(ctx, gpus, model, &mut added, findings);
+    check_rules(ctx, rules, &eff, findings)?;
+    Ok(added)
+}
+
+/// Append the defaults the user did not set; what the engine will then run with.
+fn defaults<'a>(
+    ctx: &Ctx,
+    gpus: Option<u32>,
+    model: Option<&'a Model>,
+    added: &mut Vec<OsString>,
+    findings: &mut Vec<Finding>,
+) -> Effective<'a> {
+    let (e, p) = (ctx.engine, ctx.parsed);
+    // Tensor parallel size = the visible GPUs, unless the user chose a layout.
+    let layout = [Opt::TensorParallelSize, Opt::DataParallelSize, Opt::PipelineParallelSize, Opt::Nnodes]
+        .into_iter()
+        .find(|o| p.is_set(*o));
+    let mut tp = p.value(Opt::TensorParallelSize).and_then(|v| v.parse::<u64>().ok());
+    match (layout, gpus) {
+        (None, Some(n)) if n > 0 => {
+            add(e, Opt::TensorParallelSize, &n.to_string(), added);
+            tp = Some(n.into());
+            let src = ctx.facts.gpus.as_ref().map(|g| g.source.to_string()).unwrap_or_default();
+            findings.push(Finding::info(
+                "tp-default",
+                format!("added {} {n}: the GPUs visible to this container ({src})", e.flag(Opt::TensorParallelSize)),
+            ));
+        }
+        (Some(o), _) if o != Opt::TensorParallelSize => findings.push(Finding::info(
+            "tp-default-skipped",
+            format!("no tensor parallel size added: {} chooses the parallel layout", e.flag(o)),
+        )),
+        _ => {}
+    }
+
+    // Multimodal encoders replicated per rank (vLLM, TP > 1).
+    if let Some(m) = model.filter(|m| m.multimodal) {
+        if e.has(Opt::MmEncoderTpMode) && tp.unwrap_or(1) > 1 && !p.is_set(Opt::MmEncoderTpMode) {
+            add(e, Opt::MmEncoderTpMode, "data", added);
+            findings.push(Finding::info(
+                "mm-encoder-tp-mode",
+                format!("added --mm-encoder-tp-mode data: {} is multimodal and TP is {}; the vision encoder runs data-parallel instead of sharded", m.reference, tp.unwrap_or(1)),
+            ));
+        }
+    }
+
+    // KV cache dtype: auto for MLA models, fp8_e4m3 otherwise (unless INFERA_DEFAULT_KV_FP8=0).
+    let mut kv = p.value(Opt::KvCacheDtype).map(str::to_string);
+    if !p.is_set(Opt::KvCacheDtype) {
+        let fp8_off = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).is_some_and(|v| v == "0");
+        match model {
+            Some(m) if m.mla => {
+                add(e, Opt::KvCacheDtype, "auto", added);
+                kv = Some("auto".into());
+                findings.push(Finding::warn(
+                    "kv-cache-dtype-mla",
+                    format!("added --kv-cache-dtype auto: {} is an MLA model ({}); fp8 KV with MLA crashes on ROCm", m.reference, m.evidence.join("; ")),
+                ));
+            }
+            Some(_) if !fp8_off => {
+                add(e, Opt::KvCacheDtype, "fp8_e4m3", added);
+                kv = Some("fp8_e4m3".into());
+                findings.push(Finding::info("kv-cache-dtype-default", "added --kv-cache-dtype fp8_e4m3 (infera's default; INFERA_DEFAULT_KV_FP8=0 turns it off)"));
+            }
+            Some(_) => findings.push(Finding::info("kv-cache-dtype-default", "no --kv-cache-dtype added: INFERA_DEFAULT_KV_FP8=0")),
+            None => findings.push(Finding::info(
+                "kv-cache-dtype-default",
+                "no --kv-cache-dtype added: the model's config.json could not be read, so the engine's default (auto) stays",
+            )),
+        }
+    }
+
+    Effective {
+        tp,
+        gpus,
+        nnodes: p.value(Opt::Nnodes).and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(1),
+        ray: p.value(Opt::DistributedExecutorBackend) == Some("ray"),
+        kv,
+        load_format: p.value(Opt::LoadFormat).map(str::to_string),
+        max_seqs: p.value(Opt::MaxSeqs).and_then(|v| v.parse().ok()),
+        model,
+    }
+}
+
+/// The first rule that fires and is not allowed refuses the run.
+fn check_rules(
+    ctx: &Ctx,
+    rules: &[crate::rules::Rule],
+    eff: &Effective,
+    findings: &mut Vec<Finding>,
+) -> Result<(), ArgsError> {
+    let (e, p) = (ctx.engine, ctx.parsed);
+    for rule in rules {
+        if !rule.engines.is_empty() && !rule.engines.iter().any(|x| x == e.name()) {
+            continue;
+        }
+        let Some(evidence) = fires(&rule.when, eff, e, p) else { continue };
+        let vars = vars(eff, e);
+        let msg = format!("{} [{}]", fill(&rule.message, &vars), evidence.join("; "));
+        if ctx.req.allow.contains(&rule.code) {
+            findings.push(Finding::warn(&rule.code, format!("allowed by INFERA_ALLOW/--allow: {msg}")));
+            continue;
+        }
+        let hint = format!("{}; or set INFERA_ALLOW={} to run it anyway", fill(&rule.fix, &vars), rule.code);
+        return Err(ArgsError::Rule { code: rule.code.clone(), message: msg, hint });
+    }
+    Ok(())
+}
+
+fn add(e: Engine, o: Opt, v: &str, added: &mut Vec<OsString>) {
+    if let Some(a) = dialect::render(e, o, v) {
+        added.extend(a);
+    }
+}
+
+fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a Model>, Refusal> {
+    let Some(reference) = ctx.parsed.value(Opt::Model) else {
+        findings.push(Finding::info("model-unknown", "no model in the args: model rules skipped"));
+        return Ok(None);
+    };
+    match ctx.facts.models.get(reference) {
+        Some(ModelFacts::Known(m)) => Ok(Some(m)),
+        Some(ModelFacts::Missing { path, .. }) if ctx.facts.root.is_host_root() => {
+            Err(ArgsError::ModelMissing { path: path.clone() }.into())
+        }
+        Some(ModelFacts::Missing { path, .. }) => {
+            findings.push(Finding::warn(
+                "model-unreadable",
+                format!("`{}` is not in the image root (a volume in the pod?): model rules skipped", path.display()),
+            ));
+            Ok(None)
+        }
+        Some(ModelFacts::Unreadable { reason, .. }) => {
+            findings.push(Finding::warn(
+                "model-unreadable",
+                format!("{reason}: model rules skipped, nothing refused on a guess"),
+            ));
+            Ok(None)
+        }
+        None => Ok(None),
+    }
+}
+
+/// Evidence for each condition when all hold; None when any does not (or cannot be known).
+fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>> {
+    let mut ev = Vec::new();
+    let src = |o: Opt| if p.is_set(o) { "set in the args" } else { "infera's default" };
+    if let Some(traits) = &w.model {
+        let m = eff.model?;
+        for t in traits {
+            let has = match t {
+                Trait::Mla => m.mla,
+                Trait::Hybrid => m.hybrid,
+                Trait::Multimodal => m.multimodal,
+            };
+            if !has {
+                return None;
+            }
+        }
+        ev.push(format!("{}: {}", m.config.display(), m.evidence.join(", ")));
+    }
+    if let Some(list) = &w.kv_cache_dtype {
+        let kv = eff.kv.as_ref()?;
+        if !list.contains(kv) {
+            return None;
+        }
+        ev.push(format!("--kv-cache-dtype {kv} ({})", src(Opt::KvCacheDtype)));
+    }
+    if let Some(list) = &w.load_format {
+        let lf = eff.load_format.as_ref()?;
+        if !list.contains(lf) {
+            return None;
+        }
+        ev.push(format!("--load-format {lf}"));
+    }
+    if let Some(n) = w.max_seqs_over {
+        let flag = e.flag(Opt::MaxSeqs);
+        match eff.max_seqs {
+            Some(s) if s > n => ev.push(format!("{flag} {s}")),
+            Some(_) => return None,
+            None => ev.push(format!("{flag} unset (the engine's default is more than {n})")),
+        }
+    }
+    for (cond, opt) in [(w.prefix_caching, Opt::PrefixCaching), (w.chunked_prefill, Opt::ChunkedPrefill)] {
+        if let Some(want) = cond {
+            let occ = p.opts.get(&opt)?;
+            let is = match occ.setting {
+                Setting::Off => OnOff::Off,
+                _ => OnOff::On,
+            };
+            if is != want {
+                return None;
+            }
+            ev.push(format!("{} (arg {})", occ.spelled, occ.index + 1));
+        }
+    }
+    if let Some(want) = w.tp_over_gpus {
+        let (tp, g) = (eff.tp?, eff.gpus?);
+        if eff.ray {
+            return None;
+        }
+        let capacity = u64::from(g).saturating_mul(eff.nnodes);
+        if (tp > capacity) != want {
+            return None;
+        }
+        let nodes = if eff.nnodes > 1 { format!(" on each of {} nodes", eff.nnodes) } else { String::new() };
+        let flag = e.flag(Opt::TensorParallelSize);
+        ev.push(format!("{flag} {tp} ({}), {g} GPUs visible{nodes}", src(Opt::TensorParallelSize)));
+    }
+    if let Some(want) = w.tp_divides_heads {
+        let (tp, heads) = (eff.tp?, eff.model?.attention_heads?);
+        if tp == 0 || (heads % tp == 0) != want {
+            return None;
+        }
+        ev.push(format!("num_attention_heads {heads}, tensor parallel size {tp}"));
+    }
+    Some(ev)
+}
+
+fn vars(eff: &Effective, e: Engine) -> BTreeMap<&'static str, String> {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+    BTreeMap::from([
+        ("tp", opt(eff.tp.map(|x| x.to_string()))),
+        ("gpus", opt(eff.gpus.map(|x| x.to_string()))),
+        ("heads", opt(eff.model.and_then(|m| m.attention_heads).map(|x| x.to_string()))),
+        ("kv_cache_dtype", opt(eff.kv.clone())),
+        ("load_format", opt(eff.load_format.clone())),
+        ("max_seqs", eff.max_seqs.map(|x| x.to_string()).unwrap_or_else(|| "the engine's default number of".into())),
+        ("model", opt(eff.model.map(|m| m.reference.clone()))),
+        ("engine", e.name().to_string()),
+    ])
+}
+
+fn fill(template: &str, vars: &BTreeMap<&'static str, String>) -> String {
+    let mut s = template.to_string();
+    for (k, v) in vars {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    s
+}

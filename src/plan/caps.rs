@@ -1,0 +1,236 @@
+//! Capabilities: what the pod asks for (`--require`, or implied by engine args), whether
+//! the selected tree provides it, and whether this node can use it.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use super::usable;
+use crate::dialect::Parsed;
+use crate::engines::{Engine, Opt};
+use crate::envvars::Env;
+use infera_exec_derive::Refuse;
+
+use crate::error::Refusal;
+use crate::facts::{Facts, Rocm};
+use crate::overlay::{Overlay, Presence, Tree};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CapRow {
+    pub name: String,
+    pub requested: bool,
+    /// Why it is requested: `--require`, or the engine flag that implies it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    pub provided: bool,
+    /// Whether this node can use it; `null` when not checked.
+    pub usable: Option<bool>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
+pub enum CapError {
+    #[error("capability `{name}` (requested by {by}) cannot be supplied: {reason}; trees that provide it: {}", if providers.is_empty() { "none".to_string() } else { providers.join(", ") })]
+    #[refuse(
+        code = "capability-unavailable",
+        exit = Unsupported,
+        hint = if known.contains(name) {
+            "run the engine image that matches a tree providing it, or drop the requirement".to_string()
+        } else {
+            format!("known capabilities: {}", known.join(", "))
+        }
+    )]
+    Unavailable { name: String, by: String, reason: String, providers: Vec<String>, known: Vec<String> },
+    #[error("capability `{name}` is provided by the tree but cannot work on this node: {reason}")]
+    #[refuse(code = "capability-unusable", exit = Unsupported, hint_opt = hint.clone())]
+    Unusable { name: String, reason: String, hint: Option<String> },
+    #[error("--kv-transfer-config is not valid UTF-8")]
+    #[refuse(code = "kv-transfer-config-invalid", exit = Refused)]
+    KvTransferConfigNotUtf8,
+    #[error("--kv-transfer-config is not JSON ({reason}): `{text}`")]
+    #[refuse(
+        code = "kv-transfer-config-invalid",
+        exit = Refused,
+        hint = "give a JSON object, e.g. '{{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_producer\"}}'"
+    )]
+    KvTransferConfigNotJson { reason: String, text: String },
+}
+
+/// The capabilities a set of engine args implies, with the flag that implies each.
+pub fn implied(engine: Engine, parsed: &Parsed) -> Result<Vec<(String, String)>, CapError> {
+    let mut out = Vec::new();
+    if let Some(v) = parsed.get(Opt::KvTransferConfig) {
+        let text = v.as_str().ok_or(CapError::KvTransferConfigNotUtf8)?;
+        let json: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| CapError::KvTransferConfigNotJson { reason: e.to_string(), text: text.to_string() })?;
+        let mut connectors = Vec::new();
+        collect_connectors(&json, &mut connectors);
+        if let Some(c) = connectors.iter().find(|c| c.to_ascii_lowercase().contains("mooncake")) {
+            out.push(("mooncake".to_string(), format!("{} kv_connector={c}", engine.flag(Opt::KvTransferConfig))));
+        }
+    }
+    // PD transfer: the backend the engine will use (its default when a mode is set).
+    let backend = parsed.value(Opt::DisaggregationBackend);
+    let pd = matches!(parsed.value(Opt::DisaggregationMode), Some("prefill" | "decode"));
+    let default = engine.default_of(Opt::DisaggregationBackend).filter(|_| pd && backend.is_none());
+    if backend.or(default) == Some("mooncake") {
+        let how = match backend {
+            Some(b) => b.to_string(),
+            None => format!("mooncake ({}'s default)", engine.name()),
+        };
+        out.push(("mooncake".to_string(), format!("{} {how}", engine.flag(Opt::DisaggregationBackend))));
+    }
+    if parsed.value(Opt::HicacheStorageBackend) == Some("mooncake") {
+        out.push(("mooncake".to_string(), format!("{} mooncake", engine.flag(Opt::HicacheStorageBackend))));
+    }
+    Ok(out)
+}
+
+fn collect_connectors(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                if k == "kv_connector" {
+                    if let Some(s) = x.as_str() {
+                        out.push(s.to_string());
+                    }
+                }
+                collect_connectors(x, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| collect_connectors(x, out)),
+        _ => {}
+    }
+}
+
+/// One row per capability the tree declares or the pod requests; refuses the first
+/// requested one the tree cannot supply.
+pub fn rows(
+    required: &[String],
+    overlay: &Overlay,
+    tree: &Tree,
+    engine: Option<Engine>,
+    parsed: &Parsed,
+) -> Result<Vec<CapRow>, (Vec<CapRow>, Refusal)> {
+    let mut requested: Vec<(String, String)> = required.iter().map(|c| (c.clone(), "--require".to_string())).collect();
+    if let Some(e) = engine {
+        match implied(e, parsed) {
+            Ok(imp) => {
+                for (c, by) in imp {
+                    if !requested.iter().any(|(x, _)| *x == c) {
+                        requested.push((c, by));
+                    }
+                }
+            }
+            Err(err) => return Err((Vec::new(), err.into())),
+        }
+    }
+    let mut names: Vec<String> = tree.manifest.capabilities.keys().cloned().collect();
+    for (c, _) in &requested {
+        if !names.contains(c) {
+            names.push(c.clone());
+        }
+    }
+    let mut rows = Vec::new();
+    let mut refusal: Option<Refusal> = None;
+    for name in names {
+        let by = requested.iter().find(|(c, _)| *c == name).map(|(_, b)| b.clone());
+        let (provided, reason) = match provided(tree, &name, engine) {
+            Ok(x) => x,
+            Err(e) => return Err((rows, e)),
+        };
+        if let (Some(by), false, None) = (&by, provided, &refusal) {
+            refusal = Some(unavailable(overlay, tree, &name, by, reason.clone().unwrap_or_default()).into());
+        }
+        rows.push(CapRow { name, requested: by.is_some(), requested_by: by, provided, usable: None, reason });
+    }
+    match refusal {
+        Some(r) => Err((rows, r)),
+        None => Ok(rows),
+    }
+}
+
+fn unavailable(overlay: &Overlay, tree: &Tree, name: &str, by: &str, reason: String) -> CapError {
+    let providers = overlay
+        .trees
+        .iter()
+        .filter(|t| t.family != tree.family)
+        .filter_map(|t| t.manifest.capabilities.get(name).map(|c| (t, c)))
+        .map(|(t, c)| {
+            if c.engines.is_empty() {
+                t.family.clone()
+            } else {
+                format!("{} (for {})", t.family, c.engines.join(", "))
+            }
+        })
+        .collect();
+    let known: BTreeSet<&String> = overlay.trees.iter().flat_map(|t| t.manifest.capabilities.keys()).collect();
+    CapError::Unavailable {
+        name: name.to_string(),
+        by: by.to_string(),
+        reason,
+        providers,
+        known: known.into_iter().cloned().collect(),
+    }
+}
+
+/// Is `name` provided by `tree` to `engine`? A path escaping the tree is an error (65).
+fn provided(tree: &Tree, name: &str, engine: Option<Engine>) -> Result<(bool, Option<String>), Refusal> {
+    let Some(cap) = tree.manifest.capabilities.get(name) else {
+        return Ok((false, Some(format!("tree {} does not declare it", tree.family))));
+    };
+    if !tree.manifest.offers(name, engine.map(Engine::name)) {
+        return Ok((
+            false,
+            Some(format!(
+                "tree {} offers it to {} only, not to {}",
+                tree.family,
+                cap.engines.join(", "),
+                engine.map_or("the router", Engine::name)
+            )),
+        ));
+    }
+    // Every module and library present inside the tree; the first one absent says why not.
+    let modules = cap.modules.iter().map(|m| (tree.module(m), format!("module `{m}`"), tree.site_packages()));
+    let libs = cap.libraries.iter().map(|l| (tree.library(l), format!("library `{l}`"), tree.lib()));
+    for (presence, what, dir) in modules.chain(libs) {
+        match presence {
+            Presence::Present => {}
+            Presence::Missing => return Ok((false, Some(format!("{what} is missing from `{}`", dir.display())))),
+            Presence::Escapes(e) => return Err(e.clone().into()),
+        }
+    }
+    Ok((true, None))
+}
+
+/// Fill `usable` for the provided capabilities; refuse a requested one that cannot work
+/// here. The process judged is the engine's: after `--drop-caps`, not before.
+pub fn usability(
+    rows: &mut [CapRow],
+    keep_caps: Option<&[caps::Capability]>,
+    facts: &Facts,
+    rocm: &Rocm,
+    env: &Env,
+) -> Result<(), CapError> {
+    let host = match (&facts.host, keep_caps) {
+        (Some(h), Some(keep)) => {
+            let keep: Vec<String> = keep.iter().map(|c| c.to_string()).collect();
+            let mut h = h.clone();
+            h.caps.effective.retain(|c| keep.contains(c));
+            Some(h)
+        }
+        (h, _) => h.clone(),
+    };
+    let mut refusal = None;
+    for row in rows.iter_mut().filter(|r| r.provided) {
+        let u = usable::check(&row.name, host.as_ref(), rocm, env);
+        row.usable = u.usable;
+        row.reason = u.reason.clone();
+        if row.requested && u.usable == Some(false) && refusal.is_none() {
+            refusal =
+                Some(CapError::Unusable { name: row.name.clone(), reason: u.reason.unwrap_or_default(), hint: u.hint });
+        }
+    }
+    refusal.map_or(Ok(()), Err)
+}

@@ -1,0 +1,219 @@
+//! Which tree, which engine, which module: the tree whose ABI matches the image (or the
+//! forced one), the engine installed in the image, and the module of the tree that runs it.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::cli::{EngineChoice, Request};
+use crate::engines::Engine;
+use crate::facts::{Facts, Python, Rocm};
+use crate::finding::Finding;
+use crate::overlay::{Overlay, Presence, Tree};
+use crate::version::{Spec, Version};
+use infera_exec_derive::Refuse;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
+pub enum SelectError {
+    #[error("no overlay tree for this container ({detected}); trees: {trees}")]
+    #[refuse(
+        code = "no-tree",
+        exit = Unsupported,
+        hint = "run an engine image whose Python and ROCm match one of these trees, or use an overlay release built for this image"
+    )]
+    NoTree { detected: String, trees: String },
+    #[error("--family {family}: the overlay has no such tree; trees: {trees}")]
+    #[refuse(
+        code = "family-unknown",
+        exit = Unsupported,
+        hint = "use one of the trees listed, or drop --family / INFERA_FAMILY to match the image"
+    )]
+    FamilyUnknown { family: String, trees: String },
+    #[error("tree {family} has no {engine} engine module; trees offering {engine}: {}", if others.is_empty() { "none".to_string() } else { others.join(", ") })]
+    #[refuse(
+        code = "engine-not-in-tree",
+        exit = Unsupported,
+        hint = "run the engine image this tree is built for, or pass --engine for the engine the tree offers"
+    )]
+    EngineNotInTree { family: String, engine: &'static str, others: Vec<String> },
+    #[error("--engine {engine}: {engine} is not installed in the image (no {engine}-*.dist-info in {dirs})")]
+    #[refuse(code = "engine-missing", exit = Missing, hint = "run the engine image for this engine, or pass the --engine it has")]
+    EngineMissing { engine: &'static str, dirs: String },
+    #[error("no engine installed in the image: no {} dist-info in {dirs}", engines.join(" or "))]
+    #[refuse(
+        code = "engine-missing",
+        exit = Missing,
+        hint = format!("run a vLLM or sglang engine image, or pass --engine {}", engines.join("|"))
+    )]
+    NoEngine { engines: Vec<&'static str>, dirs: String },
+    #[error("the image has several engines ({list}); --engine auto cannot choose")]
+    #[refuse(
+        code = "engine-ambiguous",
+        exit = Usage,
+        hint = format!("pass {} (or INFERA_ENGINE)", Engine::names().iter().map(|n| format!("--engine {n}")).collect::<Vec<_>>().join(" or "))
+    )]
+    EngineAmbiguous { list: String },
+    #[error("the image has {engine} {version} (`{}`) but tree {family} supports {engine} {spec}", record.display())]
+    #[refuse(
+        code = "engine-version",
+        exit = Unsupported,
+        hint = "use an overlay release that supports this engine version, or the engine image the overlay was released with"
+    )]
+    EngineVersion { engine: &'static str, version: String, record: PathBuf, family: String, spec: String },
+    #[error("tree {family} has no [server] module")]
+    #[refuse(code = "server-not-in-tree", exit = Unsupported)]
+    ServerNotInTree { family: String },
+    #[error("tree {family}: module `{module}` (the module to run) is not in `{}`", site.display())]
+    #[refuse(
+        code = "module-missing",
+        exit = Invalid,
+        hint = "the overlay build is incomplete; `infera-exec manifest verify` shows what is missing"
+    )]
+    ModuleMissing { family: String, module: String, site: PathBuf },
+}
+
+fn matches(t: &Tree, python: &Python, rocm: &Rocm) -> bool {
+    t.manifest.python_minor() == python.minor && t.manifest.rocm_major() == rocm.major
+}
+
+/// The tree the request selects, if any (no findings; for gathering facts about it).
+pub fn family<'o>(req: &Request, python: &Python, rocm: &Rocm, overlay: &'o Overlay) -> Option<&'o Tree> {
+    match &req.family {
+        Some(f) => overlay.trees.iter().find(|t| &t.family == f),
+        None => overlay.trees.iter().find(|t| matches(t, python, rocm)),
+    }
+}
+
+/// The one tree whose ABI matches, or the forced one (with a warning).
+pub fn tree<'o>(
+    req: &Request,
+    python: &Python,
+    rocm: &Rocm,
+    overlay: &'o Overlay,
+    findings: &mut Vec<Finding>,
+) -> Result<&'o Tree, SelectError> {
+    let detected = format!(
+        "python {} at {} ({}); ROCm {} from {}",
+        python.version,
+        python.executable.display(),
+        python.evidence.join(", "),
+        rocm.version,
+        rocm.source
+    );
+    let trees = || overlay.trees.iter().map(Tree::describe).collect::<Vec<_>>().join(", ");
+    let Some(t) = family(req, python, rocm, overlay) else {
+        return Err(match &req.family {
+            Some(f) => SelectError::FamilyUnknown { family: f.clone(), trees: trees() },
+            None => SelectError::NoTree { detected, trees: trees() },
+        });
+    };
+    if req.family.is_some() {
+        findings.push(Finding::warn(
+            "family-forced",
+            if matches(t, python, rocm) {
+                format!("tree {} forced by --family; it also matches this image", t.family)
+            } else {
+                format!(
+                    "tree {} forced by --family although this image has {detected}; its extensions may not load",
+                    t.describe()
+                )
+            },
+        ));
+    }
+    Ok(t)
+}
+
+/// The engine to run: the one asked for (it must be installed), or the one installed.
+pub fn engine(choice: EngineChoice, facts: &Facts) -> Result<Engine, SelectError> {
+    let dirs = || {
+        let dirs: Vec<String> = facts
+            .python
+            .as_ref()
+            .map(|p| p.site_dirs.iter().map(|d| format!("`{}`", d.display())).collect())
+            .unwrap_or_default();
+        if dirs.is_empty() {
+            "the image's site directories".to_string()
+        } else {
+            dirs.join(", ")
+        }
+    };
+    match choice {
+        EngineChoice::One(e) if facts.engine(e).is_none() => {
+            Err(SelectError::EngineMissing { engine: e.name(), dirs: dirs() })
+        }
+        EngineChoice::One(e) => Ok(e),
+        EngineChoice::Auto => match facts.engines.as_slice() {
+            [one] => Ok(one.engine),
+            [] => Err(SelectError::NoEngine { engines: Engine::names(), dirs: dirs() }),
+            many => Err(SelectError::EngineAmbiguous {
+                list: many.iter().map(|e| format!("{} {}", e.engine.name(), e.version)).collect::<Vec<_>>().join(", "),
+            }),
+        },
+    }
+}
+
+/// The tree's module for `engine`, with the installed version checked against its bound.
+pub fn engine_module<'t>(
+    tree: &'t Tree,
+    overlay: &Overlay,
+    engine: Engine,
+    facts: &Facts,
+    findings: &mut Vec<Finding>,
+) -> Result<&'t str, SelectError> {
+    let entry = tree.manifest.engines.get(engine.name()).ok_or_else(|| SelectError::EngineNotInTree {
+        family: tree.family.clone(),
+        engine: engine.name(),
+        others: overlay
+            .trees
+            .iter()
+            .filter(|t| t.manifest.engines.contains_key(engine.name()))
+            .map(|t| t.family.clone())
+            .collect(),
+    })?;
+    if let (Some(spec), Some(inst)) = (&entry.versions, facts.engine(engine)) {
+        match (Spec::parse(spec), Version::parse(&inst.version)) {
+            (Ok(s), Some(v)) if !s.contains(&v) => {
+                return Err(SelectError::EngineVersion {
+                    engine: engine.name(),
+                    version: inst.version.clone(),
+                    record: inst.record.clone(),
+                    family: tree.family.clone(),
+                    spec: spec.clone(),
+                });
+            }
+            (Ok(_), None) => findings.push(Finding::warn(
+                "engine-version-unknown",
+                format!(
+                    "cannot read the version `{}` of {} (`{}`); the tree's bound {spec} was not checked",
+                    inst.version,
+                    engine.name(),
+                    inst.record.display()
+                ),
+            )),
+            _ => {}
+        }
+    }
+    Ok(&entry.module)
+}
+
+pub fn server_module(tree: &Tree) -> Result<&str, SelectError> {
+    tree.manifest
+        .server
+        .as_ref()
+        .map(|s| s.module.as_str())
+        .ok_or_else(|| SelectError::ServerNotInTree { family: tree.family.clone() })
+}
+
+/// The module to run must be in the tree (65 when absent; a path escaping the tree is 65 too).
+pub fn module_present(tree: &Tree, module: &str) -> Result<(), crate::error::Refusal> {
+    match tree.module(module) {
+        Presence::Present => Ok(()),
+        Presence::Escapes(e) => Err(e.clone().into()),
+        Presence::Missing => Err(SelectError::ModuleMissing {
+            family: tree.family.clone(),
+            module: module.to_string(),
+            site: tree.site_packages(),
+        }
+        .into()),
+    }
+}

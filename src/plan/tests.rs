@@ -1,0 +1,296 @@
+//! The planner as a function: inputs built in memory, no file anywhere.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+use super::{plan, Inputs, Plan};
+use crate::cli::{EngineChoice, Output, Request, Role, Verify};
+use crate::engines::Engine;
+use crate::envvars::Env;
+use crate::error::Refusal;
+use crate::facts::exe::Header;
+use crate::facts::model::{Model, ModelFacts};
+use crate::facts::{EngineInstall, ExecFile, Facts, GpuSource, Gpus, Python, Rocm, SiteIndex};
+use crate::manifest;
+use crate::overlay::{Integrity, Mount, Overlay, OverlayError, Presence, Tree, TreeFacts};
+use crate::payload::Problem;
+use crate::rootfs::Root;
+use crate::spec::{InitSpec, Privileges};
+
+/// The minimal manifest with a bound on the engine version.
+fn py312() -> String {
+    manifest::MINIMAL
+        .replace("module = \"infera.engine.vllm\"", "module = \"infera.engine.vllm\"\nversions = \">=0.10, <0.18\"")
+}
+
+const SITE: &str = "/usr/local/lib/python3.12/dist-packages";
+
+fn python() -> Python {
+    Python {
+        executable: "/usr/bin/python3.12".into(),
+        resolved: "/usr/bin/python3.12".into(),
+        version: "3.12".into(),
+        minor: (3, 12),
+        evidence: vec!["interpreter name `/usr/bin/python3.12`".into()],
+        venv: None,
+        site_dirs: vec![SITE.into()],
+    }
+}
+
+fn kimi() -> ModelFacts {
+    ModelFacts::Known(Model {
+        reference: "/models/kimi-k3".into(),
+        config: "/models/kimi-k3/config.json".into(),
+        model_type: Some("kimi_k3".into()),
+        mla: true,
+        multimodal: true,
+        hybrid: true,
+        attention_heads: Some(64),
+        evidence: vec!["MLA: model_type kimi_k3 with kv_lora_rank 512".into()],
+    })
+}
+
+/// A vLLM ROCm 7 image unpacked at /image (not the host root: no process facts).
+fn facts() -> Facts {
+    Facts {
+        root: Root::new("/image"),
+        python: Ok(python()),
+        torch: None,
+        rocm: Ok(Rocm {
+            version: "7.0.0".into(),
+            major: 7,
+            minor: Some(0),
+            source: "/opt/rocm/.info/version".into(),
+            install: None,
+        }),
+        engines: vec![EngineInstall {
+            engine: Engine::Vllm,
+            version: "0.11.0".into(),
+            record: PathBuf::from(SITE).join("vllm-0.11.0.dist-info"),
+        }],
+        site: SiteIndex::default(),
+        gpus: Ok(Gpus {
+            count: Some(8),
+            source: GpuSource::VisibleDevices { var: "HIP_VISIBLE_DEVICES", value: "0,1,2,3,4,5,6,7".into() },
+        }),
+        host: None,
+        models: BTreeMap::from([("/models/kimi-k3".to_string(), kimi())]),
+        interpreter_file: Some(ExecFile::Ok { mode: 0o755, header: Header::Elf }),
+        findings: Vec::new(),
+    }
+}
+
+fn tree(text: &str, family: &str) -> Tree {
+    let manifest = manifest::parse(text, family).unwrap();
+    let dir = PathBuf::from("/opt/infera/trees").join(family);
+    let mut modules = BTreeMap::new();
+    for m in ["infera.engine.vllm", "infera.server", "mooncake", "hipfile"] {
+        modules.insert(m.to_string(), Presence::Present);
+    }
+    Tree {
+        family: family.into(),
+        manifest_path: dir.join("manifest.toml"),
+        dir,
+        manifest,
+        facts: TreeFacts {
+            site_dir: true,
+            lib_dir: true,
+            bin_dir: false,
+            top_modules: vec!["hipfile".into(), "infera".into(), "mooncake".into()],
+            modules,
+            mount: Mount { read_only: true, noexec: false },
+            ..TreeFacts::default()
+        },
+    }
+}
+
+fn overlay() -> Result<Overlay, Refusal> {
+    Ok(Overlay { dir: "/opt/infera".into(), trees: vec![tree(&py312(), "rocm7-py312")] })
+}
+
+fn request(role: Role, args: &[&str]) -> Request {
+    Request {
+        role,
+        engine: EngineChoice::Auto,
+        require: Vec::new(),
+        family: None,
+        allow: Vec::new(),
+        args: args.iter().map(OsString::from).collect(),
+        root: "/image".into(),
+        overlay: "/opt/infera".into(),
+        dry_run: true,
+        output: Output::Json,
+        init: None,
+        privileges: Privileges::default(),
+        verify: Verify::Off,
+    }
+}
+
+fn env() -> Env {
+    Env::from([("PATH".into(), "/usr/bin:/bin".into()), ("HF_TOKEN".into(), "hf_secret".into())])
+}
+
+fn run<'a>(req: &'a Request, facts: &'a Facts, ov: &'a Result<Overlay, Refusal>, env: &'a Env) -> Plan<'a> {
+    plan(&Inputs { req, facts, overlay: ov, env })
+}
+
+fn strs(v: &[OsString]) -> Vec<String> {
+    v.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+}
+
+#[test]
+fn kimi_k3_plan_is_complete() {
+    let (f, ov, e) = (facts(), overlay(), env());
+    let mut req = request(Role::Worker, &["--model", "/models/kimi-k3", "--max-num-seqs", "128"]);
+    req.init = Some(InitSpec { group: true, grace_seconds: Some(5.0) });
+    req.privileges = Privileges { keep_caps: Some(vec![caps::Capability::CAP_KILL]), no_new_privs: true };
+    let p = run(&req, &f, &ov, &e);
+    assert!(p.error.is_none(), "{:?}", p.error);
+    assert_eq!(p.family.as_deref(), Some("rocm7-py312"));
+    let x = p.exec.as_ref().unwrap();
+    assert_eq!(
+        strs(&x.added_args),
+        ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"]
+    );
+    assert_eq!(strs(&x.argv[..5]), ["/usr/bin/python3.12", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3"]);
+    assert_eq!(x.host_program.as_deref(), Some(std::path::Path::new("/image/usr/bin/python3.12")));
+    // The complete environment: the pod's variables kept, the launcher's set and named.
+    assert_eq!(x.env[&OsString::from("HF_TOKEN")], "hf_secret");
+    assert_eq!(x.env[&OsString::from("PYTHONPATH")], "/opt/infera/trees/rocm7-py312/site-packages");
+    assert_eq!(x.env[&OsString::from("PATH")], "/usr/bin:/bin", "no bin/ in the tree: PATH unchanged");
+    assert_eq!(
+        x.env_set,
+        ["PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONDONTWRITEBYTECODE", "INFERA_TREE", "INFERA_TREE_FAMILY"]
+    );
+    // Every step of the real run is in the plan.
+    assert_eq!(x.init, req.init);
+    assert_eq!(x.privileges, req.privileges);
+    // The JSON plan shows all of it, secrets redacted.
+    let j = serde_json::to_value(&p).unwrap();
+    assert_eq!(j["exec"]["env"]["HF_TOKEN"], "<redacted>");
+    assert_eq!(j["exec"]["init"], serde_json::json!({"group": true, "grace_seconds": 5.0}));
+    assert_eq!(j["exec"]["privileges"], serde_json::json!({"keep_caps": ["CAP_KILL"], "no_new_privs": true}));
+    assert_eq!(j["facts"]["gpus"], 8);
+    assert_eq!(j["facts"]["gpus_source"], "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7");
+}
+
+#[test]
+fn an_argument_with_nul_is_refused() {
+    let (f, ov, e) = (facts(), overlay(), env());
+    let mut req = request(Role::Server, &["--ok"]);
+    req.args.push(OsString::from_vec(b"a\0b".to_vec()));
+    let err = run(&req, &f, &ov, &e).error.unwrap();
+    assert_eq!((err.exit.code(), err.code.as_str()), (2, "arg-nul"));
+    assert_eq!(err.message, "argument 2 after `--` contains a NUL byte");
+}
+
+#[test]
+fn no_tree_for_the_image() {
+    let (mut f, ov, e) = (facts(), overlay(), env());
+    let mut py = python();
+    py.minor = (3, 11);
+    py.version = "3.11".into();
+    f.python = Ok(py);
+    let err = run(&request(Role::Worker, &[]), &f, &ov, &e).error.unwrap();
+    assert_eq!((err.exit.code(), err.code.as_str()), (69, "no-tree"));
+    assert!(err.message.contains("python 3.11 at /usr/bin/python3.12"), "{}", err.message);
+    assert!(err.message.ends_with("trees: rocm7-py312 (python 3.12, ROCm 7)"), "{}", err.message);
+}
+
+#[test]
+fn tree_facts_decide_presence_noexec_and_integrity() {
+    let (f, e) = (facts(), env());
+    let req = request(Role::Server, &[]);
+    let with = |change: &dyn Fn(&mut TreeFacts)| {
+        let mut t = tree(&py312(), "rocm7-py312");
+        change(&mut t.facts);
+        Ok(Overlay { dir: "/opt/infera".into(), trees: vec![t] })
+    };
+    let ov = with(&|t| {
+        t.modules.insert("infera.server".into(), Presence::Missing);
+    });
+    let err = run(&req, &f, &ov, &e).error.unwrap();
+    assert_eq!((err.exit.code(), err.code.as_str()), (65, "module-missing"));
+    let escape = OverlayError::Escapes { path: "/x/mooncake".into(), target: "/etc".into(), tree: "/x".into() };
+    let ov = with(&|t| {
+        t.modules.insert("mooncake".into(), Presence::Escapes(escape.clone()));
+    });
+    let err = run(&req, &f, &ov, &e).error.unwrap();
+    assert_eq!((err.exit.code(), err.code.as_str()), (65, "path-escapes-tree"));
+    let ov = with(&|t| {
+        t.mount.noexec = true;
+        t.shared_objects = true;
+    });
+    assert_eq!(run(&req, &f, &ov, &e).error.unwrap().code, "overlay-noexec");
+    let ov = with(&|t| t.mount.noexec = true);
+    assert!(run(&req, &f, &ov, &e).error.is_none(), "noexec without shared objects is fine");
+    let ov = with(&|t| {
+        t.integrity = Some(Integrity {
+            digest: true,
+            result: Err(vec![Problem { path: "lib/x.so".into(), what: "content changed".into() }]),
+        });
+    });
+    let err = run(&req, &f, &ov, &e).error.unwrap();
+    assert_eq!(err.code, "integrity");
+    assert!(err.message.contains("trees/rocm7-py312/lib/x.so: content changed"), "{}", err.message);
+}
+
+#[test]
+fn the_interpreter_file_decides_126_and_127() {
+    let (mut f, ov, e) = (facts(), overlay(), env());
+    let req = request(Role::Server, &[]);
+    for (file, code, exit) in [
+        (ExecFile::NoexecMount, "exec-noexec", 126),
+        (ExecFile::NotExecutable { mode: 0o644 }, "exec-not-executable", 126),
+        (ExecFile::Missing { reason: "not found".into() }, "exec-not-found", 127),
+    ] {
+        f.interpreter_file = Some(file);
+        let p = run(&req, &f, &ov, &e);
+        let err = p.error.as_ref().unwrap();
+        assert_eq!((err.code.as_str(), err.exit.code()), (code, exit));
+        assert!(p.exec.is_some(), "the refused plan still shows what it would exec");
+    }
+}
+
+#[test]
+fn capabilities_requested_implied_and_unavailable() {
+    let (f, ov, e) = (facts(), overlay(), env());
+    let mut req = request(Role::Worker, &["--model", "/models/kimi-k3"]);
+    req.require = vec!["nixl".into()];
+    let p = run(&req, &f, &ov, &e);
+    let err = p.error.unwrap();
+    assert_eq!((err.exit.code(), err.code.as_str()), (69, "capability-unavailable"));
+    assert_eq!(err.hint.as_deref(), Some("known capabilities: hipfile, mooncake"));
+    assert_eq!(p.capabilities.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["hipfile", "mooncake", "nixl"]);
+    // A Mooncake connector implies mooncake; the tree provides it; usability is unknown
+    // without the node's facts.
+    let req = request(Role::Worker, &["--kv-transfer-config", r#"{"kv_connector":"MooncakeConnector"}"#]);
+    let p = run(&req, &f, &ov, &e);
+    assert!(p.error.is_none(), "{:?}", p.error);
+    let mc = p.capabilities.iter().find(|c| c.name == "mooncake").unwrap();
+    assert_eq!(mc.requested_by.as_deref(), Some("--kv-transfer-config kv_connector=MooncakeConnector"));
+    assert_eq!((mc.provided, mc.usable), (true, None));
+}
+
+#[test]
+fn rules_refuse_and_allow() {
+    let (f, ov, e) = (facts(), overlay(), env());
+    let mut req = request(Role::Worker, &["--model", "/models/kimi-k3", "--kv-cache-dtype", "fp8"]);
+    let err = run(&req, &f, &ov, &e).error.unwrap();
+    assert_eq!((err.exit.code(), err.code.as_str()), (78, "kv-fp8-mla"));
+    req.allow = vec!["kv-fp8-mla".into()];
+    let p = run(&req, &f, &ov, &e);
+    assert!(p.error.is_none());
+    assert!(p.findings.iter().any(|x| x.code == "kv-fp8-mla" && x.message.starts_with("allowed by")));
+}
+
+#[test]
+fn shadowing_the_image() {
+    let (mut f, ov, e) = (facts(), overlay(), env());
+    f.site.modules.insert("mooncake".into(), SITE.into());
+    let err = run(&request(Role::Server, &[]), &f, &ov, &e).error.unwrap();
+    assert_eq!(err.code, "shadows-base");
+    assert!(err.message.contains("`mooncake` (base: `/usr/local/lib/python3.12/dist-packages/mooncake`)"));
+}

@@ -1,0 +1,103 @@
+//! What the exec stage needs, complete: the program, argv, the whole child environment,
+//! the working directory, init settings, privilege steps and the steps taken before the
+//! exec. `--dry-run` prints exactly this; the exec stage only carries it out.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Serialize, Serializer};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecSpec {
+    /// The program, as a container path.
+    #[serde(serialize_with = "ser_path")]
+    pub program: PathBuf,
+    /// With `--root` other than `/`: the host file the real run execs (also its argv[0]).
+    #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
+    pub host_program: Option<PathBuf>,
+    #[serde(serialize_with = "ser_os_vec")]
+    pub argv: Vec<OsString>,
+    /// The child's complete environment (the pod's, with the launcher's changes).
+    #[serde(serialize_with = "ser_env")]
+    pub env: BTreeMap<OsString, OsString>,
+    /// The variables the launcher set or changed (the rest are the pod's as they were).
+    pub env_set: Vec<String>,
+    /// The args the launcher appended after the user's (each explained by a finding).
+    #[serde(serialize_with = "ser_os_vec")]
+    pub added_args: Vec<OsString>,
+    /// The working directory (container path); None: the launcher's own.
+    #[serde(serialize_with = "ser_opt_path")]
+    pub cwd: Option<PathBuf>,
+    /// `--init`: the launcher stays as PID 1 / subreaper and runs this as its child.
+    pub init: Option<InitSpec>,
+    pub privileges: Privileges,
+    /// Taken in order before the exec.
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InitSpec {
+    /// Forward signals to the child's process group instead of the child alone.
+    pub group: bool,
+    /// After a forwarded SIGTERM: SIGKILL what is left after this many seconds.
+    pub grace_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Privileges {
+    /// `--drop-caps`: every Linux capability but these is dropped (None: unchanged).
+    #[serde(serialize_with = "ser_caps")]
+    pub keep_caps: Option<Vec<caps::Capability>>,
+    pub no_new_privs: bool,
+}
+
+/// A step of the real run before the exec (engine patches, files put in place).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Step {}
+
+/// Variables whose values are not printed (tokens pasted into a bug report leak).
+pub fn is_secret(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    ["TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "API_KEY", "ACCESS_KEY"].iter().any(|s| n.contains(s))
+}
+
+pub const REDACTED: &str = "<redacted>";
+
+// JSON forms of OS strings: a string when UTF-8, else {"hex": "..."} so nothing is lost.
+pub fn os_json(s: &OsStr) -> serde_json::Value {
+    match s.to_str() {
+        Some(t) => serde_json::Value::String(t.to_string()),
+        None => {
+            serde_json::json!({ "hex": s.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>() })
+        }
+    }
+}
+
+pub fn ser_path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    os_json(p.as_os_str()).serialize(s)
+}
+
+pub fn ser_opt_path<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    p.as_ref().map(|p| os_json(p.as_os_str())).serialize(s)
+}
+
+pub fn ser_os_vec<S: Serializer>(v: &[OsString], s: S) -> Result<S::Ok, S::Error> {
+    v.iter().map(|x| os_json(x)).collect::<Vec<_>>().serialize(s)
+}
+
+fn ser_env<S: Serializer>(m: &BTreeMap<OsString, OsString>, s: S) -> Result<S::Ok, S::Error> {
+    let mut out = serde_json::Map::new();
+    for (k, v) in m {
+        let k = k.to_string_lossy().into_owned();
+        let v = if is_secret(&k) { serde_json::Value::String(REDACTED.into()) } else { os_json(v) };
+        out.insert(k, v);
+    }
+    out.serialize(s)
+}
+
+fn ser_caps<S: Serializer>(c: &Option<Vec<caps::Capability>>, s: S) -> Result<S::Ok, S::Error> {
+    c.as_ref().map(|v| v.iter().map(|c| c.to_string()).collect::<Vec<_>>()).serialize(s)
+}
