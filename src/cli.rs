@@ -1,24 +1,38 @@
-//! The command line (DESIGN.md "Command line"): the low level mirrors argv and only
-//! validates; `Request` is the resolved form the planner reads.
+//! The command line, low level (DESIGN.md "Command line"): it mirrors argv and only
+//! validates what clap can. Two forms:
+//!
+//! - `infera-exec [OPTIONS] PROGRAM [ARGS...]` — the command form the real pod specs use
+//!   (`/overlay/bin/infera-exec python3 -m infera.engine.vllm --model …`): the first word that
+//!   is not an option and not a subcommand starts the command, which is kept byte for byte;
+//! - `infera-exec worker|server|check [OPTIONS] [-- ARGS...]`, `manifest …`, `install …`.
+//!
+//! `request.rs` resolves either into a `Request`.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use clap::builder::{BoolishValueParser, TypedValueParser};
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use thiserror::Error;
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::engines::Engine;
-use crate::envvars::{self as ev, Env};
-use crate::spec::{InitSpec, Privileges};
-use infera_exec_derive::Refuse;
+use crate::envvars as ev;
+
+const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
+const EXIT_CODES: &str = "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, \
+                          78 engine configuration refused, 126 cannot execute, 127 not found.";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "infera-exec",
     version,
-    about = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.",
-    after_help = "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, \
+    about = ABOUT,
+    override_usage = "infera-exec [OPTIONS] PROGRAM [ARGS]...\n       infera-exec <COMMAND> [OPTIONS] [-- ARGS...]",
+    after_help = "PROGRAM [ARGS]: the command form of the pod specs, e.g. `infera-exec python3 -m infera.engine.vllm \
+                  --model /models/m`: `-m infera.engine.<engine>` runs as `worker --engine <engine>`, `-m infera.server` \
+                  as `server`, anything else with the selected tree's environment. The OPTIONS of `worker` go before \
+                  PROGRAM, or in INFERA_* variables.\n\n\
+                  Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, \
                   78 engine configuration refused, 126 cannot execute, 127 not found."
 )]
 pub struct Cli {
@@ -61,9 +75,9 @@ pub enum ManifestCommand {
     },
     /// Validate every manifest of an overlay and check each tree against its record.
     Verify {
-        /// The overlay directory.
-        #[arg(env = ev::INFERA_OVERLAY, default_value = "/opt/infera")]
-        overlay: PathBuf,
+        /// The overlay directory (default: the one this binary is in, else /opt/infera).
+        #[arg(env = ev::INFERA_OVERLAY)]
+        overlay: Option<PathBuf>,
         /// Also compare every file's BLAKE3 digest (default: presence and sizes).
         #[arg(long)]
         digest: bool,
@@ -118,26 +132,41 @@ pub enum Output {
     Json,
 }
 
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The overlay directory.
-    #[arg(long, env = ev::INFERA_OVERLAY, default_value = "/opt/infera", value_name = "DIR")]
-    pub overlay: PathBuf,
+/// The launcher's options, shared by both forms.
+#[derive(Debug, Clone, Args)]
+pub struct Options {
+    /// The overlay directory (default: the overlay this binary is in, else /opt/infera).
+    #[arg(long, env = ev::INFERA_OVERLAY, value_name = "DIR")]
+    pub overlay: Option<PathBuf>,
     /// Read every container path under DIR (an unpacked image); the plan still names container paths.
     #[arg(long, env = ev::INFERA_ROOT, default_value = "/", value_name = "DIR")]
     pub root: PathBuf,
     /// The engine to run; `auto` picks the one installed in the image.
     #[arg(long, env = ev::INFERA_ENGINE, value_parser = EngineChoiceParser, default_value = "auto")]
     pub engine: EngineChoice,
+    /// The image's interpreter to run (default: the one the command names, else python3 on PATH).
+    #[arg(long, env = ev::INFERA_PYTHON, value_name = "PYTHON")]
+    pub python: Option<OsString>,
     /// Capabilities the pod needs (comma-separated, repeatable): mooncake, hipfile, ...
     #[arg(long, env = ev::INFERA_REQUIRE, value_delimiter = ',', value_name = "CAP[,CAP]")]
     pub require: Vec<String>,
+    /// Native capabilities the pod needs, as the Infera stack writes them: names (comma or
+    /// space separated), `1`/`true`/`all` for everything the native tree carries, `0` or empty for none.
+    #[arg(long, env = ev::INFERA_REQUIRE_NATIVE, value_name = "CAPS")]
+    pub require_native: Option<String>,
     /// Force an overlay tree (with a warning) instead of matching the image's ABI.
     #[arg(long, env = ev::INFERA_FAMILY, value_name = "NAME")]
     pub family: Option<String>,
     /// Override a refusal rule knowingly (comma-separated rule codes, repeatable).
     #[arg(long, env = ev::INFERA_ALLOW, value_delimiter = ',', value_name = "CODE[,CODE]")]
     pub allow: Vec<String>,
+    /// The working directory of the program (default `/`, so the image's WORKDIR cannot
+    /// shadow the engine or the overlay; empty: keep the launcher's).
+    #[arg(long, env = ev::INFERA_EXEC_CHDIR, value_name = "DIR")]
+    pub chdir: Option<PathBuf>,
+    /// Do not run the overlay's engine patches (`patches/<engine>/*.py`).
+    #[arg(long, env = ev::INFERA_SKIP_ENGINE_PATCHES, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
+    pub skip_engine_patches: bool,
     /// Print the plan the real run would exec, and exit with the code it would refuse with.
     #[arg(long, env = ev::INFERA_DRY_RUN, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub dry_run: bool,
@@ -159,146 +188,115 @@ pub struct RunArgs {
     /// Set no_new_privs before exec.
     #[arg(long, env = ev::INFERA_NO_NEW_PRIVS, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub no_new_privs: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub options: Options,
     /// Arguments for the engine or router, passed byte for byte and in order.
     #[arg(last = true, value_name = "ARGS", value_parser = clap::value_parser!(OsString))]
     pub args: Vec<OsString>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Worker,
-    Server,
-    Check,
+/// The options alone, for the command form (`infera-exec [OPTIONS] PROGRAM ...`).
+#[derive(Debug, Parser)]
+#[command(name = "infera-exec", version, about = ABOUT, after_help = EXIT_CODES)]
+struct CommandForm {
+    #[command(flatten)]
+    options: Options,
 }
 
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Worker => "worker",
-            Role::Server => "server",
-            Role::Check => "check",
+/// What argv asked for.
+#[derive(Debug)]
+pub enum Invocation {
+    Subcommand(Command),
+    /// The command form: the options, and the command (PROGRAM ARGS...), byte for byte.
+    Program {
+        options: Options,
+        command: Vec<OsString>,
+    },
+}
+
+/// Find which form argv is and parse it.
+pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
+    match command_start(&argv) {
+        Some(at) => {
+            // `infera-exec [OPTIONS] [--] PROGRAM ...`: clap reads the options only.
+            let end = if argv[at - 1] == "--" { at - 1 } else { at };
+            let form = CommandForm::try_parse_from(&argv[..end])?;
+            Ok(Invocation::Program { options: form.options, command: argv[at..].to_vec() })
         }
+        None => Ok(Invocation::Subcommand(Cli::try_parse_from(argv)?.command)),
     }
-    /// `check` plans the worker.
-    pub fn runs_engine(self) -> bool {
-        self != Role::Server
+}
+
+/// Where the command of the command form starts: the first word after the launcher's own
+/// options that is not a subcommand (`--` ends the options explicitly).
+fn command_start(argv: &[OsString]) -> Option<usize> {
+    let mut cmd = CommandForm::command();
+    cmd.build();
+    // A separate value follows the option when it takes one (flags like --dry-run take none).
+    let takes_value = |long: &[u8]| {
+        cmd.get_arguments()
+            .find(|a| a.get_long().is_some_and(|l| l.as_bytes() == long))
+            .map(|a| a.get_num_args().map_or(a.get_action().takes_values(), |n| n.max_values() > 0))
+    };
+    let subcommands: Vec<String> = Cli::command().get_subcommands().map(|s| s.get_name().to_string()).collect();
+    let mut i = 1;
+    while i < argv.len() {
+        let a = argv[i].as_bytes();
+        if a == b"--" {
+            return (i + 1 < argv.len()).then_some(i + 1);
+        }
+        if let Some(long) = a.strip_prefix(b"--") {
+            let (name, inline) = match long.iter().position(|b| *b == b'=') {
+                Some(p) => (&long[..p], true),
+                None => (long, false),
+            };
+            match takes_value(name) {
+                Some(true) if !inline => i += 2,
+                Some(_) => i += 1,
+                None => return None, // not ours (or --help/--version): clap says what it is
+            }
+            continue;
+        }
+        if a.starts_with(b"-") || subcommands.iter().any(|s| s.as_bytes() == a) || a == b"help" {
+            return None;
+        }
+        return Some(i);
     }
+    None
 }
 
-/// `INFERA_VERIFY`: check the selected tree against its integrity record before exec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verify {
-    Off,
-    Size,
-    Digest,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// What the pod asked for, resolved from argv and environment, every value validated.
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub role: Role,
-    pub engine: EngineChoice,
-    pub require: Vec<String>,
-    pub family: Option<String>,
-    pub allow: Vec<String>,
-    pub args: Vec<OsString>,
-    pub root: PathBuf,
-    pub overlay: PathBuf,
-    pub dry_run: bool,
-    pub output: Output,
-    pub init: Option<InitSpec>,
-    pub privileges: Privileges,
-    pub verify: Verify,
-}
-
-/// A day: longer grace periods are a typo, and would overflow time arithmetic.
-pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
-
-/// Values the argument parser accepted but that do not mean anything.
-#[derive(Debug, Clone, PartialEq, Error, Refuse)]
-pub enum UsageError {
-    #[error("--init-grace {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
-    #[refuse(code = "init-grace-invalid", exit = Usage)]
-    InitGrace { value: f64 },
-    #[error("--drop-caps: `{name}` is not a Linux capability")]
-    #[refuse(
-        code = "drop-caps-invalid",
-        exit = Usage,
-        hint = "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK"
-    )]
-    DropCaps { name: String },
-    #[error("INFERA_ALLOW / --allow names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
-    #[refuse(code = "allow-unknown", exit = Usage)]
-    AllowUnknown { name: String, rules: Vec<String> },
-    #[error("{}=`{value}`: expected size, digest or off", ev::INFERA_VERIFY)]
-    #[refuse(code = "verify-invalid", exit = Usage)]
-    Verify { value: String },
-    #[error("argument {index} after `--` contains a NUL byte")]
-    #[refuse(code = "arg-nul", exit = Usage, hint = "an execve argument cannot hold NUL; fix the pod spec's args")]
-    ArgNul { index: usize },
-}
-
-/// `net_bind_service,CAP_KILL` → the set, sorted; `none` (or empty) → keep nothing.
-pub fn parse_caps(list: &[String]) -> Result<Vec<caps::Capability>, UsageError> {
-    use std::str::FromStr;
-    let mut keep = Vec::new();
-    for name in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none")) {
-        let cap = caps::Capability::from_str(&caps::to_canonical(name))
-            .map_err(|_| UsageError::DropCaps { name: name.to_string() })?;
-        if !keep.contains(&cap) {
-            keep.push(cap);
-        }
+    fn argv(v: &[&str]) -> Vec<OsString> {
+        std::iter::once("infera-exec").chain(v.iter().copied()).map(OsString::from).collect()
     }
-    keep.sort_by_key(|c| c.to_string());
-    Ok(keep)
-}
 
-/// Trimmed, without empties and duplicates, in order.
-fn clean(v: Vec<String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for s in v.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()) {
-        if !out.contains(&s) {
-            out.push(s);
+    #[test]
+    fn the_two_forms() {
+        match parse(argv(&["python3", "-m", "infera.engine.vllm", "--dry-run"])).unwrap() {
+            Invocation::Program { options, command } => {
+                assert!(!options.dry_run, "options after PROGRAM belong to the command");
+                assert_eq!(command, argv(&["python3", "-m", "infera.engine.vllm", "--dry-run"])[1..]);
+            }
+            other => panic!("{other:?}"),
         }
-    }
-    out
-}
-
-impl Request {
-    pub fn resolve(role: Role, a: RunArgs, env: &Env) -> Result<Request, UsageError> {
-        if let Some(g) = a.init_grace.filter(|g| !(0.0..=MAX_GRACE_SECONDS).contains(g)) {
-            return Err(UsageError::InitGrace { value: g });
+        match parse(argv(&["--dry-run", "--output", "json", "--family=x", "--", "bash", "-c", "true"])).unwrap() {
+            Invocation::Program { options, command } => {
+                assert!(options.dry_run);
+                assert_eq!(options.output, Output::Json);
+                assert_eq!(options.family.as_deref(), Some("x"));
+                assert_eq!(command, argv(&["bash", "-c", "true"])[1..]);
+            }
+            other => panic!("{other:?}"),
         }
-        let init = a.init.then_some(InitSpec { group: a.init_group, grace_seconds: a.init_grace });
-        let keep_caps = a.drop_caps.as_deref().map(parse_caps).transpose()?;
-        let allow = clean(a.allow);
-        let rules = crate::rules::codes();
-        if let Some(name) = allow.iter().find(|x| !rules.contains(&x.as_str())) {
-            return Err(UsageError::AllowUnknown {
-                name: name.clone(),
-                rules: rules.iter().map(|r| r.to_string()).collect(),
-            });
-        }
-        let verify = match ev::get(env, ev::INFERA_VERIFY).map(|v| v.to_string_lossy()).as_deref() {
-            None | Some("" | "off" | "0") => Verify::Off,
-            Some("size") => Verify::Size,
-            Some("digest") => Verify::Digest,
-            Some(other) => return Err(UsageError::Verify { value: other.to_string() }),
-        };
-        Ok(Request {
-            role,
-            engine: a.engine,
-            require: clean(a.require),
-            family: a.family.filter(|f| !f.is_empty()),
-            allow,
-            args: a.args,
-            root: a.root,
-            overlay: a.overlay,
-            dry_run: a.dry_run || role == Role::Check,
-            output: a.output,
-            init,
-            privileges: Privileges { keep_caps, no_new_privs: a.no_new_privs },
-            verify,
-        })
+        assert!(matches!(parse(argv(&["worker", "--dry-run"])).unwrap(), Invocation::Subcommand(Command::Worker(_))));
+        assert!(parse(argv(&["--frobnicate", "python3"])).is_err());
+        assert!(parse(argv(&[])).is_err());
     }
 }

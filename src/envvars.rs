@@ -40,6 +40,11 @@ pub const INFERA_GPUS: &str = "INFERA_GPUS";
 pub const INFERA_LOG: &str = "INFERA_LOG";
 pub const INFERA_DEFAULT_KV_FP8: &str = "INFERA_DEFAULT_KV_FP8";
 pub const INFERA_VERIFY: &str = "INFERA_VERIFY";
+/// The Infera stack's knobs (FACTS.md, "The real Infera deployment").
+pub const INFERA_PYTHON: &str = "INFERA_PYTHON";
+pub const INFERA_REQUIRE_NATIVE: &str = "INFERA_REQUIRE_NATIVE";
+pub const INFERA_EXEC_CHDIR: &str = "INFERA_EXEC_CHDIR";
+pub const INFERA_SKIP_ENGINE_PATCHES: &str = "INFERA_SKIP_ENGINE_PATCHES";
 
 /// Set in the child so the payload knows which tree it runs from.
 pub const INFERA_TREE: &str = "INFERA_TREE";

@@ -47,7 +47,7 @@ pub fn command(x: &ExecSpec) -> Command {
     c.args(x.argv.iter().skip(1));
     c.env_clear();
     c.envs(x.env.iter());
-    if let Some(d) = &x.cwd {
+    if let Some(d) = x.host_cwd.as_ref().or(x.cwd.as_ref()) {
         c.current_dir(d);
     }
     // SAFETY: only async-signal-safe calls (signal, sigprocmask) before execve.

@@ -18,6 +18,7 @@ pub mod payload;
 pub mod plan;
 pub mod privs;
 pub mod report;
+pub mod request;
 pub mod rootfs;
 pub mod rules;
 pub mod spec;
@@ -26,28 +27,30 @@ pub mod version;
 use std::ffi::OsString;
 use std::io::Write;
 
-use clap::Parser;
-
-use cli::{Cli, Command, Output, Request, Role, Verify};
+use cli::{Command, Invocation, Output};
 use error::{Exit, Refusal};
+use request::{Request, Role, Verify};
 
 pub use envvars::Env;
 
 /// Parse, plan, print or exec. Returns the exit code when it does not exec.
 pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
-    let cli = match Cli::try_parse_from(argv) {
+    let invocation = match cli::parse(argv) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() { Exit::Usage.code() } else { 0 };
         }
     };
-    let outcome = match cli.command {
-        Command::Worker(a) => resolve(Role::Worker, a, &env),
-        Command::Server(a) => resolve(Role::Server, a, &env),
-        Command::Check(a) => resolve(Role::Check, a, &env),
-        Command::Manifest(m) => manifest_cmd::run(&m).map(Done::Print),
-        Command::Install { dest, from } => install::run(&dest, from).map(Done::Print),
+    let outcome = match invocation {
+        Invocation::Program { options, command } => {
+            Request::from_command(options, command, &env).map_err(Refusal::from).map(|r| Done::Exit(launch(&r, &env)))
+        }
+        Invocation::Subcommand(Command::Worker(a)) => resolve(Role::Worker, a, &env),
+        Invocation::Subcommand(Command::Server(a)) => resolve(Role::Server, a, &env),
+        Invocation::Subcommand(Command::Check(a)) => resolve(Role::Check, a, &env),
+        Invocation::Subcommand(Command::Manifest(m)) => manifest_cmd::run(&m).map(Done::Print),
+        Invocation::Subcommand(Command::Install { dest, from }) => install::run(&dest, from).map(Done::Print),
     };
     match outcome {
         Ok(Done::Print(text)) => {
@@ -67,7 +70,7 @@ enum Done {
 }
 
 fn resolve(role: Role, a: cli::RunArgs, env: &Env) -> Result<Done, Refusal> {
-    let req = Request::resolve(role, a, env)?;
+    let req = Request::resolve(role, a.options, a.args, env)?;
     Ok(Done::Exit(launch(&req, env)))
 }
 
@@ -80,11 +83,26 @@ fn refuse(r: &Refusal) -> i32 {
 pub fn launch(req: &Request, env: &Env) -> i32 {
     let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
     let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
-    let opts = overlay::LoadOptions { check_writable: nix::unistd::geteuid().is_root(), modules: Vec::new() };
+    let modules = match &req.target {
+        request::Target::Module { module, .. } => vec![module.clone()],
+        _ => Vec::new(),
+    };
+    let opts = overlay::LoadOptions { check_writable: nix::unistd::geteuid().is_root(), modules };
     let mut overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
     let probe: std::collections::BTreeSet<String> =
         overlay.iter().flat_map(|o| o.trees.iter().flat_map(|t| t.facts.top_modules.iter().cloned())).collect();
-    let facts = facts::Facts::gather(root, env, &models, &probe);
+    let program = match &req.target {
+        request::Target::Program { program } => Some(program.as_os_str()),
+        _ => None,
+    };
+    let wanted = facts::Wanted {
+        models: &models,
+        probe: Some(&probe),
+        interpreter: req.interpreter(),
+        program,
+        chdir: req.chdir.as_deref(),
+    };
+    let facts = facts::Facts::gather(root, env, &wanted);
     // The integrity check is a fact about the one tree the run would use.
     if req.verify != Verify::Off {
         let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, env };

@@ -12,6 +12,9 @@ use crate::rootfs::parse_minor;
 
 pub const SCHEMA: u32 = 1;
 
+/// infera's router module (`[server] module` of the shipped manifests).
+pub const SERVER_MODULE: &str = "infera.server";
+
 /// DESIGN.md's minimal manifest: the contract every launcher version reads (examples, tests).
 pub const MINIMAL: &str = r#"schema = 1
 family = "rocm7-py312"
@@ -173,7 +176,7 @@ pub fn is_dotted_module(s: &str) -> bool {
     !s.is_empty() && s.split('.').all(is_identifier)
 }
 
-fn is_name(s: &str) -> bool {
+pub fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))

@@ -51,7 +51,12 @@ pub fn run(cmd: &ManifestCommand) -> Result<String, Refusal> {
     match cmd {
         ManifestCommand::Schema => Ok(manifest::schema_json()),
         ManifestCommand::Generate { tree, check } => generate(tree, *check),
-        ManifestCommand::Verify { overlay, digest } => verify(overlay, *digest),
+        ManifestCommand::Verify { overlay, digest } => {
+            let dir = overlay
+                .clone()
+                .unwrap_or_else(|| crate::request::discover_overlay(std::env::current_exe().ok().as_deref()));
+            verify(&dir, *digest)
+        }
     }
 }
 

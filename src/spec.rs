@@ -30,6 +30,9 @@ pub struct ExecSpec {
     /// The working directory (container path); None: the launcher's own.
     #[serde(serialize_with = "ser_opt_path")]
     pub cwd: Option<PathBuf>,
+    /// With `--root` other than `/`: where that directory is on this host.
+    #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
+    pub host_cwd: Option<PathBuf>,
     /// `--init`: the launcher stays as PID 1 / subreaper and runs this as its child.
     pub init: Option<InitSpec>,
     pub privileges: Privileges,

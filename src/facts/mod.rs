@@ -11,12 +11,14 @@ pub mod site;
 pub mod torch;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::envvars::{self as ev, get, Env};
 use crate::finding::Finding;
-use crate::rootfs::Root;
+use crate::rootfs::{self, Root};
 
 pub use exe::ExecFile;
 pub use gpus::{GpuError, GpuSource, Gpus};
@@ -40,28 +42,82 @@ pub struct Facts {
     pub models: BTreeMap<String, model::ModelFacts>,
     /// The interpreter file the run would exec (when the interpreter was found).
     pub interpreter_file: Option<ExecFile>,
+    /// The program of the command form, when it is not a Python module run.
+    pub program: Option<Program>,
+    /// The working directory the run changes to, resolved inside the root (or why not).
+    pub workdir: Option<Result<PathBuf, String>>,
     /// Evidence that disagreed or could not be read.
     pub findings: Vec<Finding>,
 }
 
+/// A program of the command form, looked up like the shell would, inside the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// Found: the container path (as found on PATH), resolved inside the root, and its file.
+    Found {
+        path: PathBuf,
+        resolved: PathBuf,
+        file: ExecFile,
+    },
+    NotFound {
+        name: OsString,
+        path: String,
+    },
+}
+
+/// What the request wants to know about the image besides what every run needs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wanted<'a> {
+    /// Model references named in the engine args.
+    pub models: &'a [String],
+    /// Top-level module names to look for in the image (the overlay trees' own), so
+    /// shadowing is judged without listing every package of the image.
+    pub probe: Option<&'a BTreeSet<String>>,
+    /// The interpreter the request names (INFERA_PYTHON or the command's).
+    pub interpreter: Option<&'a OsStr>,
+    /// The program of the command form (not a Python module run).
+    pub program: Option<&'a OsStr>,
+    /// The working directory the run changes to.
+    pub chdir: Option<&'a Path>,
+}
+
 impl Facts {
-    /// `probe`: top-level module names to look for in the image (the overlay trees' own),
-    /// so shadowing can be judged without listing every package of the image.
-    pub fn gather(root: Root, env: &Env, model_refs: &[String], probe: &BTreeSet<String>) -> Facts {
+    pub fn gather(root: Root, env: &Env, w: &Wanted) -> Facts {
         let mut findings = Vec::new();
-        let python = python::detect(&root, get(env, ev::PATH), get(env, ev::PYTHONPATH), &mut findings);
+        let python = python::detect(&root, get(env, ev::PATH), get(env, ev::PYTHONPATH), w.interpreter, &mut findings);
         let site_dirs = python.as_ref().map(|p| p.site_dirs.clone()).unwrap_or_default();
         let torch = torch::detect(&root, &site_dirs);
         let rocm = rocm::detect(&root, get(env, ev::ROCM_PATH), get(env, ev::ROCM_HOME), torch.as_ref(), &mut findings);
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
-        let (site, engines) = site::scan(&root, &site_dirs, minor, probe);
+        let empty = BTreeSet::new();
+        let (site, engines) = site::scan(&root, &site_dirs, minor, w.probe.unwrap_or(&empty));
         let gpus = gpus::detect(&root, env);
         let s = |k: &str| get(env, k).and_then(|v| v.to_str());
         let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };
-        let models = model_refs.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();
+        let models = w.models.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();
         let host = host::gather(&root);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(&root, &p.executable));
-        Facts { root, python, torch, rocm, engines, site, gpus, host, models, interpreter_file, findings }
+        let program = w.program.map(|name| find_program(&root, env, name, w.chdir));
+        let workdir = w.chdir.map(|d| match root.stat(d) {
+            Ok((resolved, m)) if m.is_dir() => Ok(resolved),
+            Ok(_) => Err("not a directory".to_string()),
+            Err(e) => Err(rootfs::io_reason(&e)),
+        });
+        Facts {
+            root,
+            python,
+            torch,
+            rocm,
+            engines,
+            site,
+            gpus,
+            host,
+            models,
+            interpreter_file,
+            program,
+            workdir,
+            findings,
+        }
     }
 
     pub fn engine(&self, e: crate::engines::Engine) -> Option<&EngineInstall> {
@@ -83,6 +139,28 @@ impl Facts {
             host: self.host.as_ref(),
         }
     }
+}
+
+/// Find a program as execvp would, inside the root: a path with a `/` as it is (relative
+/// to the working directory the run changes to), a bare name on the image's PATH.
+fn find_program(root: &Root, env: &Env, name: &OsStr, chdir: Option<&Path>) -> Program {
+    let p = Path::new(name);
+    let candidates: Vec<PathBuf> = if name.to_string_lossy().contains('/') {
+        vec![chdir.unwrap_or(Path::new("/")).join(p)]
+    } else {
+        let path = get(env, ev::PATH).map_or_else(|| ev::DEFAULT_PATH.to_string(), |v| rootfs::os_to_string(v));
+        path.split(':').filter(|d| d.starts_with('/')).map(|d| Path::new(d).join(p)).collect()
+    };
+    for c in candidates {
+        if let Ok((resolved, m)) = root.stat(&c) {
+            if m.is_file() {
+                let file = exe::inspect(root, &c);
+                return Program::Found { path: c, resolved, file };
+            }
+        }
+    }
+    let path = get(env, ev::PATH).map_or_else(|| ev::DEFAULT_PATH.to_string(), |v| rootfs::os_to_string(v));
+    Program::NotFound { name: name.to_os_string(), path }
 }
 
 /// The JSON shape of facts in a plan (DESIGN.md stable fields plus a few more).

@@ -2,7 +2,7 @@
 //! the evidence the image carries (never by importing anything).
 
 use std::collections::BTreeSet;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use infera_exec_derive::Refuse;
@@ -40,13 +40,13 @@ pub enum PythonError {
         hint = "set PATH in the pod spec (the image's PATH, e.g. /usr/local/bin:/usr/bin:/bin)"
     )]
     EmptyPath,
-    #[error("no `python3` or `python` on the container's PATH ({path})")]
+    #[error("no `{names}` on the container's PATH ({path})")]
     #[refuse(
         code = "python-missing",
         exit = Missing,
         hint = "run an engine image that has CPython, or put its bin directory on PATH"
     )]
-    NotFound { path: String },
+    NotFound { names: String, path: String },
     #[error("the interpreter `{}` cannot be resolved: {reason}", path.display())]
     #[refuse(code = "python-unresolvable", exit = Missing, hint = "the image's python3 link is broken or loops; fix the image")]
     Unresolvable { path: PathBuf, reason: String },
@@ -70,21 +70,40 @@ struct Evidence {
     minor: (u32, u32),
 }
 
+/// `wanted`: the interpreter the request names (INFERA_PYTHON, or the command's), an
+/// absolute path or a name to find on PATH; None: `python3`, then `python`.
 pub fn detect(
     root: &Root,
     path_var: Option<&OsString>,
     pythonpath: Option<&OsString>,
+    wanted: Option<&OsStr>,
     findings: &mut Vec<Finding>,
 ) -> Result<Python, PythonError> {
     let path_str = match path_var {
         Some(p) => rootfs::os_to_string(p),
         None => envvars::DEFAULT_PATH.to_string(),
     };
-    let dirs: Vec<&str> = path_str.split(':').filter(|d| d.starts_with('/')).collect();
-    if dirs.is_empty() {
-        return Err(PythonError::EmptyPath);
-    }
-    let found = find_on_path(root, &dirs)?.ok_or(PythonError::NotFound { path: path_str.clone() })?;
+    let found = match wanted {
+        Some(w) if Path::new(w).is_absolute() => {
+            let p = PathBuf::from(w);
+            match root.stat(&p) {
+                Ok(_) => p,
+                Err(e) => return Err(PythonError::Unresolvable { path: p, reason: rootfs::io_reason(&e) }),
+            }
+        }
+        _ => {
+            let dirs: Vec<&str> = path_str.split(':').filter(|d| d.starts_with('/')).collect();
+            if dirs.is_empty() {
+                return Err(PythonError::EmptyPath);
+            }
+            let names: Vec<String> = match wanted {
+                Some(w) => vec![w.to_string_lossy().into_owned()],
+                None => vec!["python3".into(), "python".into()],
+            };
+            find_on_path(root, &dirs, &names)?
+                .ok_or_else(|| PythonError::NotFound { names: names.join("` or `"), path: path_str.clone() })?
+        }
+    };
     let resolved = root
         .resolve(&found)
         .map_err(|e| PythonError::Unresolvable { path: found.clone(), reason: rootfs::io_reason(&e) })?;
@@ -222,10 +241,10 @@ pub fn detect(
     })
 }
 
-/// PATH lookup inside the root: `python3` in every directory first, then `python`.
+/// PATH lookup inside the root: each name in every directory, in order.
 /// A candidate that exists but cannot be resolved (a symlink loop) is an error, not a skip.
-fn find_on_path(root: &Root, dirs: &[&str]) -> Result<Option<PathBuf>, PythonError> {
-    for name in ["python3", "python"] {
+fn find_on_path(root: &Root, dirs: &[&str], names: &[String]) -> Result<Option<PathBuf>, PythonError> {
+    for name in names {
         for d in dirs {
             let cand = Path::new(d).join(name);
             match root.stat(&cand) {

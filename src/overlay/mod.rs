@@ -4,6 +4,8 @@
 //! escaping it, writable by others, two trees claiming one ABI) refuse the load.
 
 mod check;
+mod gather;
+mod infera;
 mod ours;
 
 use std::collections::BTreeMap;
@@ -20,30 +22,67 @@ pub use check::{find_module, inside};
 #[derive(Debug, Clone)]
 pub struct Overlay {
     pub dir: PathBuf,
+    pub layout: Layout,
     pub trees: Vec<Tree>,
+    /// The engine patches it ships (`patches/<engine>/*.py`, `patches/<engine>_*/*.py`), in
+    /// the order they run.
+    pub patches: Vec<Patch>,
+}
+
+/// Which of the two layouts of DESIGN.md the overlay is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `trees/<family>/manifest.toml` with site-packages, lib, bin.
+    Ours,
+    /// The Infera payload: `py3XX/` and `native/rocm<N>-py3XX/` with CAPABILITIES.
+    Infera,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    pub engine: crate::engines::Engine,
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Clone)]
 pub struct Tree {
     pub family: String,
+    /// The tree's own directory (INFERA_TREE): ours `trees/<family>`, the Infera payload's `py3XX`.
     pub dir: PathBuf,
-    pub manifest_path: PathBuf,
+    /// What the tree offers: its manifest, or for the Infera layout what its files say.
     pub manifest: Manifest,
+    /// The CPython minor its extensions were built for.
+    pub python: (u32, u32),
+    /// The HIP ABI major its compiled code binds (None: pure Python, any ABI).
+    pub hip: Option<u32>,
+    /// Its directories, in search order (only those that exist).
+    pub paths: Paths,
     pub facts: TreeFacts,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Paths {
+    /// Importable packages (PYTHONPATH), first wins.
+    pub site: Vec<PathBuf>,
+    /// Shared libraries (LD_LIBRARY_PATH).
+    pub lib: Vec<PathBuf>,
+    /// Programs (PATH).
+    pub bin: Vec<PathBuf>,
+    /// The directories whose integrity records describe the tree.
+    pub parts: Vec<PathBuf>,
 }
 
 /// What the tree's files say, gathered at load.
 #[derive(Debug, Clone, Default)]
 pub struct TreeFacts {
-    pub site_dir: bool,
-    pub lib_dir: bool,
-    pub bin_dir: bool,
-    /// Top-level importable names of its site-packages.
+    /// The programs in its bin directories (a command-form PROGRAM may be one of them).
+    pub bin: BTreeMap<String, (PathBuf, crate::facts::ExecFile)>,
+    /// Top-level importable names of its site directories.
     pub top_modules: Vec<String>,
     /// Every module the manifest names (engines, server, capabilities) and the ones the
     /// request asked about.
     pub modules: BTreeMap<String, Presence>,
-    /// Every library the manifest's capabilities name, under lib/.
+    /// Every library the manifest's capabilities name, in its lib directories.
     pub libraries: BTreeMap<String, Presence>,
     pub mount: Mount,
     /// Shared objects in the tree (only looked for on a `noexec` mount, where they matter).
@@ -74,17 +113,22 @@ pub struct Integrity {
 }
 
 impl Tree {
-    pub fn site_packages(&self) -> PathBuf {
-        self.dir.join("site-packages")
+    /// The first site directory (where the tree's own packages are said to be missing from).
+    pub fn site(&self) -> PathBuf {
+        self.paths.site.first().cloned().unwrap_or_else(|| self.dir.join("site-packages"))
     }
     pub fn lib(&self) -> PathBuf {
-        self.dir.join("lib")
+        self.paths.lib.first().cloned().unwrap_or_else(|| self.dir.join("lib"))
     }
     pub fn bin(&self) -> PathBuf {
-        self.dir.join("bin")
+        self.paths.bin.first().cloned().unwrap_or_else(|| self.dir.join("bin"))
     }
     pub fn describe(&self) -> String {
-        format!("{} (python {}, ROCm {})", self.family, self.manifest.abi.python, self.manifest.abi.rocm)
+        let (ma, mi) = self.python;
+        match self.hip {
+            Some(h) => format!("{} (python {ma}.{mi}, ROCm {h})", self.family),
+            None => format!("{} (python {ma}.{mi}, no native tree)", self.family),
+        }
     }
     pub fn module(&self, dotted: &str) -> &Presence {
         self.facts.modules.get(dotted).unwrap_or(&Presence::Missing)
@@ -103,7 +147,7 @@ pub enum OverlayError {
         hint = "mount the infera overlay image at /opt/infera (image volume, `--mount type=image`, or an initContainer copy), or pass --overlay / INFERA_OVERLAY"
     )]
     Missing { dir: PathBuf },
-    #[error("the overlay `{0}` has no trees (expected `{0}/trees/<family>/manifest.toml`)", dir.display())]
+    #[error("the overlay `{0}` has no trees (expected `{0}/trees/<family>/manifest.toml`, or the Infera payload's `{0}/py3XX/`)", dir.display())]
     #[refuse(
         code = "overlay-empty",
         exit = Invalid,
@@ -152,18 +196,54 @@ pub struct LoadOptions {
     pub modules: Vec<String>,
 }
 
+/// Does `dir` hold an overlay of either layout (`trees/`, or the Infera payload's
+/// `py3XX/` and `native/`)?
+pub fn is_overlay(dir: &Path) -> bool {
+    if dir.join("trees").is_dir() || dir.join("native").is_dir() {
+        return true;
+    }
+    std::fs::read_dir(dir).is_ok_and(|rd| {
+        rd.filter_map(|e| e.ok()).any(|e| {
+            let n = e.file_name();
+            crate::rootfs::parse_minor(&n.to_string_lossy().replacen("py3", "3.", 1)).is_some() && e.path().is_dir()
+        })
+    })
+}
+
 /// Load every tree and gather its facts.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
     let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     if !dir.is_dir() {
         return Err(OverlayError::Missing { dir });
     }
-    let trees = ours::load(&dir, opts)?;
-    Ok(Overlay { dir, trees })
+    let (layout, trees) = if dir.join("trees").is_dir() {
+        (Layout::Ours, ours::load(&dir, opts)?)
+    } else {
+        (Layout::Infera, infera::load(&dir, opts)?)
+    };
+    let patches = gather::patches(&dir);
+    Ok(Overlay { dir, layout, trees, patches })
 }
 
-/// Check the tree against its integrity record and keep the result in its facts.
+/// Check the tree against its integrity records and keep the result in its facts.
 pub fn verify(tree: &mut Tree, digest: bool) {
-    let result = crate::payload::verify_tree(&tree.dir, &tree.family, digest);
+    let mut files = 0;
+    let mut problems = Vec::new();
+    for part in &tree.paths.parts {
+        let name = part.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        // Problems name files as the overlay holds them: trees/<family>/…, py312/…, native/<key>/….
+        let prefix = match part.parent().and_then(Path::file_name).and_then(|p| p.to_str()) {
+            Some(p @ ("trees" | "native")) => format!("{p}/{name}"),
+            _ => name.clone(),
+        };
+        match crate::payload::verify_tree(part, &name, digest) {
+            Ok(n) => files += n,
+            Err(ps) => problems.extend(ps.into_iter().map(|mut p| {
+                p.path = format!("{prefix}/{}", p.path);
+                p
+            })),
+        }
+    }
+    let result = if problems.is_empty() { Ok(files) } else { Err(problems) };
     tree.facts.integrity = Some(Integrity { digest, result });
 }

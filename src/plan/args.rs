@@ -8,10 +8,10 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::cli::Request;
 use crate::dialect::{self, Parsed, Setting};
 use crate::engines::{Engine, Opt};
 use crate::envvars::{self as ev, Env};
+use crate::request::Request;
 use infera_exec_derive::Refuse;
 
 use crate::error::Refusal;

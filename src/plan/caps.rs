@@ -15,6 +15,7 @@ use infera_exec_derive::Refuse;
 use crate::error::Refusal;
 use crate::facts::{Facts, Rocm};
 use crate::overlay::{Overlay, Presence, Tree};
+use crate::request::Request;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CapRow {
@@ -107,13 +108,20 @@ fn collect_connectors(v: &serde_json::Value, out: &mut Vec<String>) {
 /// One row per capability the tree declares or the pod requests; refuses the first
 /// requested one the tree cannot supply.
 pub fn rows(
-    required: &[String],
+    req: &Request,
     overlay: &Overlay,
     tree: &Tree,
     engine: Option<Engine>,
     parsed: &Parsed,
 ) -> Result<Vec<CapRow>, (Vec<CapRow>, Refusal)> {
-    let mut requested: Vec<(String, String)> = required.iter().map(|c| (c.clone(), "--require".to_string())).collect();
+    let mut requested: Vec<(String, String)> = req.require.iter().map(|r| (r.name.clone(), r.by.to_string())).collect();
+    if req.require_all_native {
+        for name in tree.manifest.capabilities.keys() {
+            if !requested.iter().any(|(x, _)| x == name) {
+                requested.push((name.clone(), format!("{}=all", crate::envvars::INFERA_REQUIRE_NATIVE)));
+            }
+        }
+    }
     if let Some(e) = engine {
         match implied(e, parsed) {
             Ok(imp) => {
@@ -192,7 +200,7 @@ fn provided(tree: &Tree, name: &str, engine: Option<Engine>) -> Result<(bool, Op
         ));
     }
     // Every module and library present inside the tree; the first one absent says why not.
-    let modules = cap.modules.iter().map(|m| (tree.module(m), format!("module `{m}`"), tree.site_packages()));
+    let modules = cap.modules.iter().map(|m| (tree.module(m), format!("module `{m}`"), tree.site()));
     let libs = cap.libraries.iter().map(|l| (tree.library(l), format!("library `{l}`"), tree.lib()));
     for (presence, what, dir) in modules.chain(libs) {
         match presence {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::PathBuf;
 
 use crate::envvars::{self as ev, Env};
 use crate::finding::Finding;
@@ -25,28 +25,31 @@ impl ChildEnv {
     }
 }
 
-fn prepend(dir: &Path, old: Option<&OsString>) -> OsString {
-    let mut v = dir.as_os_str().to_os_string();
-    if let Some(old) = old {
-        v.push(":");
-        v.push(old);
+/// `dirs` joined with `:`, then what was there.
+fn prepend(dirs: &[PathBuf], old: Option<&OsString>) -> OsString {
+    let mut v = OsString::new();
+    for d in dirs.iter().map(|d| d.as_os_str()).chain(old.map(OsString::as_os_str)) {
+        if !v.is_empty() {
+            v.push(":");
+        }
+        v.push(d);
     }
     v
 }
 
 pub fn child_env(tree: &Tree, env: &Env, findings: &mut Vec<Finding>) -> ChildEnv {
     let mut out = ChildEnv { env: env.clone(), set: Vec::new() };
-    let f = &tree.facts;
-    if f.site_dir {
-        out.put(ev::PYTHONPATH, prepend(&tree.site_packages(), ev::get_nonempty(env, ev::PYTHONPATH)));
+    let p = &tree.paths;
+    if !p.site.is_empty() {
+        out.put(ev::PYTHONPATH, prepend(&p.site, ev::get_nonempty(env, ev::PYTHONPATH)));
     }
-    if f.lib_dir {
-        out.put(ev::LD_LIBRARY_PATH, prepend(&tree.lib(), ev::get_nonempty(env, ev::LD_LIBRARY_PATH)));
+    if !p.lib.is_empty() {
+        out.put(ev::LD_LIBRARY_PATH, prepend(&p.lib, ev::get_nonempty(env, ev::LD_LIBRARY_PATH)));
     }
-    if f.bin_dir {
+    if !p.bin.is_empty() {
         let default = OsString::from(ev::DEFAULT_PATH);
         let old = ev::get_nonempty(env, ev::PATH).unwrap_or(&default);
-        out.put(ev::PATH, prepend(&tree.bin(), Some(old)));
+        out.put(ev::PATH, prepend(&p.bin, Some(old)));
     }
     // The payload is read-only: no .pyc may be written into it.
     if ev::get_nonempty(env, ev::PYTHONDONTWRITEBYTECODE).is_none()

@@ -19,15 +19,15 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-pub use caps::{implied as implied_capabilities, CapRow};
+pub use caps::CapRow;
+use program::ProgramError;
 
-use crate::cli::{Request, Role, UsageError};
-use crate::engines::Engine;
 use crate::envvars::Env;
 use crate::error::{Exit, Refusal};
 use crate::facts::{Facts, FactsView};
 use crate::finding::Finding;
-use crate::overlay::{Overlay, Tree};
+use crate::overlay::Overlay;
+use crate::request::{Request, UsageError};
 use crate::spec::ExecSpec;
 
 #[derive(Debug, Clone, Serialize)]
@@ -105,11 +105,18 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     p.tree = Some(tree.dir.clone());
     safety::integrity(tree)?;
 
-    let (engine, module) = target(req, facts, overlay, tree, p)?;
-    select::module_present(tree, module)?;
+    let run = select::target(req, facts, overlay, tree, &mut p.findings)?;
+    if let Some(e) = run.engine() {
+        p.engine = Some(EngineView {
+            name: e.name(),
+            version: facts.engine(e).map(|i| i.version.clone()),
+            module: run.module().unwrap_or_default().to_string(),
+        });
+    }
+    let engine = run.engine();
 
     let parsed = engine.map(|e| crate::dialect::read(e, &req.args)).unwrap_or_default();
-    p.capabilities = match caps::rows(&req.require, overlay, tree, engine, &parsed) {
+    p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed) {
         Ok(rows) => rows,
         Err((rows, refusal)) => {
             p.capabilities = rows;
@@ -128,13 +135,24 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         None => Vec::new(),
     };
     let child = env::child_env(tree, inp.env, &mut p.findings);
-    // The plan names container paths. With --root (an unpacked image read in place) a real
-    // run execs the image's interpreter file from this host: `host_program`, the
-    // interpreter resolved inside the root (a venv's link may be absolute and would point
-    // at the host's own python).
-    let program = python.executable.clone();
-    let host_program = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
-    let mut argv: Vec<OsString> = vec![program.clone().into_os_string(), "-m".into(), module.into()];
+    let (cwd, host_cwd) = workdir(req, facts)?;
+    let (program, host_program, mut argv, file) = match &run {
+        select::Run::Module { module, options, .. } => {
+            // The plan names container paths. With --root (an unpacked image read in place) a
+            // real run execs the image's interpreter file from this host: `host_program`, the
+            // interpreter resolved inside the root (a venv's link may be absolute and would
+            // point at the host's own python).
+            let program = python.executable.clone();
+            let host = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
+            let mut argv: Vec<OsString> = vec![program.clone().into_os_string()];
+            argv.extend(options.iter().cloned());
+            argv.extend(["-m".into(), OsString::from(*module)]);
+            (program, host, argv, facts.interpreter_file.as_ref())
+        }
+        select::Run::Program { path, host, file } => {
+            (path.clone(), host.clone(), vec![path.clone().into_os_string()], *file)
+        }
+    };
     argv.extend(req.args.iter().cloned());
     argv.extend(added.iter().cloned());
     p.exec = Some(ExecSpec {
@@ -144,36 +162,27 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         env: child.env,
         env_set: child.set,
         added_args: added,
-        cwd: None,
+        cwd,
+        host_cwd,
         init: req.init.clone(),
         privileges: req.privileges.clone(),
         steps: Vec::new(),
     });
-    if let Some(file) = &facts.interpreter_file {
-        program::runnable(&program, file)?;
+    if let Some(file) = file {
+        program::runnable(&program, run.what(), file)?;
     }
     Ok(())
 }
 
-/// The engine (workers) and the module of the tree to run.
-fn target<'t>(
-    req: &Request,
-    facts: &Facts,
-    overlay: &Overlay,
-    tree: &'t Tree,
-    p: &mut Plan,
-) -> Result<(Option<Engine>, &'t str), Refusal> {
-    if req.role == Role::Server {
-        return Ok((None, select::server_module(tree)?));
+/// The working directory: the request's, as the image has it (and where it is on this
+/// host with --root).
+fn workdir(req: &Request, facts: &Facts) -> Result<(Option<PathBuf>, Option<PathBuf>), ProgramError> {
+    let Some(dir) = &req.chdir else { return Ok((None, None)) };
+    match &facts.workdir {
+        Some(Err(reason)) => Err(ProgramError::NoWorkdir { dir: dir.clone(), reason: reason.clone() }),
+        Some(Ok(resolved)) if !facts.root.is_host_root() => Ok((Some(dir.clone()), Some(facts.root.host(resolved)))),
+        _ => Ok((Some(dir.clone()), None)),
     }
-    let e = select::engine(req.engine, facts)?;
-    let module = select::engine_module(tree, overlay, e, facts, &mut p.findings)?;
-    p.engine = Some(EngineView {
-        name: e.name(),
-        version: facts.engine(e).map(|i| i.version.clone()),
-        module: module.to_string(),
-    });
-    Ok((Some(e), module))
 }
 
 /// GPUs allocated by the visible-devices variables but no device nodes: a warning, so

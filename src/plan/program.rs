@@ -10,29 +10,35 @@ use infera_exec_derive::Refuse;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum ProgramError {
-    #[error("the interpreter `{}` cannot be found: {reason}", program.display())]
-    #[refuse(code = "exec-not-found", exit = NotFound, hint = "the image's python3 link points at nothing; fix the image or PATH")]
-    NotFound { program: PathBuf, reason: String },
-    #[error("the interpreter `{}` is not an executable file (mode {mode:o})", program.display())]
+    #[error("the {what} `{}` cannot be found: {reason}", program.display())]
+    #[refuse(code = "exec-not-found", exit = NotFound, hint = "the image's {what} link points at nothing; fix the image or PATH")]
+    NotFound { what: &'static str, program: PathBuf, reason: String },
+    #[error("the {what} `{}` is not an executable file (mode {mode:o})", program.display())]
     #[refuse(
         code = "exec-not-executable",
         exit = CannotExec,
-        hint = "the image's interpreter lost its execute bit, or the filesystem is mounted noexec"
+        hint = "the image's {what} lost its execute bit, or the filesystem is mounted noexec"
     )]
-    NotExecutable { program: PathBuf, mode: u32 },
-    #[error("the interpreter `{}` is on a filesystem mounted noexec: execve would fail with EACCES", program.display())]
+    NotExecutable { what: &'static str, program: PathBuf, mode: u32 },
+    #[error("the {what} `{}` is on a filesystem mounted noexec: execve would fail with EACCES", program.display())]
     #[refuse(code = "exec-noexec", exit = CannotExec, hint = "mount the image's filesystem without noexec")]
-    NoexecMount { program: PathBuf },
+    NoexecMount { what: &'static str, program: PathBuf },
+    #[error("`{name}` is not on the container's PATH ({path}) nor in the tree's `{}`", bin.display())]
+    #[refuse(code = "exec-not-found", exit = NotFound, hint = "name a program the image has, or give its absolute path")]
+    NotOnPath { name: String, path: String, bin: PathBuf },
+    #[error("the working directory `{}` (INFERA_EXEC_CHDIR) is not a directory in the image: {reason}", dir.display())]
+    #[refuse(code = "chdir-missing", exit = Missing, hint = "set INFERA_EXEC_CHDIR to a directory the image has (default /), or empty to keep the launcher's")]
+    NoWorkdir { dir: PathBuf, reason: String },
 }
 
-pub fn runnable(program: &std::path::Path, file: &ExecFile) -> Result<(), ProgramError> {
+pub fn runnable(program: &std::path::Path, what: &'static str, file: &ExecFile) -> Result<(), ProgramError> {
     let program = program.to_path_buf();
     match file {
-        ExecFile::Missing { reason } => Err(ProgramError::NotFound { program, reason: reason.clone() }),
+        ExecFile::Missing { reason } => Err(ProgramError::NotFound { what, program, reason: reason.clone() }),
         ExecFile::NotRegular { mode } | ExecFile::NotExecutable { mode } => {
-            Err(ProgramError::NotExecutable { program, mode: *mode })
+            Err(ProgramError::NotExecutable { what, program, mode: *mode })
         }
-        ExecFile::NoexecMount => Err(ProgramError::NoexecMount { program }),
+        ExecFile::NoexecMount => Err(ProgramError::NoexecMount { what, program }),
         ExecFile::Ok { .. } => Ok(()),
     }
 }

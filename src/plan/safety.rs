@@ -12,7 +12,7 @@ use infera_exec_derive::Refuse;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum SafetyError {
-    #[error("tree {family} does not match its integrity record:{}", problems.iter().map(|p| format!("\n  trees/{family}/{p}")).collect::<String>())]
+    #[error("tree {family} does not match its integrity record:{}", problems.iter().map(|p| format!("\n  {p}")).collect::<String>())]
     #[refuse(code = "integrity", exit = Invalid, hint = "the overlay image is corrupted or was modified; pull or rebuild it")]
     Integrity { family: String, problems: Vec<Problem> },
     #[error("the tree `{}` holds shared objects but is mounted noexec: they cannot be loaded", dir.display())]

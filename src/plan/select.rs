@@ -1,13 +1,18 @@
 //! Which tree, which engine, which module: the tree whose ABI matches the image (or the
 //! forced one), the engine installed in the image, and the module of the tree that runs it.
 
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::cli::{EngineChoice, Request};
+use crate::cli::EngineChoice;
+use crate::request::{Request, Role, Target};
+
+use super::program::ProgramError;
 use crate::engines::Engine;
-use crate::facts::{Facts, Python, Rocm};
+use crate::error::Refusal;
+use crate::facts::{ExecFile, Facts, Program, Python, Rocm};
 use crate::finding::Finding;
 use crate::overlay::{Overlay, Presence, Tree};
 use crate::version::{Spec, Version};
@@ -72,15 +77,17 @@ pub enum SelectError {
     ModuleMissing { family: String, module: String, site: PathBuf },
 }
 
+/// Built for this image: the same CPython minor and HIP ABI major (or no native code).
 fn matches(t: &Tree, python: &Python, rocm: &Rocm) -> bool {
-    t.manifest.python_minor() == python.minor && t.manifest.rocm_major() == rocm.major
+    t.python == python.minor && t.hip.is_none_or(|h| h == rocm.major)
 }
 
-/// The tree the request selects, if any (no findings; for gathering facts about it).
+/// The tree the request selects, if any (no findings; for gathering facts about it): the
+/// forced one, else the one built for this image's ABI, preferring one with native code.
 pub fn family<'o>(req: &Request, python: &Python, rocm: &Rocm, overlay: &'o Overlay) -> Option<&'o Tree> {
     match &req.family {
         Some(f) => overlay.trees.iter().find(|t| &t.family == f),
-        None => overlay.trees.iter().find(|t| matches(t, python, rocm)),
+        None => overlay.trees.iter().filter(|t| matches(t, python, rocm)).min_by_key(|t| t.hip.is_none()),
     }
 }
 
@@ -107,6 +114,19 @@ pub fn tree<'o>(
             None => SelectError::NoTree { detected, trees: trees() },
         });
     };
+    if t.hip.is_none() && req.family.is_none() {
+        // The Infera payload without a native tree for this HIP ABI: aggregated serving
+        // needs none of it; a capability that does is refused where it is required.
+        let key = format!("rocm{}-py{}{}", rocm.major, python.minor.0, python.minor.1);
+        let natives: Vec<&str> = overlay.trees.iter().filter(|x| x.hip.is_some()).map(|x| x.family.as_str()).collect();
+        findings.push(Finding::warn(
+            "native-missing",
+            format!(
+                "no native payload for {key} (native trees: {}); PD (Mooncake) and kvd GPU-direct L3 (hipFile) will be unavailable",
+                if natives.is_empty() { "none".to_string() } else { natives.join(", ") }
+            ),
+        ));
+    }
     if req.family.is_some() {
         findings.push(Finding::warn(
             "family-forced",
@@ -205,15 +225,110 @@ pub fn server_module(tree: &Tree) -> Result<&str, SelectError> {
 }
 
 /// The module to run must be in the tree (65 when absent; a path escaping the tree is 65 too).
-pub fn module_present(tree: &Tree, module: &str) -> Result<(), crate::error::Refusal> {
+pub fn module_present(tree: &Tree, module: &str) -> Result<(), Refusal> {
     match tree.module(module) {
         Presence::Present => Ok(()),
         Presence::Escapes(e) => Err(e.clone().into()),
         Presence::Missing => Err(SelectError::ModuleMissing {
             family: tree.family.clone(),
             module: module.to_string(),
-            site: tree.site_packages(),
+            site: tree.site(),
         }
         .into()),
+    }
+}
+
+/// What the run execs: a module by the image's interpreter, or a program.
+pub enum Run<'a> {
+    Module {
+        engine: Option<Engine>,
+        module: &'a str,
+        options: &'a [OsString],
+    },
+    /// The container path, the host file with --root, and what the file is.
+    Program {
+        path: PathBuf,
+        host: Option<PathBuf>,
+        file: Option<&'a ExecFile>,
+    },
+}
+
+impl Run<'_> {
+    pub fn engine(&self) -> Option<Engine> {
+        match self {
+            Run::Module { engine, .. } => *engine,
+            Run::Program { .. } => None,
+        }
+    }
+    pub fn module(&self) -> Option<&str> {
+        match self {
+            Run::Module { module, .. } => Some(module),
+            Run::Program { .. } => None,
+        }
+    }
+    /// For messages: what the exec'd file is.
+    pub fn what(&self) -> &'static str {
+        match self {
+            Run::Module { .. } => "interpreter",
+            Run::Program { .. } => "program",
+        }
+    }
+}
+
+/// The engine, module or program of the request, checked against the tree.
+pub fn target<'a>(
+    req: &'a Request,
+    facts: &'a Facts,
+    overlay: &Overlay,
+    tree: &'a Tree,
+    findings: &mut Vec<Finding>,
+) -> Result<Run<'a>, Refusal> {
+    let none: &[OsString] = &[];
+    let (written, options) = match &req.target {
+        Target::RoleModule => (None, none),
+        Target::Module { module, options, .. } => (Some(module.as_str()), options.as_slice()),
+        Target::Program { program } => return program_target(program, facts, tree),
+    };
+    let (engine, module) = match req.role {
+        Role::Worker | Role::Check => {
+            let e = engine(req.engine, facts)?;
+            let module = engine_module(tree, overlay, e, facts, findings)?;
+            (Some(e), written.unwrap_or(module))
+        }
+        Role::Server => (None, written.map_or_else(|| server_module(tree), Ok)?),
+        Role::Run => {
+            let module = written.unwrap_or_default();
+            // A module of the tree's own packages (infera.kvd, infera.tools.preflight) must be
+            // in it; any other is the image's business.
+            let top = module.split('.').next().unwrap_or_default();
+            if !tree.facts.top_modules.iter().any(|m| m == top) && !tree.facts.modules.contains_key(module) {
+                return Ok(Run::Module { engine: None, module, options });
+            }
+            (None, module)
+        }
+    };
+    module_present(tree, module)?;
+    Ok(Run::Module { engine, module, options })
+}
+
+/// A program of the command form: on the image's PATH, else in the tree's bin/.
+fn program_target<'a>(program: &OsStr, facts: &'a Facts, tree: &'a Tree) -> Result<Run<'a>, Refusal> {
+    match &facts.program {
+        Some(Program::Found { path, resolved, file }) => Ok(Run::Program {
+            path: path.clone(),
+            host: (!facts.root.is_host_root()).then(|| facts.root.host(resolved)),
+            file: Some(file),
+        }),
+        _ => {
+            let name = program.to_string_lossy();
+            if let Some((path, file)) = tree.facts.bin.get(name.as_ref()) {
+                return Ok(Run::Program { path: path.clone(), host: None, file: Some(file) });
+            }
+            let path = match &facts.program {
+                Some(Program::NotFound { path, .. }) => path.clone(),
+                _ => String::new(),
+            };
+            Err(ProgramError::NotOnPath { name: name.into_owned(), path, bin: tree.bin() }.into())
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 use super::{plan, Inputs, Plan};
-use crate::cli::{EngineChoice, Output, Request, Role, Verify};
+use crate::cli::{EngineChoice, Output};
 use crate::engines::Engine;
 use crate::envvars::Env;
 use crate::error::Refusal;
@@ -14,8 +14,9 @@ use crate::facts::exe::Header;
 use crate::facts::model::{Model, ModelFacts};
 use crate::facts::{EngineInstall, ExecFile, Facts, GpuSource, Gpus, Python, Rocm, SiteIndex};
 use crate::manifest;
-use crate::overlay::{Integrity, Mount, Overlay, OverlayError, Presence, Tree, TreeFacts};
+use crate::overlay::{Integrity, Layout, Mount, Overlay, OverlayError, Paths, Presence, Tree, TreeFacts};
 use crate::payload::Problem;
+use crate::request::{Request, Required, Role, Target, Verify};
 use crate::rootfs::Root;
 use crate::spec::{InitSpec, Privileges};
 
@@ -78,6 +79,8 @@ fn facts() -> Facts {
         host: None,
         models: BTreeMap::from([("/models/kimi-k3".to_string(), kimi())]),
         interpreter_file: Some(ExecFile::Ok { mode: 0o755, header: Header::Elf }),
+        program: None,
+        workdir: Some(Ok("/".into())),
         findings: Vec::new(),
     }
 }
@@ -91,13 +94,17 @@ fn tree(text: &str, family: &str) -> Tree {
     }
     Tree {
         family: family.into(),
-        manifest_path: dir.join("manifest.toml"),
+        python: manifest.python_minor(),
+        hip: Some(manifest.rocm_major()),
+        paths: Paths {
+            site: vec![dir.join("site-packages")],
+            lib: vec![dir.join("lib")],
+            bin: Vec::new(),
+            parts: vec![dir.clone()],
+        },
         dir,
         manifest,
         facts: TreeFacts {
-            site_dir: true,
-            lib_dir: true,
-            bin_dir: false,
             top_modules: vec!["hipfile".into(), "infera".into(), "mooncake".into()],
             modules,
             mount: Mount { read_only: true, noexec: false },
@@ -107,19 +114,29 @@ fn tree(text: &str, family: &str) -> Tree {
 }
 
 fn overlay() -> Result<Overlay, Refusal> {
-    Ok(Overlay { dir: "/opt/infera".into(), trees: vec![tree(&py312(), "rocm7-py312")] })
+    Ok(Overlay {
+        dir: "/opt/infera".into(),
+        layout: Layout::Ours,
+        trees: vec![tree(&py312(), "rocm7-py312")],
+        patches: Vec::new(),
+    })
 }
 
 fn request(role: Role, args: &[&str]) -> Request {
     Request {
         role,
+        target: Target::RoleModule,
         engine: EngineChoice::Auto,
         require: Vec::new(),
+        require_all_native: false,
         family: None,
         allow: Vec::new(),
         args: args.iter().map(OsString::from).collect(),
         root: "/image".into(),
         overlay: "/opt/infera".into(),
+        python: None,
+        chdir: Some("/".into()),
+        skip_engine_patches: false,
         dry_run: true,
         output: Output::Json,
         init: None,
@@ -206,7 +223,7 @@ fn tree_facts_decide_presence_noexec_and_integrity() {
     let with = |change: &dyn Fn(&mut TreeFacts)| {
         let mut t = tree(&py312(), "rocm7-py312");
         change(&mut t.facts);
-        Ok(Overlay { dir: "/opt/infera".into(), trees: vec![t] })
+        Ok(Overlay { dir: "/opt/infera".into(), layout: Layout::Ours, trees: vec![t], patches: Vec::new() })
     };
     let ov = with(&|t| {
         t.modules.insert("infera.server".into(), Presence::Missing);
@@ -229,7 +246,7 @@ fn tree_facts_decide_presence_noexec_and_integrity() {
     let ov = with(&|t| {
         t.integrity = Some(Integrity {
             digest: true,
-            result: Err(vec![Problem { path: "lib/x.so".into(), what: "content changed".into() }]),
+            result: Err(vec![Problem { path: "trees/rocm7-py312/lib/x.so".into(), what: "content changed".into() }]),
         });
     });
     let err = run(&req, &f, &ov, &e).error.unwrap();
@@ -258,7 +275,7 @@ fn the_interpreter_file_decides_126_and_127() {
 fn capabilities_requested_implied_and_unavailable() {
     let (f, ov, e) = (facts(), overlay(), env());
     let mut req = request(Role::Worker, &["--model", "/models/kimi-k3"]);
-    req.require = vec!["nixl".into()];
+    req.require = vec![Required { name: "nixl".into(), by: "--require" }];
     let p = run(&req, &f, &ov, &e);
     let err = p.error.unwrap();
     assert_eq!((err.exit.code(), err.code.as_str()), (69, "capability-unavailable"));

@@ -56,8 +56,9 @@ fn compare(c: &Case, plan: &serde_json::Value, real: &Out, cwd: &std::path::Path
     assert_eq!(x["argv"][2], r["standin"], "{name}: module");
     // The complete environment, variable for variable.
     assert_eq!(x["env"], r["environ"], "{name}: environment");
-    // Working directory: the plan's, or the launcher's own when the plan keeps it.
-    let want_cwd = x["cwd"].as_str().map_or_else(|| cwd.display().to_string(), String::from);
+    // Working directory: the plan's (with --root, where it is on this host), or the
+    // launcher's own when the plan keeps it.
+    let want_cwd = x["host_cwd"].as_str().or(x["cwd"].as_str()).map_or_else(|| cwd.display().to_string(), String::from);
     assert_eq!(r["cwd"], want_cwd, "{name}: cwd");
     // Init: the engine is the launcher's child (in its own process group with --init-group);
     // without it the engine is the launcher's own process, exec'd.

@@ -224,7 +224,7 @@ fn engine_version_outside_the_trees_range() {
 fn usage_errors() {
     infera(&["worker", "--engine", "trt"]).run().assert(2, "invalid value 'trt'");
     infera(&["worker", "--model", "x"]).run().assert(2, "unexpected argument '--model'");
-    infera(&["frobnicate"]).run().assert(2, "unrecognized subcommand");
+    infera(&["--frobnicate", "python3"]).run().assert(2, "unexpected argument '--frobnicate'");
     let out = infera(&["--help"]).run();
     assert_eq!(out.code, 0);
     assert!(out.stdout.contains("Exit codes: 0 ok, 2 usage"));

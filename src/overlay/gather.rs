@@ -1,0 +1,101 @@
+//! The facts of a tree, whatever its layout: its programs, the modules and libraries its
+//! manifest (and the request) names, its mount, its shared objects on a noexec mount; and
+//! the overlay's engine patches.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::check::{self, file_presence, module_presence};
+use super::{LoadOptions, Mount, Patch, Paths, Presence, TreeFacts};
+use crate::engines::Engine;
+use crate::manifest::Manifest;
+use crate::rootfs::Root;
+
+/// `root`: what paths of the tree must stay inside (its directory, or the whole payload).
+pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) -> TreeFacts {
+    let mut modules = BTreeMap::new();
+    let named = m.engines.values().map(|e| &e.module).chain(m.server.iter().map(|s| &s.module));
+    let named = named.chain(m.capabilities.values().flat_map(|c| c.modules.iter())).chain(opts.modules.iter());
+    for dotted in named {
+        if !modules.contains_key(dotted) {
+            modules.insert(dotted.clone(), first_present(&paths.site, |site| module_presence(root, site, dotted)));
+        }
+    }
+    let mut libraries = BTreeMap::new();
+    for l in m.capabilities.values().flat_map(|c| c.libraries.iter()) {
+        libraries.insert(l.clone(), first_present(&paths.lib, |lib| file_presence(root, &lib.join(l))));
+    }
+    let mut top_modules: Vec<String> = paths.site.iter().flat_map(|s| check::top_level_modules(s)).collect();
+    top_modules.sort();
+    top_modules.dedup();
+    let mounts: Vec<Mount> = paths.parts.iter().map(|p| check::mount_of(p)).collect();
+    let mount = Mount {
+        read_only: !mounts.is_empty() && mounts.iter().all(|m| m.read_only),
+        noexec: mounts.iter().any(|m| m.noexec),
+    };
+    // Only a noexec mount makes shared objects matter: then look for them (lib/, or the
+    // integrity records' lists when there are some).
+    let shared_objects = mount.noexec
+        && (paths.lib.iter().any(|l| fs::read_dir(l).map(|mut d| d.next().is_some()).unwrap_or(false))
+            || paths.parts.iter().any(|p| {
+                crate::payload::read_record(p)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|r| r.files.iter().any(|f| f.path.ends_with(".so") || f.path.contains(".so.")))
+            }));
+    TreeFacts { bin: programs(&paths.bin), top_modules, modules, libraries, mount, shared_objects, integrity: None }
+}
+
+/// The first directory where it is present (or escapes); Missing when in none.
+fn first_present(dirs: &[PathBuf], look: impl Fn(&Path) -> Presence) -> Presence {
+    dirs.iter().map(|d| look(d)).find(|p| *p != Presence::Missing).unwrap_or(Presence::Missing)
+}
+
+/// The programs of the bin directories (first one wins), as the host sees them.
+fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFile)> {
+    let host = Root::new("/");
+    let mut out = BTreeMap::new();
+    for bin in bins {
+        let Ok(rd) = fs::read_dir(bin) else { continue };
+        for name in rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()) {
+            if !out.contains_key(&name) {
+                let path = bin.join(&name);
+                let file = crate::facts::exe::inspect(&host, &path);
+                out.insert(name, (path, file));
+            }
+        }
+    }
+    out
+}
+
+/// `patches/<engine>/*.py` and `patches/<engine>_<part>/*.py` (sglang ships
+/// `sglang_disagg`, `sglang_responses`, `sglang_rocm`), directories and files in name order.
+pub fn patches(overlay: &Path) -> Vec<Patch> {
+    let dir = overlay.join("patches");
+    let mut dirs: Vec<(String, Engine)> = fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter_map(|n| {
+                    let engine = Engine::all().find(|e| n == e.name() || n.starts_with(&format!("{}_", e.name())))?;
+                    Some((n, engine))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    let mut out = Vec::new();
+    for (name, engine) in dirs {
+        let Ok(rd) = fs::read_dir(dir.join(&name)) else { continue };
+        let mut files: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "py") && p.is_file())
+            .collect();
+        files.sort();
+        out.extend(files.into_iter().map(|file| Patch { engine, file }));
+    }
+    out
+}

@@ -1,0 +1,394 @@
+//! The command line, high level: what the pod asked for, every value validated, from
+//! either form. The command form's `python3 -m infera.engine.<engine> ARGS` becomes the same
+//! request as `worker --engine <engine> -- ARGS`; `-m infera.server` the same as `server`;
+//! anything else a `run` of that program with the selected tree's environment.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use infera_exec_derive::Refuse;
+use thiserror::Error;
+
+use crate::cli::{EngineChoice, Options, Output};
+use crate::engines::Engine;
+use crate::envvars::{self as ev, Env};
+use crate::manifest::SERVER_MODULE;
+use crate::rootfs::parse_minor;
+use crate::spec::{InitSpec, Privileges};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Worker,
+    Server,
+    Check,
+    /// Any other program or module of the command form (`python3 -m infera.kvd`, `ray start`,
+    /// a debug shell): the tree's environment and capability checks, no engine flags.
+    Run,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Worker => "worker",
+            Role::Server => "server",
+            Role::Check => "check",
+            Role::Run => "run",
+        }
+    }
+    /// `check` plans the worker.
+    pub fn runs_engine(self) -> bool {
+        matches!(self, Role::Worker | Role::Check)
+    }
+}
+
+/// What the run execs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The role's module of the selected tree, run by the image's interpreter (subcommands).
+    RoleModule,
+    /// `python … -m MODULE`, as the command wrote it.
+    Module { interpreter: OsString, options: Vec<OsString>, module: String },
+    /// Any other program, found on the image's PATH (or in the tree's bin/).
+    Program { program: OsString },
+}
+
+impl Target {
+    /// The interpreter the command names (not for plain `python3`/`python`, which is the default search).
+    pub fn interpreter(&self) -> Option<&OsStr> {
+        match self {
+            Target::Module { interpreter, .. } => Some(interpreter),
+            _ => None,
+        }
+    }
+}
+
+/// A capability the pod requires, and who requires it (for messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Required {
+    pub name: String,
+    pub by: &'static str,
+}
+
+/// `INFERA_VERIFY`: check the selected tree against its integrity record before exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    Off,
+    Size,
+    Digest,
+}
+
+/// What the pod asked for, resolved from argv and environment, every value validated.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub role: Role,
+    pub target: Target,
+    pub engine: EngineChoice,
+    pub require: Vec<Required>,
+    /// `INFERA_REQUIRE_NATIVE=1|true|all`: everything the native tree carries.
+    pub require_all_native: bool,
+    pub family: Option<String>,
+    pub allow: Vec<String>,
+    /// The args after the module or program (`--` ARGS of the subcommands).
+    pub args: Vec<OsString>,
+    pub root: PathBuf,
+    pub overlay: PathBuf,
+    /// `INFERA_PYTHON`: the interpreter, overriding the command's.
+    pub python: Option<OsString>,
+    /// The working directory of the program (None: the launcher's own).
+    pub chdir: Option<PathBuf>,
+    pub skip_engine_patches: bool,
+    pub dry_run: bool,
+    pub output: Output,
+    pub init: Option<InitSpec>,
+    pub privileges: Privileges,
+    pub verify: Verify,
+}
+
+/// A day: longer grace periods are a typo, and would overflow time arithmetic.
+pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
+
+/// Values the argument parser accepted but that do not mean anything.
+#[derive(Debug, Clone, PartialEq, Error, Refuse)]
+pub enum UsageError {
+    #[error("--init-grace {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
+    #[refuse(code = "init-grace-invalid", exit = Usage)]
+    InitGrace { value: f64 },
+    #[error("--drop-caps: `{name}` is not a Linux capability")]
+    #[refuse(
+        code = "drop-caps-invalid",
+        exit = Usage,
+        hint = "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK"
+    )]
+    DropCaps { name: String },
+    #[error("INFERA_ALLOW / --allow names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
+    #[refuse(code = "allow-unknown", exit = Usage)]
+    AllowUnknown { name: String, rules: Vec<String> },
+    #[error("{}=`{value}`: expected size, digest or off", ev::INFERA_VERIFY)]
+    #[refuse(code = "verify-invalid", exit = Usage)]
+    Verify { value: String },
+    #[error("argument {index} after `--` contains a NUL byte")]
+    #[refuse(code = "arg-nul", exit = Usage, hint = "an execve argument cannot hold NUL; fix the pod spec's args")]
+    ArgNul { index: usize },
+    #[error("the command runs `-m {module}` (the {module_engine} engine) but --engine / INFERA_ENGINE says {engine}")]
+    #[refuse(code = "engine-conflict", exit = Usage, hint = "drop INFERA_ENGINE, or run the module of that engine")]
+    EngineConflict { module: String, module_engine: &'static str, engine: &'static str },
+    #[error("INFERA_EXEC_CHDIR / --chdir `{}` is not an absolute path", dir.display())]
+    #[refuse(code = "chdir-invalid", exit = Usage, hint = "give an absolute directory of the image, e.g. /")]
+    ChdirRelative { dir: PathBuf },
+}
+
+/// `net_bind_service,CAP_KILL` → the set, sorted; `none` (or empty) → keep nothing.
+pub fn parse_caps(list: &[String]) -> Result<Vec<caps::Capability>, UsageError> {
+    use std::str::FromStr;
+    let mut keep = Vec::new();
+    for name in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none")) {
+        let cap = caps::Capability::from_str(&caps::to_canonical(name))
+            .map_err(|_| UsageError::DropCaps { name: name.to_string() })?;
+        if !keep.contains(&cap) {
+            keep.push(cap);
+        }
+    }
+    keep.sort_by_key(|c| c.to_string());
+    Ok(keep)
+}
+
+/// `INFERA_REQUIRE_NATIVE` as the Infera stack reads it: (names, everything?).
+pub fn parse_require_native(value: Option<&str>) -> (Vec<String>, bool) {
+    let v = value.unwrap_or("").trim();
+    match v.to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "none" => (Vec::new(), false),
+        "1" | "true" | "all" => (Vec::new(), true),
+        _ => (clean(v.split([',', ' ', '\t']).map(String::from).collect()), false),
+    }
+}
+
+/// Trimmed, without empties and duplicates, in order.
+fn clean(v: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in v.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()) {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+impl Request {
+    /// A subcommand (`worker`, `server`, `check`) and its `--` args.
+    pub fn resolve(role: Role, o: Options, args: Vec<OsString>, env: &Env) -> Result<Request, UsageError> {
+        Request::build(role, Target::RoleModule, o.engine, o, args, env)
+    }
+
+    /// The command form: PROGRAM ARGS as the pod spec wrote them.
+    pub fn from_command(o: Options, command: Vec<OsString>, env: &Env) -> Result<Request, UsageError> {
+        let mut words = command.into_iter();
+        let program = words.next().unwrap_or_default();
+        let rest: Vec<OsString> = words.collect();
+        let Some((options, module, args)) = python_module(&program, &rest) else {
+            return Request::build(Role::Run, Target::Program { program }, o.engine, o, rest, env);
+        };
+        let (role, engine) = match crate::engines::TABLE.iter().find(|i| i.module == module) {
+            Some(info) => {
+                if let EngineChoice::One(e) = o.engine.filter_other(info.engine) {
+                    return Err(UsageError::EngineConflict { module, module_engine: info.name, engine: e.name() });
+                }
+                (Role::Worker, EngineChoice::One(info.engine))
+            }
+            None if module == SERVER_MODULE => (Role::Server, o.engine),
+            None => (Role::Run, o.engine),
+        };
+        Request::build(role, Target::Module { interpreter: program, options, module }, engine, o, args, env)
+    }
+
+    fn build(
+        role: Role,
+        target: Target,
+        engine: EngineChoice,
+        o: Options,
+        args: Vec<OsString>,
+        env: &Env,
+    ) -> Result<Request, UsageError> {
+        if let Some(g) = o.init_grace.filter(|g| !(0.0..=MAX_GRACE_SECONDS).contains(g)) {
+            return Err(UsageError::InitGrace { value: g });
+        }
+        let init = o.init.then_some(InitSpec { group: o.init_group, grace_seconds: o.init_grace });
+        let keep_caps = o.drop_caps.as_deref().map(parse_caps).transpose()?;
+        let allow = clean(o.allow);
+        let rules = crate::rules::codes();
+        if let Some(name) = allow.iter().find(|x| !rules.contains(&x.as_str())) {
+            return Err(UsageError::AllowUnknown {
+                name: name.clone(),
+                rules: rules.iter().map(|r| r.to_string()).collect(),
+            });
+        }
+        let verify = match ev::get(env, ev::INFERA_VERIFY).map(|v| v.to_string_lossy()).as_deref() {
+            None | Some("" | "off" | "0") => Verify::Off,
+            Some("size") => Verify::Size,
+            Some("digest") => Verify::Digest,
+            Some(other) => return Err(UsageError::Verify { value: other.to_string() }),
+        };
+        // The image's WORKDIR (/app, /sgl-workspace) can hold a copy of infera or of the
+        // engine that `python -m` would put first on sys.path: run in `/` unless told otherwise.
+        let chdir = match o.chdir {
+            None => Some(PathBuf::from("/")),
+            Some(d) if d.as_os_str().is_empty() => None,
+            Some(d) if d.is_absolute() => Some(d),
+            Some(dir) => return Err(UsageError::ChdirRelative { dir }),
+        };
+        let mut require: Vec<Required> =
+            clean(o.require).into_iter().map(|name| Required { name, by: "--require" }).collect();
+        let (native, require_all_native) = parse_require_native(o.require_native.as_deref());
+        for name in native {
+            if !require.iter().any(|r| r.name == name) {
+                require.push(Required { name, by: ev::INFERA_REQUIRE_NATIVE });
+            }
+        }
+        Ok(Request {
+            role,
+            target,
+            engine,
+            require,
+            require_all_native,
+            family: o.family.filter(|f| !f.is_empty()),
+            allow,
+            args,
+            root: o.root,
+            overlay: o.overlay.unwrap_or_else(|| discover_overlay(std::env::current_exe().ok().as_deref())),
+            python: o.python.filter(|p| !p.is_empty()),
+            chdir,
+            skip_engine_patches: o.skip_engine_patches,
+            dry_run: o.dry_run || role == Role::Check,
+            output: o.output,
+            init,
+            privileges: Privileges { keep_caps, no_new_privs: o.no_new_privs },
+            verify,
+        })
+    }
+
+    /// The interpreter to look for in the image: INFERA_PYTHON, else the one the command
+    /// names (plain `python3` / `python` is the default search anyway).
+    pub fn interpreter(&self) -> Option<&OsStr> {
+        self.python.as_deref().or_else(|| self.target.interpreter().filter(|i| !matches!(i.as_bytes(), b"python3")))
+    }
+}
+
+impl EngineChoice {
+    /// `One(e)` when the choice names an engine other than `e`.
+    fn filter_other(self, e: Engine) -> EngineChoice {
+        match self {
+            EngineChoice::One(x) if x != e => EngineChoice::One(x),
+            _ => EngineChoice::Auto,
+        }
+    }
+}
+
+/// DESIGN.md "Where the overlay is": the directory above the launcher's own `bin/` when it
+/// is an overlay (the real deployments mount it at /overlay or /payload), else /opt/infera.
+pub fn discover_overlay(exe: Option<&Path>) -> PathBuf {
+    exe.and_then(Path::parent)
+        .filter(|bin| bin.file_name().is_some_and(|n| n == "bin"))
+        .and_then(Path::parent)
+        .filter(|dir| crate::overlay::is_overlay(dir))
+        .map_or_else(|| PathBuf::from("/opt/infera"), Path::to_path_buf)
+}
+
+/// Is `program` a CPython interpreter (`python`, `python3`, `python3.12`, a path to one)?
+fn is_python(program: &OsStr) -> bool {
+    let name = Path::new(program).file_name().and_then(OsStr::to_str).unwrap_or("");
+    name == "python" || name == "python3" || parse_minor(name).is_some_and(|(major, _)| major == 3)
+}
+
+/// `python [OPTIONS] -m MODULE ARGS` → (interpreter options, module, ARGS). None when the
+/// interpreter runs something else (`-c`, a script, `--version`): then it is a plain program.
+/// CPython's options: flags `bBdEhiIOPqRsStuvVx`, with a value `W` and `X` (joined or not).
+fn python_module(program: &OsStr, rest: &[OsString]) -> Option<(Vec<OsString>, String, Vec<OsString>)> {
+    if !is_python(program) {
+        return None;
+    }
+    let mut options = Vec::new();
+    let mut i = 0;
+    while i < rest.len() {
+        let a = rest[i].as_bytes();
+        if !a.starts_with(b"-") || a.starts_with(b"--") || a.len() < 2 {
+            return None;
+        }
+        let mut j = 1;
+        while j < a.len() {
+            match a[j] {
+                b'm' => {
+                    if j > 1 {
+                        options.push(OsStr::from_bytes(&a[..j]).to_os_string());
+                    }
+                    let (module, next) = if j + 1 < a.len() {
+                        (OsStr::from_bytes(&a[j + 1..]).to_os_string(), i + 1)
+                    } else {
+                        (rest.get(i + 1)?.clone(), i + 2)
+                    };
+                    let module = module.into_string().ok().filter(|m| crate::manifest::is_dotted_module(m))?;
+                    return Some((options, module, rest[next.min(rest.len())..].to_vec()));
+                }
+                b'W' | b'X' => {
+                    options.push(rest[i].clone());
+                    if j + 1 == a.len() {
+                        i += 1;
+                        options.push(rest.get(i)?.clone());
+                    }
+                    break;
+                }
+                c if b"bBdEhiIOPqRsStuvVx".contains(&c) => j += 1,
+                _ => return None,
+            }
+        }
+        if j == a.len() {
+            options.push(rest[i].clone());
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn python_module_forms() {
+        let m = |p: &str, rest: &[&str]| python_module(OsStr::new(p), &os(rest));
+        assert_eq!(
+            m("python3", &["-m", "infera.engine.vllm", "--model", "/m"]),
+            Some((vec![], "infera.engine.vllm".into(), os(&["--model", "/m"])))
+        );
+        assert_eq!(
+            m("/usr/bin/python3.12", &["-u", "-X", "dev", "-W", "ignore", "-minfera.kvd", "-x"]),
+            Some((os(&["-u", "-X", "dev", "-W", "ignore"]), "infera.kvd".into(), os(&["-x"])))
+        );
+        assert_eq!(m("python", &["-uBm", "infera.server"]), Some((os(&["-uB"]), "infera.server".into(), vec![])));
+        assert_eq!(m("python3", &["-c", "print(1)"]), None);
+        assert_eq!(m("python3", &["script.py", "-m", "x"]), None);
+        assert_eq!(m("python3", &["-m"]), None);
+        assert_eq!(m("python3", &["-m", "../evil"]), None);
+        assert_eq!(m("ray", &["-m", "x"]), None);
+        assert_eq!(m("python3-config", &["-m", "x"]), None);
+    }
+
+    #[test]
+    fn require_native_as_the_stack_reads_it() {
+        assert_eq!(parse_require_native(Some("mooncake hipfile")), (os_s(&["mooncake", "hipfile"]), false));
+        assert_eq!(parse_require_native(Some("mooncake,hipfile , mooncake")), (os_s(&["mooncake", "hipfile"]), false));
+        for all in ["1", "true", "ALL"] {
+            assert_eq!(parse_require_native(Some(all)), (vec![], true));
+        }
+        for none in [None, Some(""), Some("0"), Some(" ")] {
+            assert_eq!(parse_require_native(none), (vec![], false));
+        }
+    }
+
+    fn os_s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+}
