@@ -59,11 +59,11 @@ fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFi
     for bin in bins {
         let Ok(rd) = fs::read_dir(bin) else { continue };
         for name in rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()) {
-            if !out.contains_key(&name) {
-                let path = bin.join(&name);
+            out.entry(name).or_insert_with_key(|name| {
+                let path = bin.join(name);
                 let file = crate::facts::exe::inspect(&host, &path);
-                out.insert(name, (path, file));
-            }
+                (path, file)
+            });
         }
     }
     out
