@@ -162,11 +162,14 @@ pub struct Options {
     pub allow: Vec<String>,
     /// The working directory of the program (default `/`, so the image's WORKDIR cannot
     /// shadow the engine or the overlay; empty: keep the launcher's).
-    #[arg(long, env = ev::INFERA_EXEC_CHDIR, value_name = "DIR")]
-    pub chdir: Option<PathBuf>,
+    #[arg(long, env = ev::INFERA_EXEC_CHDIR, value_name = "DIR", value_parser = clap::value_parser!(OsString))]
+    pub chdir: Option<OsString>,
     /// Do not run the overlay's engine patches (`patches/<engine>/*.py`).
     #[arg(long, env = ev::INFERA_SKIP_ENGINE_PATCHES, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub skip_engine_patches: bool,
+    /// Kill an engine patch that runs longer than this (1 to 3600 seconds).
+    #[arg(long, env = ev::INFERA_ENGINE_PATCH_TIMEOUT, default_value = "60", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub engine_patch_timeout: u64,
     /// Print the plan the real run would exec, and exit with the code it would refuse with.
     #[arg(long, env = ev::INFERA_DRY_RUN, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub dry_run: bool,

@@ -45,6 +45,7 @@ pub const INFERA_PYTHON: &str = "INFERA_PYTHON";
 pub const INFERA_REQUIRE_NATIVE: &str = "INFERA_REQUIRE_NATIVE";
 pub const INFERA_EXEC_CHDIR: &str = "INFERA_EXEC_CHDIR";
 pub const INFERA_SKIP_ENGINE_PATCHES: &str = "INFERA_SKIP_ENGINE_PATCHES";
+pub const INFERA_ENGINE_PATCH_TIMEOUT: &str = "INFERA_ENGINE_PATCH_TIMEOUT";
 
 /// Set in the child so the payload knows which tree it runs from.
 pub const INFERA_TREE: &str = "INFERA_TREE";
@@ -63,6 +64,11 @@ pub const ROCM_HOME: &str = "ROCM_HOME";
 pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
 pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+/// libibverbs: providers to load first, by name or path prefix (`:`/`;` separated);
+/// `IBV_DRIVERS` is read only when `RDMAV_DRIVERS` is unset.
+pub const RDMAV_DRIVERS: &str = "RDMAV_DRIVERS";
+pub const IBV_DRIVERS: &str = "IBV_DRIVERS";
 
 /// Mooncake's switch to its TCP transport (no RDMA needed).
 pub const MC_FORCE_TCP: &str = "MC_FORCE_TCP";

@@ -12,7 +12,7 @@ use thiserror::Error;
 use infera_exec_derive::Refuse;
 
 use crate::error::Refusal;
-use crate::spec::ExecSpec;
+use crate::spec::{ExecSpec, Step};
 
 #[derive(Debug, Error, Refuse)]
 pub enum ExecError {
@@ -66,13 +66,109 @@ pub fn command(x: &ExecSpec) -> Command {
     c
 }
 
-/// Carry out the exec section. Returns only when the run cannot happen (the refusal) or,
+/// Carry out the exec section, in its order: the steps, the privilege drop, then the exec
+/// (or the child, in init mode). Returns only when the run cannot happen (the refusal) or,
 /// in init mode, with the code the launcher must exit with.
 pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
+    steps(x);
     crate::privs::apply(&x.privileges)?;
     if let Some(init) = &x.init {
         return crate::init::run(x, init);
     }
     let err = command(x).exec();
     Err(exec_error(file(x), err).into())
+}
+
+/// The steps before the exec. None can stop the start: each failure is a warning.
+fn steps(x: &ExecSpec) {
+    let patches = x.steps.iter().any(|s| matches!(s, Step::Patch { .. }));
+    // Two launchers of one container (an engine and its router) patching the same files at
+    // once would race: hold a lock while patching (best effort: no /tmp, no lock).
+    let _lock = patches.then(lock_patches).flatten();
+    for step in &x.steps {
+        match step {
+            Step::Patch { file, argv, host_program, timeout_seconds, .. } => {
+                let program = host_program.as_deref().unwrap_or(Path::new(&argv[0]));
+                patch(x, program, file, argv, std::time::Duration::from_secs(*timeout_seconds));
+            }
+            Step::Replace { from, to, host_from, host_to, .. } => {
+                let (src, dst) = (host_from.as_deref().unwrap_or(from), host_to.as_deref().unwrap_or(to));
+                match replace(src, dst) {
+                    Ok(()) => tracing::info!("infera-exec: [replaced] `{}` with `{}`", to.display(), from.display()),
+                    Err(e) => tracing::warn!(
+                        "infera-exec: [replace-failed] cannot put `{}` in place of `{}`: {e}; RDMA may be unavailable",
+                        from.display(),
+                        to.display()
+                    ),
+                }
+            }
+        }
+    }
+}
+
+fn lock_patches() -> Option<nix::fcntl::Flock<std::fs::File>> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open("/tmp/.infera-exec-patches.lock")
+        .ok()?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok()
+}
+
+/// Run one patch in `/` with the exec's environment; kill it after `limit`.
+fn patch(x: &ExecSpec, program: &Path, file: &Path, argv: &[std::ffi::OsString], limit: std::time::Duration) {
+    let mut c = Command::new(program);
+    c.arg0(&argv[0]).args(&argv[1..]).env_clear().envs(x.env.iter()).current_dir("/");
+    c.stdin(std::process::Stdio::null()).stdout(io::stderr());
+    let name = file.display();
+    let mut child = match c.spawn() {
+        Ok(ch) => ch,
+        Err(e) => {
+            tracing::warn!("infera-exec: [engine-patch-failed] `{name}` could not be started: {e}; continuing");
+            return;
+        }
+    };
+    let start = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) if st.success() => {
+                tracing::info!("infera-exec: [engine-patch] `{name}` applied");
+                return;
+            }
+            Ok(Some(st)) => {
+                tracing::warn!("infera-exec: [engine-patch-failed] `{name}` exited with {st}; continuing without it");
+                return;
+            }
+            Ok(None) if start.elapsed() >= limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                tracing::warn!(
+                    "infera-exec: [engine-patch-timeout] `{name}` ran longer than {} s and was killed; continuing",
+                    limit.as_secs()
+                );
+                return;
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            Err(e) => {
+                tracing::warn!("infera-exec: [engine-patch-failed] `{name}`: {e}; continuing");
+                return;
+            }
+        }
+    }
+}
+
+/// Copy `src` beside `dst` with `dst`'s mode, then rename it over `dst` (never a half file).
+fn replace(src: &Path, dst: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dst)?.permissions().mode();
+    let dir = dst.parent().unwrap_or(Path::new("/"));
+    let tmp = dir.join(format!(".infera-exec-{}.tmp", std::process::id()));
+    let result = std::fs::copy(src, &tmp)
+        .and_then(|_| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)))
+        .and_then(|()| std::fs::rename(&tmp, dst));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }

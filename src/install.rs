@@ -59,24 +59,25 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     let src = fs::canonicalize(&from).unwrap_or_else(|_| from.clone());
     let dst = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
     let dst = fs::canonicalize(&dst).unwrap_or(dst);
-    // (Run from the overlay image itself the source is `/`: only its bin/ and trees/ count.)
-    if dst.starts_with(src.join("bin")) || dst.starts_with(src.join("trees")) || src.starts_with(&dst) {
+    // Run from the overlay image itself the source is `/`: only the overlay's parts count.
+    let parts = parts_of(&from);
+    if parts.iter().any(|p| dst.starts_with(src.join(p))) || src.starts_with(&dst) {
         return Err(InstallError::Overlap { dest: dst, from: src }.into());
     }
     if let Ok(rd) = fs::read_dir(&dst) {
         let foreign: Vec<String> = rd
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| !["bin", "trees", "opt"].contains(&n.as_str()))
+            .filter(|n| !is_part(n) && n != "opt")
             .collect();
-        let earlier_copy = dst.join("trees").is_dir();
+        let earlier_copy = parts_of(&dst).iter().any(|p| p == "trees" || p == "native" || p.starts_with("py3"));
         if !foreign.is_empty() || (dst.join("bin").exists() && !earlier_copy) {
             return Err(InstallError::NotEmpty { dest: dst, foreign }.into());
         }
     }
     fs::create_dir_all(dest).map_err(|e| err(e, "cannot create", dest))?;
     let mut n = 0;
-    for part in ["bin", "trees"] {
+    for part in &parts {
         let target = dest.join(part);
         if target.exists() {
             fs::remove_dir_all(&target).map_err(|e| err(e, "cannot replace", &target))?;
@@ -86,15 +87,36 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     // An emptyDir is created world-writable; the launcher refuses such a payload.
     fs::set_permissions(dest, fs::Permissions::from_mode(0o755)).map_err(|e| err(e, "cannot chmod", dest))?;
     let ov = crate::overlay::load(dest, &crate::overlay::LoadOptions::default())?;
-    for t in &ov.trees {
-        if let Err(problems) = crate::payload::verify_tree(&t.dir, &t.family, false) {
+    let mut dirs: Vec<&PathBuf> = ov.trees.iter().flat_map(|t| &t.paths.parts).collect();
+    dirs.sort();
+    dirs.dedup();
+    for d in dirs {
+        let name = d.file_name().map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
+        if let Err(problems) = crate::payload::verify_tree(d, &name, false) {
             if problems.iter().any(|p| !p.what.starts_with("no integrity record")) {
-                let list: String = problems.iter().map(|p| format!("\n  trees/{}/{p}", t.family)).collect();
+                let shown = d.strip_prefix(&ov.dir).unwrap_or(d).display().to_string();
+                let list: String = problems.iter().map(|p| format!("\n  {shown}/{p}")).collect();
                 return Err(InstallError::Integrity { dest: dest.to_path_buf(), list }.into());
             }
         }
     }
     Ok(n)
+}
+
+/// The top-level entries that make an overlay (either layout): the launcher, the trees, the
+/// patches, the RoCE provider links.
+fn is_part(name: &str) -> bool {
+    ["bin", "trees", "native", "patches", "rdma"].contains(&name) || crate::overlay::infera::py_tag(name).is_some()
+}
+
+fn parts_of(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).filter(|n| is_part(n)).collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
 fn copy_tree(src: &Path, dst: &Path) -> Result<usize, InstallError> {

@@ -72,10 +72,17 @@ pub fn generate(tree: &Path, check: bool) -> Result<String, Refusal> {
     let family = tree.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mpath = tree.join("manifest.toml");
     let invalid = |reason| ManifestCmdError::ManifestInvalid { path: mpath.clone(), reason };
-    let text =
-        std::fs::read_to_string(&mpath).map_err(|e| invalid(manifest::ManifestError::Unreadable(e.to_string())))?;
-    let m = manifest::parse(&text, &family).map_err(invalid)?;
-    let (derived, mut problems) = payload::derive(tree, &m)?;
+    // Our layout's tree has a manifest; a directory of the Infera payload is described by
+    // its name and files (py312, native/rocm7-py312 with CAPABILITIES).
+    let (m, site) = match (mpath.exists(), overlay::infera::part_manifest(tree)) {
+        (false, Some(derived)) => (derived?, ""),
+        _ => {
+            let text = std::fs::read_to_string(&mpath)
+                .map_err(|e| invalid(manifest::ManifestError::Unreadable(e.to_string())))?;
+            (manifest::parse(&text, &family).map_err(invalid)?, "site-packages")
+        }
+    };
+    let (derived, mut problems) = payload::derive(tree, site, &m)?;
     let (files, file_problems) = payload::record_files(tree)?;
     problems.extend(file_problems);
     if !problems.is_empty() {
@@ -137,10 +144,17 @@ pub fn verify(overlay_dir: &Path, digest: bool) -> Result<String, Refusal> {
     let ov = overlay::load(overlay_dir, &opts)?;
     let mut problems: Vec<String> = Vec::new();
     let mut files = 0;
-    for t in &ov.trees {
-        match payload::verify_tree(&t.dir, &t.family, digest) {
+    // A directory can belong to several trees (the Infera payload's py312 pairs with each
+    // native tree of 3.12): each is checked once.
+    let mut parts: Vec<&Path> = ov.trees.iter().flat_map(|t| t.paths.parts.iter().map(|p| p.as_path())).collect();
+    parts.sort();
+    parts.dedup();
+    for part in &parts {
+        let name = part.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let shown = part.strip_prefix(&ov.dir).unwrap_or(part).display().to_string();
+        match payload::verify_tree(part, &name, digest) {
             Ok(n) => files += n,
-            Err(ps) => problems.extend(ps.iter().map(|p| format!("trees/{}/{p}", t.family))),
+            Err(ps) => problems.extend(ps.iter().map(|p| format!("{shown}/{p}"))),
         }
     }
     if !problems.is_empty() {
@@ -148,7 +162,7 @@ pub fn verify(overlay_dir: &Path, digest: bool) -> Result<String, Refusal> {
     }
     Ok(format!(
         "ok: {} trees, {files} files match their records ({})\n",
-        ov.trees.len(),
+        parts.len(),
         if digest { "sizes and BLAKE3 digests" } else { "presence and sizes" }
     ))
 }

@@ -168,9 +168,13 @@ pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), PayloadEr
 
 /// What the tree's shared objects and extension modules say, and the files that
 /// disagree with the manifest's `[abi]`.
-pub fn derive(tree: &Path, manifest: &Manifest) -> Result<(Derived, Vec<Problem>), PayloadError> {
+/// `site`: the tree's package directory, relative to it (`site-packages`, or "" for the
+/// Infera layout's trees, whose directory is their package directory).
+pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, Vec<Problem>), PayloadError> {
     let files = walk(tree).map_err(unreadable(tree))?;
-    let (want_py, want_rocm) = (manifest.abi.python.clone(), manifest.rocm_major());
+    // A pure-Python tree (no `[abi] rocm`) may bind no HIP at all.
+    let want_py = manifest.abi.python.clone();
+    let want_rocm = (!manifest.abi.rocm.is_empty()).then(|| manifest.rocm_major());
     let mut d = Derived::default();
     let mut problems = Vec::new();
     let mut pys = BTreeSet::new();
@@ -207,11 +211,16 @@ pub fn derive(tree: &Path, manifest: &Manifest) -> Result<(Derived, Vec<Problem>
         for n in needed {
             if let Some(rest) = n.strip_prefix("libamdhip64.so.") {
                 if let Ok(major) = rest.split('.').next().unwrap_or("").parse::<u32>() {
-                    if major != want_rocm {
-                        problems.push(Problem {
+                    match want_rocm {
+                        Some(w) if w != major => problems.push(Problem {
                             path: rel.clone(),
-                            what: format!("needs {n} (ROCm {major}), but [abi] rocm = \"{want_rocm}\""),
-                        });
+                            what: format!("needs {n} (ROCm {major}), but [abi] rocm = \"{w}\""),
+                        }),
+                        None => problems.push(Problem {
+                            path: rel.clone(),
+                            what: format!("needs {n} (ROCm {major}), but this pure-Python tree binds no HIP ABI"),
+                        }),
+                        _ => {}
                     }
                     rocms.insert(major);
                 }
@@ -230,12 +239,13 @@ pub fn derive(tree: &Path, manifest: &Manifest) -> Result<(Derived, Vec<Problem>
     d.python = pys.into_iter().collect();
     d.rocm = rocms.into_iter().collect();
     d.libpython = libpy.into_iter().collect();
-    let site = tree.join("site-packages");
+    let site_dir = tree.join(site);
+    let prefix = if site.is_empty() { String::new() } else { format!("{site}/") };
     for (name, cap) in &manifest.capabilities {
         let mut missing = Vec::new();
         for m in &cap.modules {
-            if overlay::find_module(&site, m).is_none() {
-                missing.push(format!("site-packages/{}", m.replace('.', "/")));
+            if overlay::find_module(&site_dir, m).is_none() {
+                missing.push(format!("{prefix}{}", m.replace('.', "/")));
             }
         }
         for l in &cap.libraries {

@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::finding::Level;
 use crate::plan::Plan;
-use crate::spec::{is_secret, ExecSpec, REDACTED};
+use crate::spec::{is_secret, ExecSpec, Step, REDACTED};
 
 pub fn json(plan: &Plan) -> String {
     serde_json::to_string_pretty(plan)
@@ -127,6 +127,21 @@ pub fn text(plan: &Plan, check: bool) -> String {
 
 /// Every step the real run takes, in the order it takes them.
 fn exec_section(o: &mut String, x: &ExecSpec) {
+    for step in &x.steps {
+        match step {
+            Step::Patch { engine, argv, timeout_seconds, .. } => {
+                let cmd: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
+                let _ = writeln!(
+                    o,
+                    "  patch     {engine}: {} (in /, at most {timeout_seconds} s; a failure warns)",
+                    cmd.join(" ")
+                );
+            }
+            Step::Replace { from, to, .. } => {
+                let _ = writeln!(o, "  replace   {} with {} (a failure warns)", to.display(), from.display());
+            }
+        }
+    }
     let p = &x.privileges;
     if let Some(k) = &p.keep_caps {
         let names: Vec<String> = k.iter().map(|c| c.to_string()).collect();
@@ -168,10 +183,14 @@ fn exec_section(o: &mut String, x: &ExecSpec) {
             let _ = writeln!(o, "  env       {k}={}", value(OsStr::new(k), v));
         }
     }
-    for (k, v) in &x.env {
-        if !x.env_set.iter().any(|s| OsStr::new(s) == k) {
-            let _ = writeln!(o, "  env kept  {}={}", k.to_string_lossy(), value(k, v));
-        }
+    let kept: Vec<String> = x
+        .env
+        .keys()
+        .filter(|k| !x.env_set.iter().any(|s| OsStr::new(s) == *k))
+        .map(|k| k.to_string_lossy().into_owned())
+        .collect();
+    if !kept.is_empty() {
+        let _ = writeln!(o, "  env kept  {} variables as the pod set them: {}", kept.len(), kept.join(" "));
     }
     if !x.added_args.is_empty() {
         let added: Vec<String> = x.added_args.iter().map(|a| shell_quote(a)).collect();

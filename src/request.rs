@@ -98,6 +98,7 @@ pub struct Request {
     /// The working directory of the program (None: the launcher's own).
     pub chdir: Option<PathBuf>,
     pub skip_engine_patches: bool,
+    pub engine_patch_timeout: u64,
     pub dry_run: bool,
     pub output: Output,
     pub init: Option<InitSpec>,
@@ -230,7 +231,7 @@ impl Request {
         };
         // The image's WORKDIR (/app, /sgl-workspace) can hold a copy of infera or of the
         // engine that `python -m` would put first on sys.path: run in `/` unless told otherwise.
-        let chdir = match o.chdir {
+        let chdir = match o.chdir.map(PathBuf::from) {
             None => Some(PathBuf::from("/")),
             Some(d) if d.as_os_str().is_empty() => None,
             Some(d) if d.is_absolute() => Some(d),
@@ -258,6 +259,7 @@ impl Request {
             python: o.python.filter(|p| !p.is_empty()),
             chdir,
             skip_engine_patches: o.skip_engine_patches,
+            engine_patch_timeout: o.engine_patch_timeout,
             dry_run: o.dry_run || role == Role::Check,
             output: o.output,
             init,

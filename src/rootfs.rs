@@ -128,6 +128,12 @@ impl Root {
         read_bounded(&h, SMALL_FILE_LIMIT)
     }
 
+    /// Read a file up to `limit` bytes (a larger one is an error, not a truncated read).
+    pub fn read_file(&self, cpath: &Path, limit: u64) -> io::Result<Vec<u8>> {
+        let (_, h) = self.locate(cpath)?;
+        read_bounded(&h, limit)
+    }
+
     pub fn read_small_string(&self, cpath: &Path) -> io::Result<String> {
         let bytes = self.read_small(cpath)?;
         String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file is not valid UTF-8"))

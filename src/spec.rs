@@ -56,10 +56,38 @@ pub struct Privileges {
     pub no_new_privs: bool,
 }
 
-/// A step of the real run before the exec (engine patches, files put in place).
+/// A step of the real run before the exec. Neither can stop the start: a failure is
+/// logged as a warning and the run goes on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Step {}
+pub enum Step {
+    /// Run an engine patch of the overlay with the image's interpreter, in `/`, with the
+    /// exec's environment, for at most `timeout_seconds` (then it is killed).
+    Patch {
+        engine: &'static str,
+        #[serde(serialize_with = "ser_path")]
+        file: PathBuf,
+        #[serde(serialize_with = "ser_os_vec")]
+        argv: Vec<OsString>,
+        /// With `--root` other than `/`: the host file the run execs.
+        #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
+        host_program: Option<PathBuf>,
+        timeout_seconds: u64,
+    },
+    /// Put `from` in place of `to` (a copy beside it, renamed over it).
+    Replace {
+        #[serde(serialize_with = "ser_path")]
+        from: PathBuf,
+        #[serde(serialize_with = "ser_path")]
+        to: PathBuf,
+        /// With `--root` other than `/`: the two files on this host.
+        #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
+        host_from: Option<PathBuf>,
+        #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
+        host_to: Option<PathBuf>,
+        why: String,
+    },
+}
 
 /// Variables whose values are not printed (tokens pasted into a bug report leak).
 pub fn is_secret(name: &str) -> bool {

@@ -4,6 +4,7 @@
 pub mod exe;
 pub mod gpus;
 pub mod host;
+pub mod ionic;
 pub mod model;
 pub mod python;
 pub mod rocm;
@@ -46,6 +47,8 @@ pub struct Facts {
     pub program: Option<Program>,
     /// The working directory the run changes to, resolved inside the root (or why not).
     pub workdir: Option<Result<PathBuf, String>>,
+    /// The host's RoCE provider build, when the pod mounts one.
+    pub ionic: Option<ionic::Ionic>,
     /// Evidence that disagreed or could not be read.
     pub findings: Vec<Finding>,
 }
@@ -98,6 +101,7 @@ impl Facts {
         let host = host::gather(&root);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(&root, &p.executable));
         let program = w.program.map(|name| find_program(&root, env, name, w.chdir));
+        let ionic = ionic::detect(&root);
         let workdir = w.chdir.map(|d| match root.stat(d) {
             Ok((resolved, m)) if m.is_dir() => Ok(resolved),
             Ok(_) => Err("not a directory".to_string()),
@@ -116,6 +120,7 @@ impl Facts {
             interpreter_file,
             program,
             workdir,
+            ionic,
             findings,
         }
     }

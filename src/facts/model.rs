@@ -36,6 +36,10 @@ pub enum ModelFacts {
         reference: String,
         path: PathBuf,
     },
+    /// A path relative to the working directory (`./m`, `../m`).
+    Relative {
+        reference: String,
+    },
     /// The config could not be read or understood: rules that need it are skipped.
     Unreadable {
         reference: String,
@@ -88,6 +92,9 @@ impl HfEnv<'_> {
 
 pub fn detect(root: &Root, reference: &str, hf: &HfEnv) -> ModelFacts {
     let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
+    if reference == "." || reference == ".." || reference.starts_with("./") || reference.starts_with("../") {
+        return ModelFacts::Relative { reference: reference.to_string() };
+    }
     let dir = if reference.starts_with('/') {
         let p = PathBuf::from(reference);
         if root.resolve(&p).is_err() {

@@ -99,3 +99,19 @@ pub fn patches(overlay: &Path) -> Vec<Patch> {
     }
     out
 }
+
+/// `rdma/libionic-rdmav<N>.so -> /host-libionic/libionic.so`: the links that let libibverbs
+/// load the host's build by path (RDMAV_DRIVERS) without writing into the image. They point
+/// outside the overlay on purpose, at the one path the pod spec mounts; nothing else may.
+pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
+    let dir = overlay.join("rdma");
+    let Ok(rd) = fs::read_dir(&dir) else { return BTreeMap::new() };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let pabi = name.strip_prefix("libionic-rdmav")?.strip_suffix(".so")?.parse().ok()?;
+            let target = fs::read_link(e.path()).ok()?;
+            (target == Path::new(crate::facts::ionic::HOST_LIBIONIC)).then(|| (pabi, e.path()))
+        })
+        .collect()
+}

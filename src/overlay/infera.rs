@@ -119,6 +119,18 @@ fn tree(
     Ok(Tree { family, dir: py.to_path_buf(), manifest, python: minor, hip: native.map(|(h, _)| h), paths, facts })
 }
 
+/// The manifest of one directory of the Infera payload as its name and files describe it
+/// (`py312`, `native/rocm7-py312`), for `manifest generate`; None for any other directory.
+pub fn part_manifest(dir: &Path) -> Option<Result<Manifest, OverlayError>> {
+    let name = dir.file_name()?.to_str()?;
+    if let Some(minor) = py_tag(name) {
+        return Some(Ok(derived(name, minor, None, dir, &[])));
+    }
+    let in_native = dir.parent().and_then(Path::file_name).is_some_and(|p| p == "native");
+    let (hip, minor) = native_key(name).filter(|_| in_native)?;
+    Some(capabilities_file(dir).map(|caps| derived(name, minor, Some(hip), dir, &caps)))
+}
+
 /// The names of `native/<key>/CAPABILITIES` (space, comma or newline separated).
 fn capabilities_file(native: &Path) -> Result<Vec<String>, OverlayError> {
     let path = native.join("CAPABILITIES");

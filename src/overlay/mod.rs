@@ -5,7 +5,7 @@
 
 mod check;
 mod gather;
-mod infera;
+pub mod infera;
 mod ours;
 
 use std::collections::BTreeMap;
@@ -27,6 +27,8 @@ pub struct Overlay {
     /// The engine patches it ships (`patches/<engine>/*.py`, `patches/<engine>_*/*.py`), in
     /// the order they run.
     pub patches: Vec<Patch>,
+    /// `rdma/libionic-rdmav<PABI>.so` links to the host's RoCE provider build, per PABI.
+    pub rdma: BTreeMap<u32, PathBuf>,
 }
 
 /// Which of the two layouts of DESIGN.md the overlay is in.
@@ -222,7 +224,8 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
         (Layout::Infera, infera::load(&dir, opts)?)
     };
     let patches = gather::patches(&dir);
-    Ok(Overlay { dir, layout, trees, patches })
+    let rdma = gather::rdma_providers(&dir);
+    Ok(Overlay { dir, layout, trees, patches, rdma })
 }
 
 /// Check the tree against its integrity records and keep the result in its facts.

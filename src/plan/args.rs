@@ -29,6 +29,13 @@ pub enum ArgsError {
     #[error("the model path `{}` does not exist in this container", path.display())]
     #[refuse(code = "model-missing", exit = Missing, hint = "mount the model volume (PVC) at that path, or fix --model")]
     ModelMissing { path: PathBuf },
+    #[error("the model `{reference}` is a relative path, but the engine runs in `{}` (INFERA_EXEC_CHDIR): it would read another directory", dir.display())]
+    #[refuse(
+        code = "model-path-relative",
+        exit = Usage,
+        hint = "give the model's absolute path, or set INFERA_EXEC_CHDIR to the directory it is relative to"
+    )]
+    RelativeModel { reference: String, dir: PathBuf },
     #[error("the shipped rules are invalid: {reason}")]
     #[refuse(code = "rules-invalid", exit = Invalid)]
     RulesInvalid { reason: String },
@@ -195,6 +202,16 @@ fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a 
             ));
             Ok(None)
         }
+        Some(ModelFacts::Relative { reference }) => match &ctx.req.chdir {
+            Some(dir) => Err(ArgsError::RelativeModel { reference: reference.clone(), dir: dir.clone() }.into()),
+            None => {
+                findings.push(Finding::warn(
+                    "model-unreadable",
+                    format!("`{reference}` is relative to the launcher's working directory: model rules skipped"),
+                ));
+                Ok(None)
+            }
+        },
         Some(ModelFacts::Unreadable { reason, .. }) => {
             findings.push(Finding::warn(
                 "model-unreadable",

@@ -116,9 +116,15 @@ pub fn rows(
 ) -> Result<Vec<CapRow>, (Vec<CapRow>, Refusal)> {
     let mut requested: Vec<(String, String)> = req.require.iter().map(|r| (r.name.clone(), r.by.to_string())).collect();
     if req.require_all_native {
-        for name in tree.manifest.capabilities.keys() {
-            if !requested.iter().any(|(x, _)| x == name) {
-                requested.push((name.clone(), format!("{}=all", crate::envvars::INFERA_REQUIRE_NATIVE)));
+        // Everything the tree carries; with no native tree at all, that is at least Mooncake
+        // (as the stack's launcher reads `all`), which it then cannot supply.
+        let all: Vec<String> = match tree.hip {
+            Some(_) => tree.manifest.capabilities.keys().cloned().collect(),
+            None => vec!["mooncake".to_string()],
+        };
+        for name in all {
+            if !requested.iter().any(|(x, _)| *x == name) {
+                requested.push((name, format!("{}=all", crate::envvars::INFERA_REQUIRE_NATIVE)));
             }
         }
     }

@@ -17,7 +17,7 @@ pub struct ChildEnv {
 }
 
 impl ChildEnv {
-    fn put(&mut self, k: &str, v: OsString) {
+    pub fn put(&mut self, k: &str, v: OsString) {
         self.env.insert(k.into(), v);
         if !self.set.iter().any(|x| x == k) {
             self.set.push(k.to_string());

@@ -8,6 +8,7 @@ mod env;
 mod program;
 mod safety;
 mod select;
+mod steps;
 mod usable;
 
 #[cfg(test)]
@@ -134,7 +135,11 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         Some(e) => args::apply(&args::Ctx { req, facts, engine: e, parsed: &parsed, env: inp.env }, &mut p.findings)?,
         None => Vec::new(),
     };
-    let child = env::child_env(tree, inp.env, &mut p.findings);
+    let mut child = env::child_env(tree, inp.env, &mut p.findings);
+    let (rdma_drivers, replace) = steps::libionic(facts, overlay, inp.env, &mut p.findings);
+    if let Some(v) = rdma_drivers {
+        child.put(crate::envvars::RDMAV_DRIVERS, v);
+    }
     let (cwd, host_cwd) = workdir(req, facts)?;
     let (program, host_program, mut argv, file) = match &run {
         select::Run::Module { module, options, .. } => {
@@ -155,6 +160,9 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     };
     argv.extend(req.args.iter().cloned());
     argv.extend(added.iter().cloned());
+    let interpreter = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
+    let mut steps: Vec<_> = replace.into_iter().collect();
+    steps.extend(steps::patches(req, facts, overlay, (&python.executable, interpreter.as_ref()), &mut p.findings));
     p.exec = Some(ExecSpec {
         program: program.clone(),
         host_program,
@@ -166,7 +174,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         host_cwd,
         init: req.init.clone(),
         privileges: req.privileges.clone(),
-        steps: Vec::new(),
+        steps,
     });
     if let Some(file) = file {
         program::runnable(&program, run.what(), file)?;

@@ -301,7 +301,7 @@ pub fn target<'a>(
             // A module of the tree's own packages (infera.kvd, infera.tools.preflight) must be
             // in it; any other is the image's business.
             let top = module.split('.').next().unwrap_or_default();
-            if !tree.facts.top_modules.iter().any(|m| m == top) && !tree.facts.modules.contains_key(module) {
+            if !tree.facts.top_modules.iter().any(|m| m == top) {
                 return Ok(Run::Module { engine: None, module, options });
             }
             (None, module)

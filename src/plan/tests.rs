@@ -81,6 +81,7 @@ fn facts() -> Facts {
         interpreter_file: Some(ExecFile::Ok { mode: 0o755, header: Header::Elf }),
         program: None,
         workdir: Some(Ok("/".into())),
+        ionic: None,
         findings: Vec::new(),
     }
 }
@@ -119,6 +120,7 @@ fn overlay() -> Result<Overlay, Refusal> {
         layout: Layout::Ours,
         trees: vec![tree(&py312(), "rocm7-py312")],
         patches: Vec::new(),
+        rdma: BTreeMap::new(),
     })
 }
 
@@ -137,6 +139,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         python: None,
         chdir: Some("/".into()),
         skip_engine_patches: false,
+        engine_patch_timeout: 60,
         dry_run: true,
         output: Output::Json,
         init: None,
@@ -223,7 +226,13 @@ fn tree_facts_decide_presence_noexec_and_integrity() {
     let with = |change: &dyn Fn(&mut TreeFacts)| {
         let mut t = tree(&py312(), "rocm7-py312");
         change(&mut t.facts);
-        Ok(Overlay { dir: "/opt/infera".into(), layout: Layout::Ours, trees: vec![t], patches: Vec::new() })
+        Ok(Overlay {
+            dir: "/opt/infera".into(),
+            layout: Layout::Ours,
+            trees: vec![t],
+            patches: Vec::new(),
+            rdma: BTreeMap::new(),
+        })
     };
     let ov = with(&|t| {
         t.modules.insert("infera.server".into(), Presence::Missing);

@@ -28,11 +28,17 @@ fn with_seed(head: &[&'static str]) -> Vec<&'static str> {
 fn launcher(img: &Fx, ov: &Fx, c: &Case, dry: bool, cwd: &std::path::Path) -> Out {
     let mut args = c.args.clone();
     if dry {
-        // The options go before `--` (engine args after it stay untouched).
-        let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        // The options go before `--` (engine args after it stay untouched), or, in the command
+        // form, before PROGRAM.
+        let sub = ["worker", "server", "check"].contains(&args[0]);
+        let at = if sub { args.iter().position(|a| *a == "--").unwrap_or(args.len()) } else { 0 };
         args.splice(at..at, ["--dry-run", "--output", "json"]);
     }
-    let mut r = infera(&args).root(img).overlay(&ov.overlay()).cwd(cwd).env("LC_ALL", "C.UTF-8");
+    // The image's packages on the path of this host's interpreter, so the engine patches find
+    // the image's vLLM as they would in the container.
+    let site = img.p(VLLM_SITE);
+    let mut r =
+        infera(&args).root(img).overlay(&ov.overlay()).cwd(cwd).env("LC_ALL", "C.UTF-8").env("PYTHONPATH", &site);
     for (k, v) in &c.env {
         r = r.env(k, *v);
     }
@@ -80,7 +86,25 @@ fn compare(c: &Case, plan: &serde_json::Value, real: &Out, cwd: &std::path::Path
         }
         assert_eq!(status["CapAmb"], "0000000000000000", "{name}: ambient");
     }
-    assert_eq!(x["steps"], serde_json::json!([]), "{name}: no steps yet");
+    // Every engine patch the plan lists ran, in `/`, in order; none other did.
+    let patches: Vec<String> = x["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "patch")
+        .map(|s| {
+            let file = s["file"].as_str().unwrap();
+            format!("{} cwd=/", file.rsplit('/').next().unwrap())
+        })
+        .collect();
+    let ran: Vec<String> =
+        r["patched"]["vllm"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect();
+    assert_eq!(ran, patches, "{name}: engine patches");
+    match name {
+        "worker" | "command-form" | "command-form-kvd" => assert_eq!(patches.len(), 1, "{name}: vLLM's one patch"),
+        "skip-patches" | "server" | "init" => assert!(patches.is_empty(), "{name}: no patches"),
+        _ => {}
+    }
 }
 
 #[test]
@@ -109,7 +133,12 @@ fn every_option_dry_run_equals_real_run() {
             0,
         ),
         case("verify", &with_seed(&["worker"]), &[("INFERA_VERIFY", "digest")], 0),
-        case("server", &["server", "--", "--port", "8000"], &[("PYTHONPATH", "/image/own")], 0),
+        case("server", &["server", "--", "--port", "8000"], &[], 0),
+        case("skip-patches", &with_seed(&["worker"]), &[gpus, ("INFERA_SKIP_ENGINE_PATCHES", "1")], 0),
+        case("chdir", &["server"], &[("INFERA_EXEC_CHDIR", "/opt")], 0),
+        case("keep-cwd", &["server"], &[("INFERA_EXEC_CHDIR", "")], 0),
+        case("command-form", &["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3"], &[gpus], 0),
+        case("command-form-kvd", &["python3", "-m", "infera.kvd", "--socket", "/kvd/kvd.sock"], &[], 0),
         case("init", &["server", "--init", "--", "--port", "8000"], &[], 0),
         case("init-group", &["server", "--init", "--init-group", "--init-grace", "2", "--", "--port", "8000"], &[], 0),
         case("no-new-privs", &["server", "--no-new-privs"], &[], 0),
@@ -125,8 +154,10 @@ fn every_option_dry_run_equals_real_run() {
         cases.push(case("drop-caps", &["server", "--drop-caps", "kill,net_bind_service"], &[], 0));
         cases.push(case("drop-caps-none", &["server", "--drop-caps", "none", "--no-new-privs", "--init"], &[], 0));
     }
+    let marker = img.p(&format!("{VLLM_SITE}/vllm/.infera-standin-patched"));
     for c in &cases {
         let dry = launcher(&img, &ov, c, true, cwd.path());
+        let _ = std::fs::remove_file(&marker);
         let real = launcher(&img, &ov, c, false, cwd.path());
         assert_eq!(dry.code, c.exit, "{}: dry run exit\n{}\n{}", c.name, dry.stdout, dry.stderr);
         assert_eq!(real.code, c.exit, "{}: real run exit\n{}\n{}", c.name, real.stdout, real.stderr);

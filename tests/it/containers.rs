@@ -177,12 +177,13 @@ fn sglang_image_selects_py310_and_refuses_hipfile() {
 
 #[test]
 fn k8s_manifests_validate_against_kubernetes_1_33() {
-    let files: Vec<PathBuf> = std::fs::read_dir(repo().join("examples/k8s"))
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("examples/k8s"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
-    assert!(files.len() >= 4);
+    files.push(repo().join("examples/k8s/stack-form/worker.yaml"));
+    assert!(files.len() >= 5);
     let o = out({
         let mut c = Command::new("python3");
         c.args(["-m", "kubernetes_validate", "--strict", "-k", "1.33.0"]).args(&files);
@@ -192,6 +193,7 @@ fn k8s_manifests_validate_against_kubernetes_1_33() {
     let text = o.stdout + &o.stderr;
     for res in [
         "deployment/kimi-k3-worker",
+        "deployment/kimi-k3-stack-worker",
         "deployment/kimi-k3-router",
         "service/kimi-k3",
         "persistentvolumeclaim/model-cache",
@@ -224,34 +226,9 @@ fn kube_play_runs_the_worker_pod_spec() {
     let deploy = dir.path().join("deploy.yaml");
     let pod = dir.path().join("pod.yaml");
     std::fs::write(&deploy, spec).unwrap();
-    let conv = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sys, yaml\nd = yaml.safe_load(open(sys.argv[1]))\nt = d['spec']['template']\nt['spec']['restartPolicy'] = 'OnFailure'\n\
-             yaml.safe_dump({'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': d['metadata']['name'], 'labels': t['metadata']['labels']}, 'spec': t['spec']}, open(sys.argv[2], 'w'))",
-        )
-        .arg(&deploy)
-        .arg(&pod)
-        .status()
-        .unwrap();
-    assert!(conv.success());
-    // The model-cache PVC is a podman volume of that name, filled with the example model.
+    deployment_to_pod(&deploy, &pod);
     let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
-    let _ = out(podman(&["volume", "rm", "-f", "model-cache"]));
-    assert_eq!(out(podman(&["volume", "create", "model-cache"])).code, 0);
-    let fill = out(podman(&[
-        "run",
-        "--rm",
-        "-v",
-        "model-cache:/models",
-        "-v",
-        &format!("{}:/src:ro", repo().join("examples/models").display()),
-        VLLM,
-        "python3",
-        "-c",
-        "import shutil; shutil.copytree('/src', '/models', dirs_exist_ok=True)",
-    ]));
-    assert_eq!(fill.code, 0, "{}", fill.stderr);
+    model_cache_volume();
     let play = out(podman(&["kube", "play", pod.to_str().unwrap()]));
     assert_eq!(play.code, 0, "{}\n{}", play.stdout, play.stderr);
     let wait = out(podman(&["wait", "kimi-k3-worker-worker"]));
@@ -288,6 +265,43 @@ fn kube_play_runs_the_worker_pod_spec() {
     assert_eq!(strings(&r["argv"]), want);
     assert_eq!(r["imports"]["mooncake"]["file"], "/opt/infera/trees/rocm7-py312/site-packages/mooncake/__init__.py");
     assert_eq!(r["tree_writable"], false);
+}
+
+/// kube play runs a Deployment's pod template as a Pod, with restartPolicy OnFailure
+/// (podman 4.3 restarts init containers under `Always`) and without the downward-API
+/// `metadata.namespace` and `status.podIP` variables (podman 4.3 cannot set them).
+fn deployment_to_pod(deploy: &std::path::Path, pod: &std::path::Path) {
+    let conv = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, yaml\nd = yaml.safe_load(open(sys.argv[1]))\nt = d['spec']['template']\nt['spec']['restartPolicy'] = 'OnFailure'\n\
+             for c in t['spec']['containers']: c['env'] = [e for e in c.get('env', []) if e.get('valueFrom', {}).get('fieldRef', {}).get('fieldPath') not in ('metadata.namespace', 'status.podIP')]\n\
+             yaml.safe_dump({'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': d['metadata']['name'], 'labels': t['metadata']['labels']}, 'spec': t['spec']}, open(sys.argv[2], 'w'))",
+        )
+        .arg(deploy)
+        .arg(pod)
+        .status()
+        .unwrap();
+    assert!(conv.success());
+}
+
+/// The model-cache PVC is a podman volume of that name, filled with the example model.
+fn model_cache_volume() {
+    let _ = out(podman(&["volume", "rm", "-f", "model-cache"]));
+    assert_eq!(out(podman(&["volume", "create", "model-cache"])).code, 0);
+    let fill = out(podman(&[
+        "run",
+        "--rm",
+        "-v",
+        "model-cache:/models",
+        "-v",
+        &format!("{}:/src:ro", repo().join("examples/models").display()),
+        VLLM,
+        "python3",
+        "-c",
+        "import shutil; shutil.copytree('/src', '/models', dirs_exist_ok=True)",
+    ]));
+    assert_eq!(fill.code, 0, "{}", fill.stderr);
 }
 
 /// The local dry run against an image: the image's root read with `--root`, as mounted by
@@ -437,4 +451,270 @@ fn mooncake_refused_under_a_low_memlock_limit() {
     let mut c = podman(&["run", "--rm", "--mount", &format!("type=image,source={OVERLAY},target=/opt/infera")]);
     c.args([VLLM, "/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--", "--model", "/m"]);
     out(c).assert(69, "no RDMA devices (/dev/infiniband/uverbs*) in the container");
+}
+
+// ---- The Infera stack's own form: its payload image, its initContainer copy, its commands ----
+
+const PAYLOAD: &str = "localhost/infera-payload:test";
+
+/// What the stack's initContainer does: the payload image copies /payload into a fresh
+/// volume (`sh -c "cp -a /payload/. /overlay/"`), which the engine container mounts read-only.
+fn stack_volume(name: &str) -> String {
+    images();
+    let _ = out(podman(&["volume", "rm", "-f", name]));
+    assert_eq!(out(podman(&["volume", "create", name])).code, 0);
+    let cp = out(podman(&[
+        "run",
+        "--rm",
+        "-v",
+        &format!("{name}:/overlay"),
+        PAYLOAD,
+        "sh",
+        "-c",
+        "cp -a /payload/. /overlay/",
+    ]));
+    assert_eq!(cp.code, 0, "{}", cp.stderr);
+    name.to_string()
+}
+
+fn run_stack(image: &str, volume: &str, extra: &[&str], env: &[&str], cmd: &[&str]) -> Out {
+    let models = repo().join("examples/models");
+    let mut c = podman(&["run", "--rm", "-v", &format!("{volume}:/overlay:ro")]);
+    c.args(["-v", &format!("{}:/models:ro", models.display())]).args(extra);
+    for e in env {
+        c.args(["-e", e]);
+    }
+    c.arg(image).args(cmd);
+    out(c)
+}
+
+/// The dry run (INFERA_DRY_RUN, as a pod spec would set it) plans what the real run received.
+fn dry_matches(plan: &serde_json::Value, r: &serde_json::Value) {
+    let argv = &plan["exec"]["argv"].as_array().unwrap();
+    let skip = argv.iter().position(|a| a == "-m").map_or(1, |m| m + 2);
+    assert_eq!(serde_json::Value::Array(argv[skip..].to_vec()), r["argv"]);
+    assert_eq!(plan["exec"]["cwd"], r["cwd"]);
+    for (k, v) in r["environ"].as_object().unwrap() {
+        if k != "HOSTNAME" && k != "INFERA_DRY_RUN" && k != "INFERA_OUTPUT" {
+            assert_eq!(&plan["exec"]["env"][k], v, "{k}");
+        }
+    }
+}
+
+#[test]
+fn the_stacks_pod_spec_commands_run_as_written() {
+    let vol = stack_volume("infera-stack-test");
+    let launcher = "/overlay/bin/infera-exec";
+    let workers: [(&str, &[&str], &[&str], &str); 4] = [
+        (
+            VLLM,
+            &[
+                "python3",
+                "-m",
+                "infera.engine.vllm",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "30000",
+                "--model",
+                "/models/kimi-k3",
+                "--served-model-name",
+                "kimi-k3",
+                "--tensor-parallel-size",
+                "8",
+                "--kv-event-transport",
+                "zmq",
+                "--request-transport",
+                "http",
+            ],
+            &[GPUS8],
+            "infera.engine.vllm",
+        ),
+        (
+            SGLANG,
+            &[
+                "python3",
+                "-m",
+                "infera.engine.sglang",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "30000",
+                "--disaggregation-mode",
+                "prefill",
+                "--model-path",
+                "/models/kimi-k3",
+                "--tp-size",
+                "1",
+                "--attention-backend",
+                "aiter",
+                "--trust-remote-code",
+                "--mem-fraction-static",
+                "0.8",
+                "--kv-event-transport",
+                "zmq",
+                "--request-transport",
+                "http",
+                "--disaggregation-transfer-backend",
+                "mooncake",
+            ],
+            &["INFERA_REQUIRE_NATIVE=mooncake", "MC_FORCE_TCP=1"],
+            "infera.engine.sglang",
+        ),
+        (
+            VLLM,
+            &[
+                "python3",
+                "-m",
+                "infera.server",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "8000",
+                "--router-tokenizer-path",
+                "/models/kimi-k3",
+                "--request-transport",
+                "http",
+                "--kv-event-transport",
+                "zmq",
+            ],
+            &[],
+            "infera.server",
+        ),
+        (
+            VLLM,
+            &[
+                "python3",
+                "-m",
+                "infera.kvd",
+                "--socket",
+                "/kvd/kvd.sock",
+                "--max-bytes",
+                "34359738368",
+                "--long-path",
+                "/l3/long",
+                "--long-bytes",
+                "107374182400",
+            ],
+            &[],
+            "infera.kvd",
+        ),
+    ];
+    for (image, cmd, env, module) in workers {
+        let mut full = vec![launcher];
+        full.extend(cmd);
+        let o = run_stack(image, &vol, &[], env, &full);
+        assert_eq!(o.code, 0, "{module}: {}\n{}", o.stdout, o.stderr);
+        let r = o.standin();
+        assert_eq!(r["pid"], 1, "{module}: the program is the container's PID 1");
+        assert_eq!(r["standin"], module);
+        assert_eq!(r["cwd"], "/", "{module}: never the image's WORKDIR");
+        assert_eq!(
+            serde_json::Value::Array(r["argv"].as_array().unwrap()[..cmd.len() - 3].to_vec()),
+            serde_json::json!(cmd[3..])
+        );
+        let (py, native) = if image == SGLANG { ("py310", "rocm7-py310") } else { ("py312", "rocm7-py312") };
+        assert_eq!(r["env"]["PYTHONPATH"], format!("/overlay/native/{native}:/overlay/{py}"), "{module}");
+        assert_eq!(
+            r["imports"]["mooncake"]["file"],
+            format!("/overlay/native/{native}/mooncake/__init__.py"),
+            "{module}"
+        );
+        assert_eq!(r["tree_writable"], false);
+        match module {
+            "infera.engine.vllm" => {
+                assert_eq!(r["patched"]["vllm"], serde_json::json!(["10_standin_marker.py cwd=/"]));
+                let added = &r["argv"].as_array().unwrap()[cmd.len() - 3..];
+                assert_eq!(
+                    serde_json::Value::Array(added.to_vec()),
+                    serde_json::json!(["--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
+                );
+            }
+            "infera.engine.sglang" => {
+                // WORKDIR /sgl-workspace holds the sglang checkout: the real package still wins.
+                assert_eq!(r["origins"]["sglang"], "/opt/venv/lib/python3.10/site-packages/sglang/__init__.py");
+                assert_eq!(r["patched"]["sglang"], serde_json::json!(["10_standin_marker.py cwd=/"]));
+            }
+            // Patches are for runs that load engine code; a generic run (kvd, Ray) may.
+            "infera.kvd" => assert_eq!(r["patched"]["vllm"], serde_json::json!(["10_standin_marker.py cwd=/"])),
+            _ => assert_eq!(r["patched"]["vllm"], serde_json::json!([]), "{module}: the router patches nothing"),
+        }
+        let mut denv: Vec<&str> = env.to_vec();
+        denv.extend(["INFERA_DRY_RUN=1", "INFERA_OUTPUT=json"]);
+        let d = run_stack(image, &vol, &[], &denv, &full);
+        assert_eq!(d.code, 0, "{module}: {}", d.stderr);
+        dry_matches(&d.json(), &r);
+    }
+    // Refused the same way inside: hipFile is not in the sglang tree.
+    let o = run_stack(
+        SGLANG,
+        &vol,
+        &[],
+        &["INFERA_REQUIRE_NATIVE=hipfile"],
+        &[launcher, "python3", "-m", "infera.engine.sglang"],
+    );
+    o.assert(69, "capability `hipfile` (requested by INFERA_REQUIRE_NATIVE) cannot be supplied: tree rocm7-py310 does not declare it");
+    let _ = out(podman(&["volume", "rm", "-f", &vol]));
+}
+
+/// The host's RoCE provider, mounted as the stack's pod specs mount it, is what libibverbs
+/// would load first (RDMAV_DRIVERS through the payload's link), with nothing written.
+#[test]
+fn the_host_libionic_is_reached_through_the_payloads_link() {
+    let vol = stack_volume("infera-stack-ionic");
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("libionic.so");
+    std::fs::write(&host, b"\x7fELF host build 54.0-187").unwrap();
+    let providers = dir.path().join("providers");
+    std::fs::create_dir(&providers).unwrap();
+    std::fs::write(providers.join("libmlx5-rdmav34.so"), b"").unwrap();
+    let extra = [
+        "-v",
+        &format!("{}:/host-libionic/libionic.so:ro", host.display()),
+        "-v",
+        &format!("{}:/usr/lib/x86_64-linux-gnu/libibverbs:ro", providers.display()),
+    ];
+    let o = run_stack(VLLM, &vol, &extra, &[], &["/overlay/bin/infera-exec", "python3", "-m", "infera.server"]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let r = o.standin();
+    assert_eq!(r["environ"]["RDMAV_DRIVERS"], "/overlay/rdma/libionic");
+    assert_eq!(r["rdma_drivers"]["/overlay/rdma/libionic"]["34"]["realpath"], "/host-libionic/libionic.so");
+    assert_eq!(r["rdma_drivers"]["/overlay/rdma/libionic"]["34"]["size"], 24);
+    let _ = out(podman(&["volume", "rm", "-f", &vol]));
+}
+
+/// The stack's pod spec form (initContainer copy into an emptyDir at /overlay, the command
+/// form) run by `podman kube play`.
+#[test]
+fn kube_play_runs_the_stack_form_pod_spec() {
+    images();
+    let spec = std::fs::read_to_string(repo().join("examples/k8s/stack-form/worker.yaml")).unwrap();
+    let spec = spec
+        .replace("vllm/vllm-openai-rocm:v0.11.0", VLLM)
+        .replace("registry.example.com/infera/payload:0.1.0", PAYLOAD);
+    let dir = tempfile::tempdir().unwrap();
+    let (deploy, pod) = (dir.path().join("deploy.yaml"), dir.path().join("pod.yaml"));
+    std::fs::write(&deploy, spec).unwrap();
+    deployment_to_pod(&deploy, &pod);
+    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
+    model_cache_volume();
+    let play = out(podman(&["kube", "play", pod.to_str().unwrap()]));
+    assert_eq!(play.code, 0, "{}\n{}", play.stdout, play.stderr);
+    let wait = out(podman(&["wait", "kimi-k3-stack-worker-main"]));
+    let logs = out(podman(&["logs", "kimi-k3-stack-worker-main"]));
+    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
+    let _ = out(podman(&["volume", "rm", "-f", "model-cache"]));
+    assert_eq!(wait.stdout.trim(), "0", "worker exit code; logs:\n{}{}", logs.stdout, logs.stderr);
+    let report = logs
+        .stdout
+        .lines()
+        .chain(logs.stderr.lines())
+        .find_map(|l| l.strip_prefix("INFERA-STANDIN "))
+        .expect("stand-in report");
+    let r: serde_json::Value = serde_json::from_str(report).unwrap();
+    assert_eq!(r["pid"], 1);
+    assert_eq!(r["standin"], "infera.engine.vllm");
+    assert_eq!(r["env"]["PYTHONPATH"], "/overlay/native/rocm7-py312:/overlay/py312");
+    assert_eq!(r["cwd"], "/");
+    assert_eq!(r["tree_writable"], false);
 }

@@ -4,10 +4,13 @@ mod support;
 
 mod agree;
 mod bad_inputs;
+mod command;
 mod containers;
 mod detect;
 mod exec;
+mod infera_layout;
 mod init;
 mod payload;
 mod planning;
 mod refuse;
+mod startup;

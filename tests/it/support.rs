@@ -192,6 +192,41 @@ pub fn shipped_overlay() -> Fx {
     fx
 }
 
+/// The Infera payload layout as the real stack ships it (FACTS.md, "The real Infera
+/// deployment"), written here file by file: a pure-Python tree per CPython minor, a native
+/// tree per (HIP ABI, CPython minor) with its CAPABILITIES line, the payload's bin/ and
+/// patches/. The Python modules are the stand-ins of examples/standin (so a real CPython can
+/// run them); the layout is the stack's. At `overlay/`, like the other overlays.
+pub fn infera_payload() -> Fx {
+    let fx = Fx::new();
+    let standin = repo().join("examples/standin");
+    let copy = |from: &Path, to: &str| {
+        let st = Command::new("cp").arg("-rL").arg(from).arg(fx.p(to)).status().unwrap();
+        assert!(st.success(), "cp {} {to}", from.display());
+    };
+    for py in ["py312", "py310"] {
+        fx.dir(&format!("overlay/{py}"));
+        copy(&standin.join("common/infera"), &format!("overlay/{py}/infera"));
+        copy(&standin.join("common/kvd"), &format!("overlay/{py}/kvd"));
+    }
+    for (key, caps) in [("rocm7-py312", "mooncake hipfile\n"), ("rocm7-py310", "mooncake\n")] {
+        let n = format!("overlay/native/{key}");
+        fx.dir(&format!("{n}/lib")).exe(&format!("{n}/bin/ais-check"), "#!/bin/sh\necho ais-check\n");
+        copy(&standin.join("common/mooncake"), &format!("{n}/mooncake"));
+        fx.file(&format!("{n}/CAPABILITIES"), caps);
+    }
+    copy(&standin.join("vllm-only/hipfile"), "overlay/native/rocm7-py312/hipfile");
+    fx.dir("overlay/bin").dir("overlay/patches");
+    fs::copy(BIN, fx.p("overlay/bin/infera-exec")).unwrap();
+    copy(&standin.join("payload-bin/infera-router"), "overlay/bin/infera-router");
+    copy(&standin.join("patches/vllm"), "overlay/patches/vllm");
+    copy(&standin.join("patches/sglang_rocm"), "overlay/patches/sglang_rocm");
+    fx.link("overlay/rdma/libionic-rdmav34.so", "/host-libionic/libionic.so");
+    let st = Command::new("chmod").args(["-R", "go-w"]).arg(fx.p("overlay")).status().unwrap();
+    assert!(st.success());
+    fx
+}
+
 impl Fx {
     pub fn overlay(&self) -> PathBuf {
         self.p("overlay")

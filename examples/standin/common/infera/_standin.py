@@ -5,6 +5,7 @@ hex bytes, so non-UTF-8 arguments can be compared exactly), the environment the
 launcher sets, sys.path, and where each capability module imported from.
 """
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -69,6 +70,36 @@ def main(module):
     # The whole process as the launcher left it, to compare with its dry-run plan.
     report["environ"] = {os.fsencode(k).decode("utf-8", "replace"): os.fsencode(v).decode("utf-8", "replace") for k, v in os.environ.items()}
     report["cwd"] = os.getcwd()
+    # Engine patches leave a marker beside the engine package (found without importing it).
+    report["patched"] = {}
+    for engine in ("vllm", "sglang"):
+        try:
+            spec = importlib.util.find_spec(engine)
+        except Exception:  # a shadowing checkout can make this raise; report, never fail
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            marker = os.path.join(list(spec.submodule_search_locations)[0], ".infera-standin-patched")
+            report["patched"][engine] = open(marker).read().splitlines() if os.path.exists(marker) else []
+    # Where the packages a working directory could shadow resolve from.
+    report["origins"] = {}
+    for name in ("infera", "vllm", "sglang"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except Exception as e:
+            report["origins"][name] = f"error: {e}"
+            continue
+        if spec is not None:
+            report["origins"][name] = spec.origin or list(spec.submodule_search_locations or [])
+    # Where each provider libibverbs would load first (RDMAV_DRIVERS) resolves to.
+    report["rdma_drivers"] = {
+        d: {
+            str(n): {"realpath": os.path.realpath(d + "-rdmav%s.so" % n), "size": os.path.getsize(d + "-rdmav%s.so" % n)}
+            for n in (34, 65)
+            if os.path.exists(d + "-rdmav%s.so" % n)
+        }
+        for d in os.environ.get("RDMAV_DRIVERS", "").replace(";", ":").split(":")
+        if d
+    }
     report["ppid"] = os.getppid()
     report["pgid"] = os.getpgid(0)
     print("INFERA-STANDIN " + json.dumps(report, sort_keys=True), flush=True)

@@ -1,0 +1,1 @@
+"""STAND-IN for infera's tools package."""

@@ -1,0 +1,1 @@
+../vllm/10_standin_marker.py
