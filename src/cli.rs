@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use clap::builder::{BoolishValueParser, TypedValueParser};
-use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::engines::Engine;
 use crate::envvars as ev;
@@ -234,18 +234,31 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
     }
 }
 
+/// The subcommands (`help` is clap's).
+const SUBCOMMANDS: [&str; 6] = ["worker", "server", "check", "install", "manifest", "help"];
+
+/// The long options of [`Options`] that take a separate value (`--overlay DIR`); the others
+/// are flags (`--dry-run`) or clap's own (`--help`, `--version`). Kept as data so finding
+/// the command costs no clap parser; a test checks it against the parser.
+const VALUE_OPTIONS: [&str; 13] = [
+    "overlay",
+    "root",
+    "engine",
+    "python",
+    "require",
+    "require-native",
+    "family",
+    "allow",
+    "chdir",
+    "engine-patch-timeout",
+    "output",
+    "init-grace",
+    "drop-caps",
+];
+
 /// Where the command of the command form starts: the first word after the launcher's own
 /// options that is not a subcommand (`--` ends the options explicitly).
 fn command_start(argv: &[OsString]) -> Option<usize> {
-    let mut cmd = CommandForm::command();
-    cmd.build();
-    // A separate value follows the option when it takes one (flags like --dry-run take none).
-    let takes_value = |long: &[u8]| {
-        cmd.get_arguments()
-            .find(|a| a.get_long().is_some_and(|l| l.as_bytes() == long))
-            .map(|a| a.get_num_args().map_or(a.get_action().takes_values(), |n| n.max_values() > 0))
-    };
-    let subcommands: Vec<String> = Cli::command().get_subcommands().map(|s| s.get_name().to_string()).collect();
     let mut i = 1;
     while i < argv.len() {
         let a = argv[i].as_bytes();
@@ -257,14 +270,17 @@ fn command_start(argv: &[OsString]) -> Option<usize> {
                 Some(p) => (&long[..p], true),
                 None => (long, false),
             };
-            match takes_value(name) {
-                Some(true) if !inline => i += 2,
-                Some(_) => i += 1,
-                None => return None, // not ours (or --help/--version): clap says what it is
+            let value = VALUE_OPTIONS.iter().any(|o| o.as_bytes() == name);
+            let flag = FLAG_OPTIONS.iter().any(|o| o.as_bytes() == name);
+            match (value, flag) {
+                (true, _) if !inline => i += 2,
+                (true, _) | (_, true) => i += 1,
+                // Not ours (or --help/--version): clap says what it is.
+                _ => return None,
             }
             continue;
         }
-        if a.starts_with(b"-") || subcommands.iter().any(|s| s.as_bytes() == a) || a == b"help" {
+        if a.starts_with(b"-") || SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) {
             return None;
         }
         return Some(i);
@@ -272,12 +288,46 @@ fn command_start(argv: &[OsString]) -> Option<usize> {
     None
 }
 
+/// The long options of [`Options`] that take no separate value.
+const FLAG_OPTIONS: [&str; 6] = ["skip-engine-patches", "dry-run", "init", "init-group", "no-new-privs", "help"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn argv(v: &[&str]) -> Vec<OsString> {
         std::iter::once("infera-exec").chain(v.iter().copied()).map(OsString::from).collect()
+    }
+
+    /// The option tables `command_start` uses are the parser's.
+    #[test]
+    fn option_tables_match_the_parser() {
+        use clap::CommandFactory;
+        let mut cmd = CommandForm::command();
+        cmd.build();
+        let mut values = Vec::new();
+        let mut flags = vec!["help".to_string()];
+        for a in cmd.get_arguments() {
+            let Some(long) = a.get_long() else { continue };
+            if long == "version" || long == "help" {
+                continue;
+            }
+            if a.get_num_args().map_or(a.get_action().takes_values(), |n| n.max_values() > 0) {
+                values.push(long.to_string());
+            } else {
+                flags.push(long.to_string());
+            }
+        }
+        values.sort();
+        flags.sort();
+        let mut want_values: Vec<String> = VALUE_OPTIONS.iter().map(|s| s.to_string()).collect();
+        let mut want_flags: Vec<String> = FLAG_OPTIONS.iter().map(|s| s.to_string()).collect();
+        want_values.sort();
+        want_flags.sort();
+        assert_eq!(values, want_values);
+        assert_eq!(flags, want_flags);
+        let subs: Vec<String> = Cli::command().get_subcommands().map(|s| s.get_name().to_string()).collect();
+        assert_eq!(subs.iter().chain(["help".to_string()].iter()).cloned().collect::<Vec<_>>(), SUBCOMMANDS);
     }
 
     #[test]

@@ -129,30 +129,57 @@ fn patch(x: &ExecSpec, program: &Path, file: &Path, argv: &[std::ffi::OsString],
             return;
         }
     };
-    let start = std::time::Instant::now();
+    match wait_for(&mut child, limit) {
+        Ok(Some(st)) if st.success() => tracing::info!("infera-exec: [engine-patch] `{name}` applied"),
+        Ok(Some(st)) => {
+            tracing::warn!("infera-exec: [engine-patch-failed] `{name}` exited with {st}; continuing without it");
+        }
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            tracing::warn!(
+                "infera-exec: [engine-patch-timeout] `{name}` ran longer than {} s and was killed; continuing",
+                limit.as_secs()
+            );
+        }
+        Err(e) => tracing::warn!("infera-exec: [engine-patch-failed] `{name}`: {e}; continuing"),
+    }
+}
+
+/// The child's status once it exits, or None after `limit`. Woken the moment it exits
+/// (a pidfd, Linux 5.3+); without pidfds, checked at growing intervals.
+fn wait_for(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> io::Result<Option<std::process::ExitStatus>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let deadline = std::time::Instant::now() + limit;
+    let pid = nix::libc::pid_t::try_from(child.id()).unwrap_or(nix::libc::pid_t::MAX);
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    let pidfd = i32::try_from(fd).ok().filter(|fd| *fd >= 0).map(|fd| {
+        // SAFETY: a descriptor just returned by the kernel, owned here only.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    });
+    let mut nap = std::time::Duration::from_micros(200);
     loop {
-        match child.try_wait() {
-            Ok(Some(st)) if st.success() => {
-                tracing::info!("infera-exec: [engine-patch] `{name}` applied");
-                return;
+        if let Some(st) = child.try_wait()? {
+            return Ok(Some(st));
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match &pidfd {
+            Some(fd) => {
+                let mut p = nix::libc::pollfd { fd: fd.as_raw_fd(), events: nix::libc::POLLIN, revents: 0 };
+                let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
+                // SAFETY: one valid pollfd; EINTR or a timeout loop back to the checks above.
+                unsafe { nix::libc::poll(&mut p, 1, ms) };
             }
-            Ok(Some(st)) => {
-                tracing::warn!("infera-exec: [engine-patch-failed] `{name}` exited with {st}; continuing without it");
-                return;
-            }
-            Ok(None) if start.elapsed() >= limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                tracing::warn!(
-                    "infera-exec: [engine-patch-timeout] `{name}` ran longer than {} s and was killed; continuing",
-                    limit.as_secs()
-                );
-                return;
-            }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
-            Err(e) => {
-                tracing::warn!("infera-exec: [engine-patch-failed] `{name}`: {e}; continuing");
-                return;
+            None => {
+                std::thread::sleep(nap.min(left));
+                nap = (nap * 2).min(std::time::Duration::from_millis(50));
             }
         }
     }
