@@ -222,30 +222,9 @@ fn kube_play_runs_the_worker_pod_spec() {
     let spec = spec
         .replace("docker.io/rocm/vllm:rocm7.0.0_vllm_0.11.0", VLLM)
         .replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
-    let dir = tempfile::tempdir().unwrap();
-    let deploy = dir.path().join("deploy.yaml");
-    let pod = dir.path().join("pod.yaml");
-    std::fs::write(&deploy, spec).unwrap();
-    deployment_to_pod(&deploy, &pod);
-    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
-    model_cache_volume();
-    let play = out(podman(&["kube", "play", pod.to_str().unwrap()]));
-    assert_eq!(play.code, 0, "{}\n{}", play.stdout, play.stderr);
-    let wait = out(podman(&["wait", "kimi-k3-worker-worker"]));
-    let logs = out(podman(&["logs", "kimi-k3-worker-worker"]));
-    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
-    let _ = out(podman(&["volume", "rm", "-f", "model-cache"]));
-    assert_eq!(wait.stdout.trim(), "0", "worker exit code; logs:\n{}{}", logs.stdout, logs.stderr);
     // The init container (removed by podman once it succeeded) copied the overlay: the
     // worker found and imported it from the emptyDir mounted at /opt/infera.
-    // podman logs interleaves the container's stdout and stderr on stdout.
-    let report = logs
-        .stdout
-        .lines()
-        .chain(logs.stderr.lines())
-        .find_map(|l| l.strip_prefix("INFERA-STANDIN "))
-        .expect("stand-in report");
-    let r: serde_json::Value = serde_json::from_str(report).unwrap();
+    let r = kube_play(&spec, "kimi-k3-worker-worker");
     assert_eq!(r["pid"], 1);
     assert_eq!(r["standin"], "infera.engine.vllm");
     assert_eq!(r["env"]["MC_FORCE_TCP"], "1");
@@ -265,6 +244,32 @@ fn kube_play_runs_the_worker_pod_spec() {
     assert_eq!(strings(&r["argv"]), want);
     assert_eq!(r["imports"]["mooncake"]["file"], "/opt/infera/trees/rocm7-py312/site-packages/mooncake/__init__.py");
     assert_eq!(r["tree_writable"], false);
+}
+
+/// Play a Deployment's pod (with the example model in the model-cache volume), wait for
+/// `container`, and return the stand-in's report from its logs.
+fn kube_play(spec: &str, container: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let (deploy, pod) = (dir.path().join("deploy.yaml"), dir.path().join("pod.yaml"));
+    std::fs::write(&deploy, spec).unwrap();
+    deployment_to_pod(&deploy, &pod);
+    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
+    model_cache_volume();
+    let play = out(podman(&["kube", "play", pod.to_str().unwrap()]));
+    assert_eq!(play.code, 0, "{}\n{}", play.stdout, play.stderr);
+    let wait = out(podman(&["wait", container]));
+    let logs = out(podman(&["logs", container]));
+    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
+    let _ = out(podman(&["volume", "rm", "-f", "model-cache"]));
+    assert_eq!(wait.stdout.trim(), "0", "{container} exit code; logs:\n{}{}", logs.stdout, logs.stderr);
+    // podman logs interleaves the container's stdout and stderr on stdout.
+    let report = logs
+        .stdout
+        .lines()
+        .chain(logs.stderr.lines())
+        .find_map(|l| l.strip_prefix("INFERA-STANDIN "))
+        .expect("stand-in report");
+    serde_json::from_str(report).unwrap()
 }
 
 /// kube play runs a Deployment's pod template as a Pod, with restartPolicy OnFailure
@@ -692,26 +697,7 @@ fn kube_play_runs_the_stack_form_pod_spec() {
     let spec = spec
         .replace("vllm/vllm-openai-rocm:v0.11.0", VLLM)
         .replace("registry.example.com/infera/payload:0.1.0", PAYLOAD);
-    let dir = tempfile::tempdir().unwrap();
-    let (deploy, pod) = (dir.path().join("deploy.yaml"), dir.path().join("pod.yaml"));
-    std::fs::write(&deploy, spec).unwrap();
-    deployment_to_pod(&deploy, &pod);
-    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
-    model_cache_volume();
-    let play = out(podman(&["kube", "play", pod.to_str().unwrap()]));
-    assert_eq!(play.code, 0, "{}\n{}", play.stdout, play.stderr);
-    let wait = out(podman(&["wait", "kimi-k3-stack-worker-main"]));
-    let logs = out(podman(&["logs", "kimi-k3-stack-worker-main"]));
-    let _ = out(podman(&["kube", "down", pod.to_str().unwrap()]));
-    let _ = out(podman(&["volume", "rm", "-f", "model-cache"]));
-    assert_eq!(wait.stdout.trim(), "0", "worker exit code; logs:\n{}{}", logs.stdout, logs.stderr);
-    let report = logs
-        .stdout
-        .lines()
-        .chain(logs.stderr.lines())
-        .find_map(|l| l.strip_prefix("INFERA-STANDIN "))
-        .expect("stand-in report");
-    let r: serde_json::Value = serde_json::from_str(report).unwrap();
+    let r = kube_play(&spec, "kimi-k3-stack-worker-main");
     assert_eq!(r["pid"], 1);
     assert_eq!(r["standin"], "infera.engine.vllm");
     assert_eq!(r["env"]["PYTHONPATH"], "/overlay/native/rocm7-py312:/overlay/py312");
