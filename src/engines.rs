@@ -125,7 +125,9 @@ pub const TABLE: [Info; 2] = [
         engine: Engine::Sglang,
         name: "sglang",
         dist: "sglang",
-        version_files: &["sglang/version.py"],
+        // setuptools-scm writes the literal into sglang/_version.py; sglang/version.py imports
+        // it (or asks importlib.metadata), older releases had the literal there.
+        version_files: &["sglang/_version.py", "sglang/version.py"],
         module: "infera.engine.sglang",
         normalise: Normalise::Verbatim,
         defaults: &[(Opt::DisaggregationBackend, "mooncake")],

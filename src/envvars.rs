@@ -61,6 +61,7 @@ pub const PYTHONPYCACHEPREFIX: &str = "PYTHONPYCACHEPREFIX";
 
 pub const ROCM_PATH: &str = "ROCM_PATH";
 pub const ROCM_HOME: &str = "ROCM_HOME";
+pub const HIP_PATH: &str = "HIP_PATH";
 pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
 pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";

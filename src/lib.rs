@@ -89,8 +89,12 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     };
     let opts = overlay::LoadOptions { check_writable: nix::unistd::geteuid().is_root(), modules };
     let mut overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
-    let probe: std::collections::BTreeSet<String> =
-        overlay.iter().flat_map(|o| o.trees.iter().flat_map(|t| t.facts.top_modules.iter().cloned())).collect();
+    // The trees' own top-level modules (and their capabilities' own), looked for in the image.
+    let probe: std::collections::BTreeSet<String> = overlay
+        .iter()
+        .flat_map(|o| o.trees.iter())
+        .flat_map(|t| t.facts.top_modules.keys().chain(t.facts.cap_modules.values().flatten()).cloned())
+        .collect();
     let program = match &req.target {
         request::Target::Program { program } => Some(program.as_os_str()),
         _ => None,

@@ -60,8 +60,14 @@ pub struct Manifest {
 pub struct Abi {
     /// CPython minor the tree's extensions were built for, e.g. "3.12".
     pub python: String,
-    /// ROCm major, e.g. "7".
-    pub rocm: String,
+    /// The HIP ABI major its compiled code binds (the N of `libamdhip64.so.N` in DT_NEEDED),
+    /// e.g. "7" — what the family name's `rocm7` means. DESIGN's minimal contract spells it
+    /// `rocm`, which is read as the same.
+    #[serde(alias = "rocm")]
+    pub hip: String,
+    /// A bound on the image's ROCm release (not the ABI), e.g. ">=7.0, <11".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocm_release: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
@@ -93,14 +99,37 @@ pub struct Capability {
     /// Offered to these engines only (empty: every engine and the server).
     #[serde(default)]
     pub engines: Vec<String>,
+    /// Which copy the child imports when the engine image ships the capability's modules
+    /// too (vLLM's ROCm images ship `mooncake`): the image's (`base`, the default: the tree's
+    /// copy, kept in `capabilities/<name>/`, is left off the path) or the tree's (`tree`,
+    /// with a warning naming both versions).
+    #[serde(default, skip_serializing_if = "Prefer::is_default")]
+    pub prefer: Prefer,
+}
+
+/// Which copy of a capability's modules the child imports when the image has them too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Prefer {
+    /// The engine image's own copy.
+    #[default]
+    Base,
+    /// The tree's copy, ahead of the image's.
+    Tree,
+}
+
+impl Prefer {
+    pub fn is_default(&self) -> bool {
+        *self == Prefer::Base
+    }
 }
 
 impl Manifest {
     pub fn python_minor(&self) -> (u32, u32) {
         parse_minor(&self.abi.python).unwrap_or((0, 0))
     }
-    pub fn rocm_major(&self) -> u32 {
-        self.abi.rocm.parse().unwrap_or(0)
+    pub fn hip_major(&self) -> u32 {
+        self.abi.hip.parse().unwrap_or(0)
     }
     /// Is this capability offered to `engine` (None = the router)?
     pub fn offers(&self, cap: &str, engine: Option<&str>) -> bool {
@@ -129,8 +158,10 @@ pub enum ManifestError {
     FamilyDir { family: String, dir: String },
     #[error("abi.python = `{value}` must be a CPython minor such as \"3.12\"")]
     AbiPython { value: String },
-    #[error("abi.rocm = `{value}` must be a ROCm major such as \"7\"")]
-    AbiRocm { value: String },
+    #[error("abi.hip (or rocm) = `{value}` must be a HIP ABI major such as \"7\"")]
+    AbiHip { value: String },
+    #[error("abi.rocm_release = `{spec}`: {cause}")]
+    AbiRelease { spec: String, cause: crate::version::SpecError },
     #[error("[engines.{name}]: unknown engine (this launcher knows {})", Engine::names().join(", "))]
     UnknownEngine { name: String },
     #[error("[engines.{name}] module `{module}` is not a Python module name")]
@@ -198,8 +229,11 @@ pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), ManifestError> {
         Some((3, _)) if m.abi.python.matches('.').count() == 1 => {}
         _ => return Err(E::AbiPython { value: m.abi.python.clone() }),
     }
-    if m.abi.rocm.is_empty() || !m.abi.rocm.bytes().all(|b| b.is_ascii_digit()) || m.abi.rocm.len() > 3 {
-        return Err(E::AbiRocm { value: m.abi.rocm.clone() });
+    if m.abi.hip.is_empty() || !m.abi.hip.bytes().all(|b| b.is_ascii_digit()) || m.abi.hip.len() > 3 {
+        return Err(E::AbiHip { value: m.abi.hip.clone() });
+    }
+    if let Some(spec) = &m.abi.rocm_release {
+        crate::version::Spec::parse(spec).map_err(|cause| E::AbiRelease { spec: spec.clone(), cause })?;
     }
     for (name, e) in &m.engines {
         if Engine::from_name(name).is_none() {

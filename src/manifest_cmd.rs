@@ -97,10 +97,10 @@ pub fn generate(tree: &Path, check: bool) -> Result<String, Refusal> {
     let list = |v: Vec<String>| if v.is_empty() { "-".to_string() } else { v.join(", ") };
     let _ = writeln!(
         out,
-        "tree {family}: python {} ({} abi3 modules), ROCm {}, libpython {}\ncapabilities: {}\nrecord: {} files, {bytes} bytes",
+        "tree {family}: python {} ({} abi3 modules), HIP ABI {}, libpython {}\ncapabilities: {}\nrecord: {} files, {bytes} bytes",
         list(d.python.clone()),
         d.abi3_modules,
-        list(d.rocm.iter().map(u32::to_string).collect()),
+        list(d.hip.iter().map(u32::to_string).collect()),
         list(d.libpython.clone()),
         list(caps),
         record.files.len(),

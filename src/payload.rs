@@ -37,10 +37,15 @@ pub struct Derived {
     pub python: Vec<String>,
     /// Stable-ABI extension modules (`.abi3.so`): noted, not a version.
     pub abi3_modules: usize,
-    /// ROCm majors from `DT_NEEDED libamdhip64.so.N`.
-    pub rocm: Vec<u32>,
+    /// HIP ABI majors from `DT_NEEDED libamdhip64.so.N`.
+    #[serde(alias = "rocm")]
+    pub hip: Vec<u32>,
     /// libpython sonames the shared objects need.
     pub libpython: Vec<String>,
+    /// The CPython each installed distribution's wheel was built for (`*.dist-info/WHEEL`
+    /// `Tag: cp312-cp312-…` → "3.12"; `cp312-abi3-…` → ">=3.12"), by distribution.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub wheels: BTreeMap<String, String>,
     /// Declared capability → its modules and libraries that are missing.
     pub capabilities: BTreeMap<String, CapabilityPresence>,
 }
@@ -174,7 +179,7 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
     let files = walk(tree).map_err(unreadable(tree))?;
     // A pure-Python tree (no `[abi] rocm`) may bind no HIP at all.
     let want_py = manifest.abi.python.clone();
-    let want_rocm = (!manifest.abi.rocm.is_empty()).then(|| manifest.rocm_major());
+    let want_rocm = (!manifest.abi.hip.is_empty()).then(|| manifest.hip_major());
     let mut d = Derived::default();
     let mut problems = Vec::new();
     let mut pys = BTreeSet::new();
@@ -200,6 +205,7 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
             pys.insert(v);
         }
     }
+    let elves_paths: BTreeSet<String> = elves.iter().map(|(r, _)| r.clone()).collect();
     for (rel, needed) in elves {
         let needed = match needed {
             Ok(n) => n,
@@ -214,11 +220,11 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
                     match want_rocm {
                         Some(w) if w != major => problems.push(Problem {
                             path: rel.clone(),
-                            what: format!("needs {n} (ROCm {major}), but [abi] rocm = \"{w}\""),
+                            what: format!("needs {n} (HIP ABI {major}), but [abi] hip = \"{w}\""),
                         }),
                         None => problems.push(Problem {
                             path: rel.clone(),
-                            what: format!("needs {n} (ROCm {major}), but this pure-Python tree binds no HIP ABI"),
+                            what: format!("needs {n} (HIP ABI {major}), but this pure-Python tree binds no HIP ABI"),
                         }),
                         _ => {}
                     }
@@ -236,15 +242,18 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
             }
         }
     }
+    wheel_evidence(tree, &files, &elves_paths, &want_py, &mut d, &mut problems);
     d.python = pys.into_iter().collect();
-    d.rocm = rocms.into_iter().collect();
+    d.hip = rocms.into_iter().collect();
     d.libpython = libpy.into_iter().collect();
     let site_dir = tree.join(site);
     let prefix = if site.is_empty() { String::new() } else { format!("{site}/") };
     for (name, cap) in &manifest.capabilities {
         let mut missing = Vec::new();
+        // Our layout keeps a capability apart in `capabilities/<name>/` when it can.
+        let own = tree.join("capabilities").join(name);
         for m in &cap.modules {
-            if overlay::find_module(&site_dir, m).is_none() {
+            if overlay::find_module(&own, m).is_none() && overlay::find_module(&site_dir, m).is_none() {
                 missing.push(format!("{prefix}{}", m.replace('.', "/")));
             }
         }
@@ -259,6 +268,92 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
         d.capabilities.insert(name.clone(), CapabilityPresence { present: missing.is_empty(), missing });
     }
     Ok((d, problems))
+}
+
+/// The CPython a wheel tag binds: `cp312-cp312-…` → Exact(3.12); `cp312-abi3-…` →
+/// AtLeast(3.12); `py3-none-any` and the like → None.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagPython {
+    Exact(u32, u32),
+    AtLeast(u32, u32),
+}
+
+pub fn tag_python(tag: &str) -> Option<TagPython> {
+    let mut parts = tag.trim().split('-');
+    let (interp, abi) = (parts.next()?, parts.next()?);
+    let minor = |s: &str| -> Option<(u32, u32)> {
+        let d = s.strip_prefix("cp3")?;
+        let d = d.trim_end_matches(['d', 'm', 't']);
+        (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())).then(|| d.parse().ok().map(|m| (3, m)))?
+    };
+    match abi {
+        "abi3" => minor(interp).map(|(a, b)| TagPython::AtLeast(a, b)),
+        "none" => None,
+        _ => minor(abi).map(|(a, b)| TagPython::Exact(a, b)),
+    }
+}
+
+impl std::fmt::Display for TagPython {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TagPython::Exact(a, b) => write!(f, "{a}.{b}"),
+            TagPython::AtLeast(a, b) => write!(f, ">={a}.{b}"),
+        }
+    }
+}
+
+/// Is a tree for CPython `want` ("3.12") one this wheel can run in?
+fn tag_fits(t: TagPython, want: (u32, u32)) -> bool {
+    match t {
+        TagPython::Exact(a, b) => (a, b) == want,
+        TagPython::AtLeast(a, b) => want >= (a, b),
+    }
+}
+
+/// The installed distributions' own record of the CPython they were built for: their
+/// `WHEEL` tags. Compiled modules whose names carry no CPython suffix (Mooncake's
+/// `engine.so`, jax-rocm7-plugin's) are only known to be for another Python through it.
+/// A distribution tagged for another CPython is a problem for each of its compiled files
+/// (from its RECORD), or for the distribution when it has no RECORD.
+fn wheel_evidence(
+    tree: &Path,
+    files: &[(String, fs::Metadata)],
+    elves: &BTreeSet<String>,
+    want_py: &str,
+    d: &mut Derived,
+    problems: &mut Vec<Problem>,
+) {
+    let Some(want) = crate::rootfs::parse_minor(want_py) else { return };
+    for (rel, _) in files.iter().filter(|(r, m)| m.is_file() && r.ends_with(".dist-info/WHEEL")) {
+        let Ok(text) = fs::read_to_string(tree.join(rel)) else { continue };
+        let tags: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("Tag:")).map(str::trim).collect();
+        let pythons: Vec<TagPython> = tags.iter().filter_map(|t| tag_python(t)).collect();
+        let Some(first) = pythons.first().copied() else { continue };
+        let info_dir = &rel[..rel.len() - "/WHEEL".len()];
+        let dist = info_dir.rsplit('/').next().unwrap_or(info_dir).trim_end_matches(".dist-info").to_string();
+        d.wheels.insert(dist.clone(), first.to_string());
+        if pythons.iter().any(|t| tag_fits(*t, want)) {
+            continue;
+        }
+        let what = format!(
+            "from distribution {dist}, whose wheel is tagged {} (CPython {first}), but [abi] python = \"{want_py}\"",
+            tags.join(", ")
+        );
+        // RECORD paths are relative to the directory holding the .dist-info.
+        let base = info_dir.rsplit_once('/').map_or(String::new(), |(b, _)| format!("{b}/"));
+        let record = fs::read_to_string(tree.join(info_dir).join("RECORD")).unwrap_or_default();
+        let compiled: Vec<String> = record
+            .lines()
+            .filter_map(|l| l.split(',').next())
+            .map(|p| format!("{base}{p}"))
+            .filter(|p| elves.contains(p))
+            .collect();
+        if compiled.is_empty() {
+            problems.push(Problem { path: rel.clone(), what });
+        } else {
+            problems.extend(compiled.into_iter().map(|path| Problem { path, what: what.clone() }));
+        }
+    }
 }
 
 /// `DT_NEEDED` of an ELF file; None when the file is not ELF.
@@ -369,5 +464,22 @@ pub fn verify_tree(tree: &Path, family: &str, digest: bool) -> Result<usize, Vec
         Ok(ps) if ps.is_empty() => Ok(record.files.len()),
         Ok(ps) => Err(ps),
         Err(e) => Err(one(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wheel_tags() {
+        assert_eq!(tag_python("cp312-cp312-manylinux_2_35_x86_64"), Some(TagPython::Exact(3, 12)));
+        assert_eq!(tag_python("cp312-abi3-manylinux_2_28_x86_64"), Some(TagPython::AtLeast(3, 12)));
+        assert_eq!(tag_python("cp313-cp313t-manylinux_2_28_x86_64"), Some(TagPython::Exact(3, 13)));
+        assert_eq!(tag_python("py3-none-any"), None);
+        assert_eq!(tag_python("cp310-none-linux_x86_64"), None);
+        assert!(tag_fits(TagPython::AtLeast(3, 10), (3, 12)));
+        assert!(!tag_fits(TagPython::AtLeast(3, 12), (3, 10)));
+        assert!(!tag_fits(TagPython::Exact(3, 12), (3, 10)));
     }
 }

@@ -50,7 +50,16 @@ pub fn text(plan: &Plan, check: bool) -> String {
             writeln!(o, "  python    {} at {} (from {})", py.version, py.executable.display(), py.evidence.join(", "));
     }
     if let Some(r) = f.rocm {
-        let _ = writeln!(o, "  rocm      {} (from {})", r.version, r.source);
+        match &r.release {
+            Some(rel) => {
+                let _ = writeln!(o, "  rocm      {} (from {})", rel.version, rel.source);
+            }
+            None => {
+                let _ = writeln!(o, "  rocm      release not recorded");
+            }
+        }
+        let hip = r.hip.version.as_deref().map_or_else(String::new, |v| format!(" = HIP {v}"));
+        let _ = writeln!(o, "  hip       ABI {}{hip} (from {})", r.hip.major, r.hip.source);
     }
     if let Some(t) = f.torch {
         let _ = writeln!(

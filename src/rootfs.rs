@@ -103,6 +103,27 @@ impl Root {
         Ok((done, meta))
     }
 
+    /// The links a path goes through, each target as a container path (relative targets
+    /// joined to their link's directory), up to the kernel's limit: for naming a dangling
+    /// or looping link in a message. Empty when `cpath` is not a link.
+    pub fn link_chain(&self, cpath: &Path) -> Vec<PathBuf> {
+        let mut chain: Vec<PathBuf> = Vec::new();
+        let mut cur = cpath.to_path_buf();
+        while chain.len() <= MAX_SYMLINKS {
+            let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else { break };
+            let Ok(dir) = self.resolve(parent) else { break };
+            let Ok(target) = fs::read_link(self.host(&dir).join(name)) else { break };
+            let next = if target.is_absolute() { target } else { dir.join(target) };
+            let looped = next == cpath || chain.contains(&next);
+            chain.push(next.clone());
+            if looped {
+                break;
+            }
+            cur = next;
+        }
+        chain
+    }
+
     /// Resolve and return (container path, host path).
     pub fn locate(&self, cpath: &Path) -> io::Result<(PathBuf, PathBuf)> {
         let c = self.resolve(cpath)?;

@@ -6,6 +6,7 @@ pub mod gpus;
 pub mod host;
 pub mod ionic;
 pub mod model;
+pub mod pyassign;
 pub mod python;
 pub mod rocm;
 pub mod site;
@@ -90,7 +91,13 @@ impl Facts {
         let python = python::detect(&root, get(env, ev::PATH), get(env, ev::PYTHONPATH), w.interpreter, &mut findings);
         let site_dirs = python.as_ref().map(|p| p.site_dirs.clone()).unwrap_or_default();
         let torch = torch::detect(&root, &site_dirs);
-        let rocm = rocm::detect(&root, get(env, ev::ROCM_PATH), get(env, ev::ROCM_HOME), torch.as_ref(), &mut findings);
+        let places = rocm::Where {
+            rocm_path: get(env, ev::ROCM_PATH),
+            rocm_home: get(env, ev::ROCM_HOME),
+            hip_path: get(env, ev::HIP_PATH),
+            site_dirs: &site_dirs,
+        };
+        let rocm = rocm::detect(&root, &places, torch.as_ref(), &mut findings);
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
         let empty = BTreeSet::new();
         let (site, engines) = site::scan(&root, &site_dirs, minor, w.probe.unwrap_or(&empty));

@@ -51,6 +51,18 @@ pub enum PythonError {
     #[refuse(code = "python-unresolvable", exit = Missing, hint = "the image's python3 link is broken or loops; fix the image")]
     Unresolvable { path: PathBuf, reason: String },
     #[error(
+        "the interpreter `{}` is a broken link: {}{}",
+        link.display(),
+        std::iter::once(link).chain(chain).map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(" → "),
+        if *looped { " loops (too many levels of symbolic links)" } else { ", which does not exist in the image" }
+    )]
+    #[refuse(
+        code = "python-link-broken",
+        exit = Missing,
+        hint = "the image's interpreter link is broken (an update-alternatives or venv left behind?); fix the image, or name the interpreter with INFERA_PYTHON"
+    )]
+    BrokenLink { link: PathBuf, chain: Vec<PathBuf>, looped: bool },
+    #[error(
         "cannot tell the CPython version of `{}`: no versioned name, pyvenv.cfg, \
          lib/python3.X directory or cpython-3XY extension module in the image",
         path.display()
@@ -88,7 +100,7 @@ pub fn detect(
             let p = PathBuf::from(w);
             match root.stat(&p) {
                 Ok(_) => p,
-                Err(e) => return Err(PythonError::Unresolvable { path: p, reason: rootfs::io_reason(&e) }),
+                Err(e) => return Err(unresolvable(root, p, &e)),
             }
         }
         _ => {
@@ -104,9 +116,7 @@ pub fn detect(
                 .ok_or_else(|| PythonError::NotFound { names: names.join("` or `"), path: path_str.clone() })?
         }
     };
-    let resolved = root
-        .resolve(&found)
-        .map_err(|e| PythonError::Unresolvable { path: found.clone(), reason: rootfs::io_reason(&e) })?;
+    let resolved = root.resolve(&found).map_err(|e| unresolvable(root, found.clone(), &e))?;
 
     let bin_dir = found.parent().unwrap_or(Path::new("/")).to_path_buf();
     let venv_dir = bin_dir.parent().map(Path::to_path_buf).filter(|v| root.is_file(&v.join("pyvenv.cfg")));
@@ -250,13 +260,25 @@ fn find_on_path(root: &Root, dirs: &[&str], names: &[String]) -> Result<Option<P
             match root.stat(&cand) {
                 Ok((_, m)) if m.is_file() => return Ok(Some(cand)),
                 Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                // A link whose target is missing is named as such, not skipped as "no python3".
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && root.link_chain(&cand).is_empty() => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {}
-                Err(e) => return Err(PythonError::Unresolvable { path: cand, reason: rootfs::io_reason(&e) }),
+                Err(e) => return Err(unresolvable(root, cand, &e)),
             }
         }
     }
     Ok(None)
+}
+
+/// Why an interpreter path cannot be resolved: a broken or looping link (with its chain),
+/// or the error itself.
+fn unresolvable(root: &Root, path: PathBuf, e: &std::io::Error) -> PythonError {
+    let chain = root.link_chain(&path);
+    if chain.is_empty() {
+        return PythonError::Unresolvable { path, reason: rootfs::io_reason(e) };
+    }
+    let looped = chain.last().is_some_and(|l| chain[..chain.len() - 1].contains(l) || *l == path) || chain.len() > 40;
+    PythonError::BrokenLink { link: path, chain, looped }
 }
 
 fn pyvenv_minor(text: &str) -> Option<(u32, u32)> {

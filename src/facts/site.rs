@@ -14,6 +14,18 @@ use crate::rootfs::Root;
 pub struct SiteIndex {
     /// top-level module name → first site directory that provides it (sys.path order).
     pub modules: BTreeMap<String, PathBuf>,
+    /// The distributions recorded in the site directories, when they were listed (an
+    /// engine not found by its version file, or a probed module the image has).
+    pub dists: Vec<Dist>,
+}
+
+impl SiteIndex {
+    /// The image's copy of top-level module `m`: where it is and the distribution that
+    /// installed it, if recorded.
+    pub fn provider(&self, m: &str) -> Option<(&Path, Option<&Dist>)> {
+        let dir = self.modules.get(m)?;
+        Some((dir, Dist::of(&self.dists, dir, m)))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,8 +33,38 @@ pub struct EngineInstall {
     #[serde(rename = "name")]
     pub engine: Engine,
     pub version: String,
-    /// The dist-info directory (container path).
+    /// The dist-info directory, or the version file (container path).
     pub record: PathBuf,
+}
+
+/// A distribution's record in a directory: `mooncake_transfer_engine_rocm-0.3.13.post1.dist-info`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dist {
+    pub dir: PathBuf,
+    pub name: String,
+    pub version: String,
+}
+
+impl Dist {
+    /// The distribution that provides top-level module `module` among `dists`, by name
+    /// (`mooncake` → `mooncake`, `mooncake_transfer_engine_rocm`), in `dir`.
+    pub fn of<'d>(dists: &'d [Dist], dir: &Path, module: &str) -> Option<&'d Dist> {
+        let provides = |d: &&Dist| {
+            let n = d.name.to_ascii_lowercase().replace(['-', '.'], "_");
+            d.dir == dir && (n == module || n.strip_prefix(module).is_some_and(|r| r.starts_with('_')))
+        };
+        dists.iter().find(provides)
+    }
+
+    /// `mooncake_transfer_engine_rocm-0.3.13.post1.dist-info` → (name, version).
+    pub fn parse(entry: &str) -> Option<(&str, &str)> {
+        let stem = entry.strip_suffix(".dist-info").or_else(|| entry.strip_suffix(".egg-info"))?;
+        stem.split_once('-')
+    }
+
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.name, self.version)
+    }
 }
 
 /// Importable top-level name of a site directory entry, if it is one.
@@ -51,17 +93,12 @@ pub fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-/// `vllm-0.11.0.dist-info` → ("vllm", "0.11.0").
-fn dist_record(entry: &str) -> Option<(&str, &str)> {
-    let stem = entry.strip_suffix(".dist-info").or_else(|| entry.strip_suffix(".egg-info"))?;
-    let (name, version) = stem.split_once('-')?;
-    Some((name, version))
-}
-
 /// Engines installed in the site directories, and which of `probe` (the overlay trees'
-/// top-level modules) the image provides. Each site directory is read once for the
-/// engines' dist-info; the probes are `stat`s, so a site-packages ten times larger costs
-/// one longer directory read, not ten times the work.
+/// top-level modules) the image provides. An engine is found by the literal in its version
+/// file first (no directory listing); the probes are `stat`s. Each site directory is listed
+/// once, and only when it must be: an engine not found that way (an editable install keeps
+/// only its dist-info in site-packages; a wheel's `version.py` may compute the version) or
+/// a probed module the image has (to name the distribution that installed it).
 pub fn scan(
     root: &Root,
     site_dirs: &[PathBuf],
@@ -89,28 +126,24 @@ pub fn scan(
             }
         }
     }
-    // An engine not found by its package's version file (an editable install keeps only
-    // its dist-info in site-packages): one read of each site directory, for dist-info names.
-    if engines.is_empty() {
+    let missing = crate::engines::TABLE.iter().any(|i| !engines.iter().any(|e| e.engine == i.engine));
+    if missing || !index.modules.is_empty() {
         for dir in site_dirs {
-            let mut found: Vec<EngineInstall> = Vec::new();
-            for n in root.list(dir) {
-                let Some(n) = n.to_str() else { continue };
-                let Some((name, version)) = dist_record(n) else { continue };
-                let name = name.to_ascii_lowercase().replace('_', "-");
-                if let Some(info) = crate::engines::TABLE.iter().find(|i| i.dist == name) {
-                    found.push(EngineInstall {
-                        engine: info.engine,
-                        version: version.to_string(),
-                        record: dir.join(n),
-                    });
+            let mut names: Vec<String> = root.list(dir).into_iter().filter_map(|n| n.into_string().ok()).collect();
+            names.sort();
+            for n in names {
+                let Some((name, version)) = Dist::parse(&n) else { continue };
+                let norm = name.to_ascii_lowercase().replace('_', "-");
+                if let Some(info) = crate::engines::TABLE.iter().find(|i| i.dist == norm) {
+                    if !engines.iter().any(|x| x.engine == info.engine) {
+                        engines.push(EngineInstall {
+                            engine: info.engine,
+                            version: version.to_string(),
+                            record: dir.join(&n),
+                        });
+                    }
                 }
-            }
-            found.sort_by(|a, b| a.record.cmp(&b.record));
-            for e in found {
-                if !engines.iter().any(|x| x.engine == e.engine) {
-                    engines.push(e);
-                }
+                index.dists.push(Dist { dir: dir.clone(), name: name.to_string(), version: version.to_string() });
             }
         }
     }
@@ -118,29 +151,21 @@ pub fn scan(
     (index, engines)
 }
 
-/// Engines found by reading their package's version file: no directory listing, so a
-/// site-packages ten times larger costs nothing more. The dist-info of that version is the
-/// record when present.
+/// Engines found by the literal version in their package's version file (`vllm/_version.py`,
+/// `sglang/_version.py`): read as module-level assignments, so a computed `__version__`
+/// (sglang's `version.py` asks importlib.metadata) is never taken for a version. The
+/// dist-info of that version is the record when present.
 fn probe_versions(root: &Root, dir: &Path) -> Vec<EngineInstall> {
     let mut out = Vec::new();
     for info in &crate::engines::TABLE {
-        let Some(file) = info.version_files.first() else { continue };
-        let path = dir.join(file);
-        let Ok(text) = root.read_small_string(&path) else { continue };
-        let Some(version) = text.lines().find_map(|l| {
-            let l = l.trim_start();
-            if !(l.starts_with("__version__") || l.starts_with("version")) {
-                return None;
-            }
-            let q = l.rfind(['\'', '"'])?;
-            let start = l[..q].rfind(['\'', '"'])?;
-            Some(l[start + 1..q].to_string())
-        }) else {
-            continue;
-        };
-        if version.is_empty() {
-            continue;
-        }
+        let found = info.version_files.iter().find_map(|file| {
+            let path = dir.join(file);
+            let text = root.read_small_string(&path).ok()?;
+            let v = super::pyassign::literal(&text, "__version__")
+                .or_else(|| super::pyassign::literal(&text, "version"))?;
+            Some((v, path))
+        });
+        let Some((version, path)) = found else { continue };
         let dist = dir.join(format!("{}-{version}.dist-info", info.dist));
         let record = if root.metadata(&dist).is_ok() { dist } else { path };
         out.push(EngineInstall { engine: info.engine, version, record });
@@ -161,8 +186,16 @@ mod tests {
         assert_eq!(module_name("distutils-precedence.pth"), None);
         assert_eq!(module_name("__pycache__"), None);
         assert_eq!(
-            dist_record("vllm-0.11.1rc2.dev0+g1.rocm700.dist-info"),
+            Dist::parse("vllm-0.11.1rc2.dev0+g1.rocm700.dist-info"),
             Some(("vllm", "0.11.1rc2.dev0+g1.rocm700"))
         );
+        let d = |name: &str| Dist { dir: PathBuf::from("/s"), name: name.into(), version: "1".into() };
+        let dists = [d("mooncake_transfer_engine_rocm"), d("moon"), d("hipfile")];
+        assert_eq!(
+            Dist::of(&dists, Path::new("/s"), "mooncake").map(|d| d.name.as_str()),
+            Some("mooncake_transfer_engine_rocm")
+        );
+        assert_eq!(Dist::of(&dists, Path::new("/s"), "moo"), None);
+        assert_eq!(Dist::of(&dists, Path::new("/other"), "hipfile"), None);
     }
 }

@@ -1,37 +1,45 @@
-//! torch's own record of its build, `torch/version.py`, read as text (never imported).
+//! torch's own record of its build, `torch/version.py`, read as module-level literal
+//! assignments (never imported): `__version__`, `hip`, `cuda`, and since torch 2.14 `rocm`.
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::pyassign::{self, Value};
 use crate::rootfs::Root;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Torch {
     pub version: Option<String>,
+    /// The HIP version it was built against (`7.2.26015-fc0010cf6a`, `7.15.26333`).
     pub hip: Option<String>,
     pub cuda: Option<String>,
+    /// The ROCm release (torch 2.14's `rocm` field), when the file has one.
+    pub rocm: Option<String>,
     pub path: PathBuf,
 }
 
 impl Torch {
-    /// ROCm major and minor from `hip = '7.2.26015-...'`, else the `+rocm7.2.0` tag.
-    pub fn rocm(&self) -> Option<(u32, Option<u32>)> {
-        if let Some(h) = &self.hip {
-            let mut it = h.split(['.', '-']);
-            let major = it.next()?.parse().ok()?;
-            return Some((major, it.next().and_then(|m| m.parse().ok())));
+    /// The HIP ABI major of the `hip` field.
+    pub fn hip_major(&self) -> Option<u32> {
+        self.hip.as_deref()?.split(['.', '-']).next()?.parse().ok()
+    }
+
+    /// The ROCm release it records: the `rocm` field, else a `+rocmX.Y[.Z]` local tag
+    /// (`+rocmsdk20251116` carries a date, not a release; source builds such as
+    /// `2.13.0a0+git733fca1` carry none).
+    pub fn release(&self) -> Option<String> {
+        if let Some(r) = &self.rocm {
+            return Some(r.clone());
         }
-        let v = self.version.as_deref()?;
-        let tag = v.split_once("+rocm")?.1;
-        let digits: String = tag.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
-        // `+rocmsdk20251116` carries a date, not a version.
-        if digits.is_empty() || tag.starts_with("sdk") {
+        let tag = self.version.as_deref()?.split_once("+rocm")?.1;
+        if tag.starts_with("sdk") {
             return None;
         }
-        let mut it = digits.split('.');
-        let major = it.next()?.parse().ok()?;
-        Some((major, it.next().and_then(|m| m.parse().ok())))
+        // `7.2.0.git1234` / `7.2.0.lw.git7e1940d4` / `10.1.0a20260822`: the release part.
+        let end = tag.find(".git").or_else(|| tag.find(".lw")).unwrap_or(tag.len());
+        let r = &tag[..end];
+        super::rocm::parse_release(r).map(|_| r.to_string())
     }
 
     /// A CUDA build: `cuda` set and `hip` None.
@@ -40,36 +48,20 @@ impl Torch {
     }
 }
 
-/// Parse `version.py`. Both `hip = '...'` and annotated `hip: Optional[str] = '...'` forms.
+/// Parse `version.py` (plain and annotated forms; only module-level literals count).
 pub fn parse(text: &str, path: &Path) -> Torch {
-    let mut t = Torch { version: None, hip: None, cuda: None, path: path.to_path_buf() };
-    for line in text.lines() {
-        let Some((lhs, rhs)) = line.split_once('=') else {
-            continue;
-        };
-        let name = lhs.split(':').next().unwrap_or("").trim();
-        let value = parse_value(rhs.trim());
-        match name {
-            "__version__" => t.version = value,
-            "hip" => t.hip = value,
-            "cuda" => t.cuda = value,
-            _ => {}
-        }
+    let a = pyassign::assignments(text);
+    let get = |k: &str| match a.get(k) {
+        Some(Value::Str(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    };
+    Torch {
+        version: get("__version__"),
+        hip: get("hip"),
+        cuda: get("cuda"),
+        rocm: get("rocm"),
+        path: path.to_path_buf(),
     }
-    t
-}
-
-/// `'7.2.0'` / `"7.2.0"` → Some; `None` or anything else → None.
-fn parse_value(s: &str) -> Option<String> {
-    let s = s.split('#').next().unwrap_or("").trim();
-    let q = s.chars().next()?;
-    if q != '\'' && q != '"' {
-        return None;
-    }
-    let inner = &s[1..];
-    let end = inner.find(q)?;
-    let v = &inner[..end];
-    (!v.is_empty()).then(|| v.to_string())
 }
 
 pub fn detect(root: &Root, site_dirs: &[PathBuf]) -> Option<Torch> {
@@ -85,21 +77,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_and_annotated() {
+    fn plain_annotated_and_torch_2_14() {
         let p = Path::new("/x/torch/version.py");
         let old = "__version__ = '2.9.1+rocm7.2.0.git1234'\ndebug = False\ncuda = None\nhip = '7.2.26015-fc0010cf6a'\n";
         let t = parse(old, p);
-        assert_eq!(t.rocm(), Some((7, Some(2))));
+        assert_eq!((t.hip_major(), t.release().as_deref()), (Some(7), Some("7.2.0")));
         assert!(!t.is_cuda());
         let new = "from typing import Optional\n__version__ = '2.9.1+rocm7.1.0'\ncuda: Optional[str] = None\nhip: Optional[str] = None\n";
         let t = parse(new, p);
-        assert_eq!(t.hip, None);
-        assert_eq!(t.rocm(), Some((7, Some(1))));
-        let sdk = "__version__ = '2.9.1+rocmsdk20251116'\nhip = None\ncuda = None\n";
-        assert_eq!(parse(sdk, p).rocm(), None);
+        assert_eq!((t.hip.as_deref(), t.release().as_deref()), (None, Some("7.1.0")));
+        // torch 2.14 on TheRock ROCm 10: HIP 7.15, release 10.0.0.
+        let rock = "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'rocm', 'xpu']\n__version__ = '2.13.0+rocm10.0.0'\ndebug = False\ncuda: Optional[str] = None\ngit_version = 'abc'\nhip: Optional[str] = '7.15.26333'\nrocm: Optional[str] = '10.0.0'\nxpu: Optional[str] = None\n";
+        let t = parse(rock, p);
+        assert_eq!((t.hip_major(), t.release().as_deref()), (Some(7), Some("10.0.0")));
+        // Source-built torch: no +rocm tag, the release is not in this file.
+        let src = "__version__ = '2.13.0a0+git733fca1'\ncuda = None\nhip = '7.2.26015-fc0010cf6a'\n";
+        assert_eq!(parse(src, p).release(), None);
+        assert_eq!(parse("__version__ = '2.9.1+rocmsdk20251116'\nhip = None\n", p).release(), None);
+        assert_eq!(
+            parse("__version__ = '2.11.0+rocm10.1.0a20260822'\n", p).release().as_deref(),
+            Some("10.1.0a20260822")
+        );
         let cuda = "__version__ = '2.9.0+cu128'\ncuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n";
-        let t = parse(cuda, p);
-        assert!(t.is_cuda());
-        assert_eq!(t.rocm(), None);
+        assert!(parse(cuda, p).is_cuda());
+        // A docstring or a dead branch does not decide the build.
+        let tricky = "\"\"\"\nhip = '6.0.0'\n\"\"\"\n__version__ = '2.9.0+cu128'\ncuda = '12.8'\nif False:\n    hip = '7.0.0'\nhip = None\n";
+        let t = parse(tricky, p);
+        assert!(t.is_cuda(), "{t:?}");
     }
 }

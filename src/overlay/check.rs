@@ -133,21 +133,26 @@ fn presence_of(tree: &Path, path: &Path) -> Presence {
     }
 }
 
-/// Top-level importable names a site-packages directory provides.
-pub fn top_level_modules(site: &Path) -> Vec<String> {
+/// Top-level importable names a site-packages directory provides, and the distributions
+/// recorded there (`name-version.dist-info`), from one read of the directory.
+pub fn listing(site: &Path) -> (Vec<String>, Vec<super::Dist>) {
     let Ok(rd) = fs::read_dir(site) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
-    let mut v: Vec<String> = rd
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            crate::facts::site::module_name(&n).map(str::to_string)
-        })
-        .collect();
-    v.sort();
-    v.dedup();
-    v
+    let mut modules = Vec::new();
+    let mut dists = Vec::new();
+    for e in rd.filter_map(|e| e.ok()) {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if let Some((name, version)) = super::Dist::parse(&n) {
+            dists.push(super::Dist { dir: site.to_path_buf(), name: name.to_string(), version: version.to_string() });
+        } else if let Some(m) = crate::facts::site::module_name(&n) {
+            modules.push(m.to_string());
+        }
+    }
+    modules.sort();
+    modules.dedup();
+    dists.sort_by(|a, b| a.name.cmp(&b.name));
+    (modules, dists)
 }
 
 /// The mount flags of the filesystem holding `dir`.

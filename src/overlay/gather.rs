@@ -15,9 +15,17 @@ use crate::rootfs::Root;
 /// `root`: what paths of the tree must stay inside (its directory, or the whole payload).
 pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) -> TreeFacts {
     let mut modules = BTreeMap::new();
+    // A capability's modules are looked for in its own directory first.
+    for (name, c) in &m.capabilities {
+        let dirs: Vec<PathBuf> = paths.caps.get(name).into_iter().chain(&paths.site).cloned().collect();
+        for dotted in &c.modules {
+            if !modules.contains_key(dotted) {
+                modules.insert(dotted.clone(), first_present(&dirs, |site| module_presence(root, site, dotted)));
+            }
+        }
+    }
     let named = m.engines.values().map(|e| &e.module).chain(m.server.iter().map(|s| &s.module));
-    let named = named.chain(m.capabilities.values().flat_map(|c| c.modules.iter())).chain(opts.modules.iter());
-    for dotted in named {
+    for dotted in named.chain(opts.modules.iter()) {
         if !modules.contains_key(dotted) {
             modules.insert(dotted.clone(), first_present(&paths.site, |site| module_presence(root, site, dotted)));
         }
@@ -26,9 +34,21 @@ pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) 
     for l in m.capabilities.values().flat_map(|c| c.libraries.iter()) {
         libraries.insert(l.clone(), first_present(&paths.lib, |lib| file_presence(root, &lib.join(l))));
     }
-    let mut top_modules: Vec<String> = paths.site.iter().flat_map(|s| check::top_level_modules(s)).collect();
-    top_modules.sort();
-    top_modules.dedup();
+    let mut top_modules: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut dists = Vec::new();
+    for site in &paths.site {
+        let (ms, ds) = check::listing(site);
+        for m in ms {
+            top_modules.entry(m).or_insert_with(|| site.clone());
+        }
+        dists.extend(ds);
+    }
+    let mut cap_modules = BTreeMap::new();
+    for (name, dir) in &paths.caps {
+        let (ms, ds) = check::listing(dir);
+        cap_modules.insert(name.clone(), ms);
+        dists.extend(ds);
+    }
     let mounts: Vec<Mount> = paths.parts.iter().map(|p| check::mount_of(p)).collect();
     let mount = Mount {
         read_only: !mounts.is_empty() && mounts.iter().all(|m| m.read_only),
@@ -44,7 +64,17 @@ pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) 
                     .flatten()
                     .is_some_and(|r| r.files.iter().any(|f| f.path.ends_with(".so") || f.path.contains(".so.")))
             }));
-    TreeFacts { bin: programs(&paths.bin), top_modules, modules, libraries, mount, shared_objects, integrity: None }
+    TreeFacts {
+        bin: programs(&paths.bin),
+        top_modules,
+        cap_modules,
+        dists,
+        modules,
+        libraries,
+        mount,
+        shared_objects,
+        integrity: None,
+    }
 }
 
 /// The first directory where it is present (or escapes); Missing when in none.

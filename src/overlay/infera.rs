@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use super::check::{find_module, not_writable, payload_not_writable};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree};
 use crate::engines::TABLE;
-use crate::manifest::{Abi, Capability, EngineEntry, Manifest, ManifestError, ServerEntry, SCHEMA, SERVER_MODULE};
+use crate::manifest::{
+    Abi, Capability, EngineEntry, Manifest, ManifestError, Prefer, ServerEntry, SCHEMA, SERVER_MODULE,
+};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
 
 /// The capability kvd is in the Python tree, not the native one.
@@ -103,7 +105,7 @@ fn tree(
             vec![py.to_path_buf()],
         ),
     };
-    let paths = Paths { site, lib, bin, parts };
+    let paths = Paths { site, lib, bin, parts, caps: BTreeMap::new() };
     let native_caps = match native {
         Some((_, n)) => capabilities_file(n)?,
         None => Vec::new(),
@@ -162,23 +164,32 @@ fn derived(family: &str, minor: (u32, u32), hip: Option<u32>, py: &Path, native:
     let server = find_module(py, SERVER_MODULE).map(|_| ServerEntry { module: SERVER_MODULE.to_string() });
     let mut capabilities = BTreeMap::new();
     let pure = PURE_CAPABILITIES.iter().filter(|c| find_module(py, c).is_some()).map(|c| c.to_string());
-    for name in native.iter().cloned().chain(pure) {
-        let cap =
-            Capability { description: None, modules: vec![name.clone()], libraries: Vec::new(), engines: Vec::new() };
+    // The native tree's modules come first on PYTHONPATH, as the stack's launcher puts them,
+    // also where the image has its own build (vLLM's images ship mooncake): `prefer = tree`.
+    for (name, prefer) in native.iter().map(|n| (n.clone(), Prefer::Tree)).chain(pure.map(|n| (n, Prefer::Base))) {
+        let cap = Capability {
+            description: None,
+            modules: vec![name.clone()],
+            libraries: Vec::new(),
+            engines: Vec::new(),
+            prefer,
+        };
         capabilities.insert(name, cap);
     }
     Manifest {
         schema: SCHEMA,
         family: family.to_string(),
         description: Some("derived from the Infera payload layout".into()),
-        abi: Abi { python: format!("{}.{}", minor.0, minor.1), rocm: hip.map_or_else(String::new, |h| h.to_string()) },
+        abi: Abi {
+            python: format!("{}.{}", minor.0, minor.1),
+            hip: hip.map_or_else(String::new, |h| h.to_string()),
+            rocm_release: None,
+        },
         engines,
         server,
         capabilities,
         env: BTreeMap::new(),
-        // The native tree's modules are built for this payload and come first on PYTHONPATH,
-        // as the stack's launcher puts them, also where the image has its own build.
-        allow_shadow: native.to_vec(),
+        allow_shadow: Vec::new(),
     }
 }
 

@@ -17,6 +17,7 @@ use crate::manifest::Manifest;
 use crate::payload::Problem;
 use infera_exec_derive::Refuse;
 
+pub use crate::facts::site::Dist;
 pub use check::{find_module, inside};
 
 #[derive(Debug, Clone)]
@@ -72,6 +73,9 @@ pub struct Paths {
     pub bin: Vec<PathBuf>,
     /// The directories whose integrity records describe the tree.
     pub parts: Vec<PathBuf>,
+    /// A capability's own importable directory (`capabilities/<name>/`), put on the path
+    /// only when the child imports the tree's copy of it.
+    pub caps: BTreeMap<String, PathBuf>,
 }
 
 /// What the tree's files say, gathered at load.
@@ -79,8 +83,13 @@ pub struct Paths {
 pub struct TreeFacts {
     /// The programs in its bin directories (a command-form PROGRAM may be one of them).
     pub bin: BTreeMap<String, (PathBuf, crate::facts::ExecFile)>,
-    /// Top-level importable names of its site directories.
-    pub top_modules: Vec<String>,
+    /// Top-level importable names of its site directories (always on the path), each with
+    /// the first directory that has it.
+    pub top_modules: BTreeMap<String, PathBuf>,
+    /// Top-level importable names of each capability's own directory.
+    pub cap_modules: BTreeMap<String, Vec<String>>,
+    /// The distributions recorded beside them (`*.dist-info`): (directory, name, version).
+    pub dists: Vec<Dist>,
     /// Every module the manifest names (engines, server, capabilities) and the ones the
     /// request asked about.
     pub modules: BTreeMap<String, Presence>,
@@ -127,10 +136,15 @@ impl Tree {
     }
     pub fn describe(&self) -> String {
         let (ma, mi) = self.python;
+        let release = self.manifest.abi.rocm_release.as_ref().map_or_else(String::new, |r| format!(", ROCm {r}"));
         match self.hip {
-            Some(h) => format!("{} (python {ma}.{mi}, ROCm {h})", self.family),
+            Some(h) => format!("{} (python {ma}.{mi}, HIP ABI {h}{release})", self.family),
             None => format!("{} (python {ma}.{mi}, no native tree)", self.family),
         }
+    }
+    /// The capability whose own directory holds top-level module `top`, if any.
+    pub fn capability_of(&self, top: &str) -> Option<&str> {
+        self.facts.cap_modules.iter().find(|(_, ms)| ms.iter().any(|m| m == top)).map(|(c, _)| c.as_str())
     }
     pub fn module(&self, dotted: &str) -> &Presence {
         self.facts.modules.get(dotted).unwrap_or(&Presence::Missing)
@@ -180,13 +194,13 @@ pub enum OverlayError {
         hint = "payload files must live inside their tree; replace the symlink by the file"
     )]
     Escapes { path: PathBuf, target: PathBuf, tree: PathBuf },
-    #[error("trees `{a}` and `{b}` both claim python {python} / ROCm {rocm}; the launcher cannot choose")]
+    #[error("trees `{a}` and `{b}` both claim python {python} / HIP ABI {hip}; the launcher cannot choose")]
     #[refuse(
         code = "trees-ambiguous",
         exit = Invalid,
         hint = "each ABI family must have exactly one tree; remove or rename one of them"
     )]
-    Ambiguous { a: String, b: String, python: String, rocm: String },
+    Ambiguous { a: String, b: String, python: String, hip: String },
 }
 
 /// What to gather while loading.

@@ -1,4 +1,4 @@
-//! Our own layout: `trees/<family>/{manifest.toml,site-packages,lib,bin}`.
+//! Our own layout: `trees/<family>/{manifest.toml,site-packages,capabilities/<name>,lib,bin}`.
 
 use std::fs;
 use std::path::Path;
@@ -46,6 +46,17 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
                 }
             }
         }
+        // A capability's own directory, when the tree keeps it apart (so that the image's
+        // copy can be imported instead: `prefer = "base"`).
+        for name in manifest.capabilities.keys() {
+            let p = tdir.join("capabilities").join(name);
+            if p.exists() {
+                inside(&tdir, &p)?;
+                if p.is_dir() {
+                    paths.caps.insert(name.clone(), p);
+                }
+            }
+        }
         let facts = gather::tree_facts(&tdir, &paths, &manifest, opts);
         if opts.check_writable {
             not_writable(&mpath)?;
@@ -55,7 +66,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
             family: name,
             dir: tdir,
             python: manifest.python_minor(),
-            hip: Some(manifest.rocm_major()),
+            hip: Some(manifest.hip_major()),
             manifest,
             paths,
             facts,
@@ -65,7 +76,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
                 a: other.family.clone(),
                 b: tree.family.clone(),
                 python: tree.manifest.abi.python.clone(),
-                rocm: tree.manifest.abi.rocm.clone(),
+                hip: tree.manifest.abi.hip.clone(),
             });
         }
         trees.push(tree);

@@ -1,7 +1,8 @@
 //! Capabilities: what the pod asks for (`--require`, or implied by engine args), whether
 //! the selected tree provides it, and whether this node can use it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 use serde::Serialize;
 use thiserror::Error;
@@ -14,8 +15,30 @@ use infera_exec_derive::Refuse;
 
 use crate::error::Refusal;
 use crate::facts::{Facts, Rocm};
-use crate::overlay::{Overlay, Presence, Tree};
+use crate::finding::Finding;
+use crate::manifest::Prefer;
+use crate::overlay::{Dist, Overlay, Presence, Tree};
 use crate::request::Request;
+
+/// Which copy of a capability's modules the child imports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Copy {
+    /// The tree's (its own directory, when it has one, goes on PYTHONPATH).
+    Tree,
+    /// The engine image's own: the tree's, in its own directory, stays off the path.
+    Base,
+}
+
+/// Where the child imports a capability from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Import {
+    pub copy: Copy,
+    /// The directory the child finds the capability's package in (container path).
+    pub from: PathBuf,
+    /// The distribution that installed that copy (`mooncake_transfer_engine_rocm 0.3.13.post1`).
+    pub dist: Option<String>,
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CapRow {
@@ -28,6 +51,8 @@ pub struct CapRow {
     /// Whether this node can use it; `null` when not checked.
     pub usable: Option<bool>,
     pub reason: Option<String>,
+    /// Which copy the child imports (the tree's or the image's); null when not provided.
+    pub import: Option<Import>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
@@ -113,6 +138,7 @@ pub fn rows(
     tree: &Tree,
     engine: Option<Engine>,
     parsed: &Parsed,
+    copies: &BTreeMap<String, Import>,
 ) -> Result<Vec<CapRow>, (Vec<CapRow>, Refusal)> {
     let mut requested: Vec<(String, String)> = req.require.iter().map(|r| (r.name.clone(), r.by.to_string())).collect();
     if req.require_all_native {
@@ -157,7 +183,8 @@ pub fn rows(
         if let (Some(by), false, None) = (&by, provided, &refusal) {
             refusal = Some(unavailable(overlay, tree, &name, by, reason.clone().unwrap_or_default()).into());
         }
-        rows.push(CapRow { name, requested: by.is_some(), requested_by: by, provided, usable: None, reason });
+        let import = copies.get(&name).filter(|_| provided).cloned();
+        rows.push(CapRow { name, requested: by.is_some(), requested_by: by, provided, usable: None, reason, import });
     }
     match refusal {
         Some(r) => Err((rows, r)),
@@ -247,4 +274,55 @@ pub fn usability(
         }
     }
     refusal.map_or(Ok(()), Err)
+}
+
+/// For each capability the tree declares: which copy the child imports. The image's copy
+/// when the image ships the capability's modules and the manifest prefers it (the default)
+/// and the tree keeps its own copy apart, so it can be left off the path; the tree's copy
+/// otherwise, with a warning naming both when the image has one (vLLM's ROCm images ship
+/// mooncake-transfer-engine-rocm: a tree that silently replaced it under the engine's own
+/// MooncakeConnector would run a build the engine was not tested with).
+pub fn copies(tree: &Tree, facts: &Facts, findings: &mut Vec<Finding>) -> BTreeMap<String, Import> {
+    let mut out = BTreeMap::new();
+    for (name, cap) in &tree.manifest.capabilities {
+        let mut tops: Vec<&str> = cap.modules.iter().filter_map(|m| m.split('.').next()).collect();
+        tops.dedup();
+        let Some(top) = tops.first().copied() else { continue };
+        let own = tree.paths.caps.get(name);
+        let tree_dir = own.or_else(|| tree.facts.top_modules.get(top)).cloned().unwrap_or_else(|| tree.site());
+        let tree_dist = Dist::of(&tree.facts.dists, &tree_dir, top).map(Dist::describe);
+        let theirs = tops.iter().find_map(|t| facts.site.provider(t).map(|(dir, d)| (*t, dir, d.map(Dist::describe))));
+        let import = match (theirs, cap.prefer, own) {
+            (Some((t, dir, dist)), Prefer::Base, Some(_)) => {
+                findings.push(Finding::info(
+                    "capability-from-image",
+                    format!(
+                        "{name}: the image's `{t}` ({}, `{}`) is imported; the tree's copy ({}) stays off the path (prefer = \"base\")",
+                        dist.as_deref().unwrap_or("version not recorded"),
+                        dir.join(t).display(),
+                        tree_dist.as_deref().unwrap_or("version not recorded"),
+                    ),
+                ));
+                Import { copy: Copy::Base, from: dir.to_path_buf(), dist }
+            }
+            (Some((t, dir, dist)), Prefer::Tree, _) => {
+                findings.push(Finding::warn(
+                    "capability-replaces-image",
+                    format!(
+                        "{name}: the tree's `{t}` ({}, `{}`) is imported ahead of the image's own ({}, `{}`) (prefer = \"tree\")",
+                        tree_dist.as_deref().unwrap_or("version not recorded"),
+                        tree_dir.join(t).display(),
+                        dist.as_deref().unwrap_or("version not recorded"),
+                        dir.join(t).display(),
+                    ),
+                ));
+                Import { copy: Copy::Tree, from: tree_dir, dist: tree_dist }
+            }
+            // No copy in the image; or prefer = "base" with the tree's copy in its always-on
+            // site directory, which the shadowing check refuses.
+            _ => Import { copy: Copy::Tree, from: tree_dir, dist: tree_dist },
+        };
+        out.insert(name.clone(), import);
+    }
+    out
 }

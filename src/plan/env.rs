@@ -37,11 +37,13 @@ fn prepend(dirs: &[PathBuf], old: Option<&OsString>) -> OsString {
     v
 }
 
-pub fn child_env(tree: &Tree, env: &Env, findings: &mut Vec<Finding>) -> ChildEnv {
+/// `caps`: the capability directories the child imports from (the tree's copies).
+pub fn child_env(tree: &Tree, caps: &[PathBuf], env: &Env, findings: &mut Vec<Finding>) -> ChildEnv {
     let mut out = ChildEnv { env: env.clone(), set: Vec::new() };
     let p = &tree.paths;
-    if !p.site.is_empty() {
-        out.put(ev::PYTHONPATH, prepend(&p.site, ev::get_nonempty(env, ev::PYTHONPATH)));
+    let site: Vec<PathBuf> = p.site.iter().chain(caps).cloned().collect();
+    if !site.is_empty() {
+        out.put(ev::PYTHONPATH, prepend(&site, ev::get_nonempty(env, ev::PYTHONPATH)));
     }
     if !p.lib.is_empty() {
         out.put(ev::LD_LIBRARY_PATH, prepend(&p.lib, ev::get_nonempty(env, ev::LD_LIBRARY_PATH)));

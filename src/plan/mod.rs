@@ -117,7 +117,8 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let engine = run.engine();
 
     let parsed = engine.map(|e| crate::dialect::read(e, &req.args)).unwrap_or_default();
-    p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed) {
+    let copies = caps::copies(tree, facts, &mut p.findings);
+    p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed, &copies) {
         Ok(rows) => rows,
         Err((rows, refusal)) => {
             p.capabilities = rows;
@@ -129,13 +130,20 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     if req.role.runs_engine() {
         gpu_presence(facts, &mut p.findings);
     }
-    safety::shadowing(tree, facts)?;
+    safety::shadowing(tree, facts, &copies)?;
 
     let added = match engine {
         Some(e) => args::apply(&args::Ctx { req, facts, engine: e, parsed: &parsed, env: inp.env }, &mut p.findings)?,
         None => Vec::new(),
     };
-    let mut child = env::child_env(tree, inp.env, &mut p.findings);
+    let own: Vec<PathBuf> = tree
+        .paths
+        .caps
+        .iter()
+        .filter(|(c, _)| copies.get(*c).is_some_and(|i| i.copy == caps::Copy::Tree))
+        .map(|(_, d)| d.clone())
+        .collect();
+    let mut child = env::child_env(tree, &own, inp.env, &mut p.findings);
     let (rdma_drivers, replace) = steps::libionic(facts, overlay, inp.env, &mut p.findings);
     if let Some(v) = rdma_drivers {
         child.put(crate::envvars::RDMAV_DRIVERS, v);

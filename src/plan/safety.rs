@@ -1,11 +1,14 @@
 //! Whether the selected tree can be run from as it is: it matches its integrity record
 //! (when asked), its shared objects can be mapped, it does not shadow the image's packages.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use thiserror::Error;
 
+use super::caps::{Copy, Import};
 use crate::facts::Facts;
+use crate::manifest::Prefer;
 use crate::overlay::Tree;
 use crate::payload::Problem;
 use infera_exec_derive::Refuse;
@@ -26,9 +29,16 @@ pub enum SafetyError {
     #[refuse(
         code = "shadows-base",
         exit = Invalid,
-        hint = "remove the package from the tree, or list it in the manifest's `allow_shadow` if the tree's copy must win"
+        hint = if capabilities.is_empty() {
+            "remove the package from the tree, or list it in the manifest's `allow_shadow` if the tree's copy must win".to_string()
+        } else {
+            format!(
+                "stage the capability's packages in the tree's own `capabilities/{0}/` (overlay-layout/stage --capability {0}=...) so the image's copy can be used, or set `prefer = \"tree\"` in [capabilities.{0}] if the tree's copy must win",
+                capabilities[0]
+            )
+        }
     )]
-    Shadows { family: String, clashes: Vec<String> },
+    Shadows { family: String, clashes: Vec<String>, capabilities: Vec<String> },
 }
 
 /// The integrity check gathered for the tree (INFERA_VERIFY), if it was asked for.
@@ -47,16 +57,42 @@ pub fn noexec(tree: &Tree) -> Result<(), SafetyError> {
     Ok(())
 }
 
-pub fn shadowing(tree: &Tree, facts: &Facts) -> Result<(), SafetyError> {
-    let clashes: Vec<String> = tree
+/// Nothing the child imports from the tree may replace a package of the image, except what
+/// the manifest says may: a capability whose tree copy is preferred, or `allow_shadow`.
+pub fn shadowing(tree: &Tree, facts: &Facts, copies: &BTreeMap<String, Import>) -> Result<(), SafetyError> {
+    // Capability directories the child gets, with their modules.
+    let own = tree.facts.cap_modules.iter().filter(|(c, _)| copies.get(*c).is_some_and(|i| i.copy == Copy::Tree));
+    let on_path = tree
         .facts
         .top_modules
-        .iter()
-        .filter(|m| !tree.manifest.allow_shadow.contains(m))
-        .filter_map(|m| facts.site.modules.get(m).map(|base| format!("`{m}` (base: `{}`)", base.join(m).display())))
-        .collect();
+        .keys()
+        .map(|m| (m, None))
+        .chain(own.flat_map(|(c, ms)| ms.iter().map(move |m| (m, Some(c)))));
+    let preferred = |m: &str| {
+        tree.manifest
+            .capabilities
+            .values()
+            .any(|c| c.prefer == Prefer::Tree && c.modules.iter().any(|x| x.split('.').next() == Some(m)))
+    };
+    let mut clashes: Vec<String> = Vec::new();
+    let mut hint_caps: Vec<String> = Vec::new();
+    for (m, _cap) in on_path {
+        let Some(base) = facts.site.modules.get(m) else { continue };
+        if tree.manifest.allow_shadow.contains(m) || preferred(m) {
+            continue;
+        }
+        clashes.push(format!("`{m}` (base: `{}`)", base.join(m).display()));
+        if let Some((c, _)) = tree
+            .manifest
+            .capabilities
+            .iter()
+            .find(|(_, c)| c.modules.iter().any(|x| x.split('.').next() == Some(m.as_str())))
+        {
+            hint_caps.push(c.clone());
+        }
+    }
     if clashes.is_empty() {
         return Ok(());
     }
-    Err(SafetyError::Shadows { family: tree.family.clone(), clashes })
+    Err(SafetyError::Shadows { family: tree.family.clone(), clashes, capabilities: hint_caps })
 }

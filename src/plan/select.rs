@@ -77,9 +77,18 @@ pub enum SelectError {
     ModuleMissing { family: String, module: String, site: PathBuf },
 }
 
-/// Built for this image: the same CPython minor and HIP ABI major (or no native code).
+/// Built for this image: the same CPython minor and HIP ABI major (or no native code), and
+/// the image's ROCm release inside the tree's bound when it has one and the image records it.
 fn matches(t: &Tree, python: &Python, rocm: &Rocm) -> bool {
-    t.python == python.minor && t.hip.is_none_or(|h| h == rocm.major)
+    t.python == python.minor && t.hip.is_none_or(|h| h == rocm.hip.major) && release_in_bound(t, rocm) != Some(false)
+}
+
+/// Is the image's ROCm release inside the tree's `[abi] rocm_release`? None: no bound, or
+/// no release recorded (or not comparable).
+fn release_in_bound(t: &Tree, rocm: &Rocm) -> Option<bool> {
+    let spec = Spec::parse(t.manifest.abi.rocm_release.as_deref()?).ok()?;
+    let v = Version::parse(&rocm.release.as_ref()?.version)?;
+    Some(spec.contains(&v))
 }
 
 /// The tree the request selects, if any (no findings; for gathering facts about it): the
@@ -100,12 +109,11 @@ pub fn tree<'o>(
     findings: &mut Vec<Finding>,
 ) -> Result<&'o Tree, SelectError> {
     let detected = format!(
-        "python {} at {} ({}); ROCm {} from {}",
+        "python {} at {} ({}); {}",
         python.version,
         python.executable.display(),
         python.evidence.join(", "),
-        rocm.version,
-        rocm.source
+        rocm.describe()
     );
     let trees = || overlay.trees.iter().map(Tree::describe).collect::<Vec<_>>().join(", ");
     let Some(t) = family(req, python, rocm, overlay) else {
@@ -117,13 +125,22 @@ pub fn tree<'o>(
     if t.hip.is_none() && req.family.is_none() {
         // The Infera payload without a native tree for this HIP ABI: aggregated serving
         // needs none of it; a capability that does is refused where it is required.
-        let key = format!("rocm{}-py{}{}", rocm.major, python.minor.0, python.minor.1);
+        let key = format!("rocm{}-py{}{}", rocm.hip.major, python.minor.0, python.minor.1);
         let natives: Vec<&str> = overlay.trees.iter().filter(|x| x.hip.is_some()).map(|x| x.family.as_str()).collect();
         findings.push(Finding::warn(
             "native-missing",
             format!(
                 "no native payload for {key} (native trees: {}); PD (Mooncake) and kvd GPU-direct L3 (hipFile) will be unavailable",
                 if natives.is_empty() { "none".to_string() } else { natives.join(", ") }
+            ),
+        ));
+    }
+    if let (Some(spec), None) = (&t.manifest.abi.rocm_release, release_in_bound(t, rocm)) {
+        findings.push(Finding::warn(
+            "rocm-release-unchecked",
+            format!(
+                "tree {} is built for ROCm {spec} but the image's ROCm release is not recorded; not checked",
+                t.family
             ),
         ));
     }
@@ -301,7 +318,7 @@ pub fn target<'a>(
             // A module of the tree's own packages (infera.kvd, infera.tools.preflight) must be
             // in it; any other is the image's business.
             let top = module.split('.').next().unwrap_or_default();
-            if !tree.facts.top_modules.iter().any(|m| m == top) {
+            if !tree.facts.top_modules.contains_key(top) {
                 return Ok(Run::Module { engine: None, module, options });
             }
             (None, module)

@@ -12,6 +12,7 @@ use crate::envvars::Env;
 use crate::error::Refusal;
 use crate::facts::exe::Header;
 use crate::facts::model::{Model, ModelFacts};
+use crate::facts::rocm::{Hip, Release};
 use crate::facts::{EngineInstall, ExecFile, Facts, GpuSource, Gpus, Python, Rocm, SiteIndex};
 use crate::manifest;
 use crate::overlay::{Integrity, Layout, Mount, Overlay, OverlayError, Paths, Presence, Tree, TreeFacts};
@@ -60,10 +61,13 @@ fn facts() -> Facts {
         python: Ok(python()),
         torch: None,
         rocm: Ok(Rocm {
-            version: "7.0.0".into(),
-            major: 7,
-            minor: Some(0),
-            source: "/opt/rocm/.info/version".into(),
+            hip: Hip { major: 7, version: Some("7.0.51831".into()), source: "/opt/rocm/lib/libamdhip64.so.7".into() },
+            release: Some(Release {
+                version: "7.0.0".into(),
+                major: 7,
+                minor: 0,
+                source: "/opt/rocm/.info/version".into(),
+            }),
             install: None,
         }),
         engines: vec![EngineInstall {
@@ -96,21 +100,23 @@ fn tree(text: &str, family: &str) -> Tree {
     Tree {
         family: family.into(),
         python: manifest.python_minor(),
-        hip: Some(manifest.rocm_major()),
+        hip: Some(manifest.hip_major()),
         paths: Paths {
             site: vec![dir.join("site-packages")],
             lib: vec![dir.join("lib")],
             bin: Vec::new(),
             parts: vec![dir.clone()],
+            caps: ["mooncake", "hipfile"].iter().map(|c| (c.to_string(), dir.join("capabilities").join(c))).collect(),
         },
-        dir,
-        manifest,
         facts: TreeFacts {
-            top_modules: vec!["hipfile".into(), "infera".into(), "mooncake".into()],
+            top_modules: [("infera".to_string(), dir.join("site-packages"))].into_iter().collect(),
+            cap_modules: ["mooncake", "hipfile"].iter().map(|c| (c.to_string(), vec![c.to_string()])).collect(),
             modules,
             mount: Mount { read_only: true, noexec: false },
             ..TreeFacts::default()
         },
+        dir,
+        manifest,
     }
 }
 
@@ -178,7 +184,12 @@ fn kimi_k3_plan_is_complete() {
     assert_eq!(x.host_program.as_deref(), Some(std::path::Path::new("/image/usr/bin/python3.12")));
     // The complete environment: the pod's variables kept, the launcher's set and named.
     assert_eq!(x.env[&OsString::from("HF_TOKEN")], "hf_secret");
-    assert_eq!(x.env[&OsString::from("PYTHONPATH")], "/opt/infera/trees/rocm7-py312/site-packages");
+    let t = "/opt/infera/trees/rocm7-py312";
+    assert_eq!(
+        x.env[&OsString::from("PYTHONPATH")],
+        format!("{t}/site-packages:{t}/capabilities/hipfile:{t}/capabilities/mooncake").as_str(),
+        "the capabilities' own directories after the tree's packages: the image has no copy of them"
+    );
     assert_eq!(x.env[&OsString::from("PATH")], "/usr/bin:/bin", "no bin/ in the tree: PATH unchanged");
     assert_eq!(
         x.env_set,
@@ -216,7 +227,7 @@ fn no_tree_for_the_image() {
     let err = run(&request(Role::Worker, &[]), &f, &ov, &e).error.unwrap();
     assert_eq!((err.exit.code(), err.code.as_str()), (69, "no-tree"));
     assert!(err.message.contains("python 3.11 at /usr/bin/python3.12"), "{}", err.message);
-    assert!(err.message.ends_with("trees: rocm7-py312 (python 3.12, ROCm 7)"), "{}", err.message);
+    assert!(err.message.ends_with("trees: rocm7-py312 (python 3.12, HIP ABI 7)"), "{}", err.message);
 }
 
 #[test]
@@ -312,11 +323,81 @@ fn rules_refuse_and_allow() {
     assert!(p.findings.iter().any(|x| x.code == "kv-fp8-mla" && x.message.starts_with("allowed by")));
 }
 
+/// vLLM's ROCm images ship mooncake-transfer-engine-rocm.
+fn image_ships_mooncake(f: &mut Facts) {
+    f.site.modules.insert("mooncake".into(), SITE.into());
+    f.site.dists.push(crate::facts::site::Dist {
+        dir: SITE.into(),
+        name: "mooncake_transfer_engine_rocm".into(),
+        version: "0.3.13.post1".into(),
+    });
+}
+
+#[test]
+fn a_capability_the_image_ships_is_imported_from_the_image() {
+    let (mut f, ov, e) = (facts(), overlay(), env());
+    image_ships_mooncake(&mut f);
+    for role in [Role::Server, Role::Worker] {
+        let req = request(role, &["--model", "/models/kimi-k3"]);
+        let p = run(&req, &f, &ov, &e);
+        assert!(p.error.is_none(), "{role:?}: {:?}", p.error);
+        let x = p.exec.as_ref().unwrap();
+        let t = "/opt/infera/trees/rocm7-py312";
+        assert_eq!(
+            x.env[&OsString::from("PYTHONPATH")],
+            format!("{t}/site-packages:{t}/capabilities/hipfile").as_str()
+        );
+        let mc = p.capabilities.iter().find(|c| c.name == "mooncake").unwrap();
+        let import = mc.import.as_ref().unwrap();
+        assert_eq!((import.copy, import.from.to_str()), (super::caps::Copy::Base, Some(SITE)));
+        assert_eq!(import.dist.as_deref(), Some("mooncake_transfer_engine_rocm 0.3.13.post1"));
+        let note = p.findings.iter().find(|x| x.code == "capability-from-image").unwrap();
+        assert_eq!(
+            note.message,
+            "mooncake: the image's `mooncake` (mooncake_transfer_engine_rocm 0.3.13.post1, \
+             `/usr/local/lib/python3.12/dist-packages/mooncake`) is imported; the tree's copy \
+             (version not recorded) stays off the path (prefer = \"base\")"
+        );
+    }
+}
+
+#[test]
+fn a_capability_the_tree_prefers_replaces_the_images_with_a_warning() {
+    let (mut f, mut ov, e) = (facts(), overlay(), env());
+    image_ships_mooncake(&mut f);
+    let text = py312().replace("modules = [\"mooncake\"]", "modules = [\"mooncake\"]\nprefer = \"tree\"");
+    ov.as_mut().unwrap().trees = vec![tree(&text, "rocm7-py312")];
+    let req = request(Role::Server, &[]);
+    let p = run(&req, &f, &ov, &e);
+    assert!(p.error.is_none(), "{:?}", p.error);
+    let t = "/opt/infera/trees/rocm7-py312";
+    let x = p.exec.as_ref().unwrap();
+    assert_eq!(
+        x.env[&OsString::from("PYTHONPATH")],
+        format!("{t}/site-packages:{t}/capabilities/hipfile:{t}/capabilities/mooncake").as_str()
+    );
+    let w = p.findings.iter().find(|x| x.code == "capability-replaces-image").unwrap();
+    assert_eq!(w.level, crate::finding::Level::Warn);
+    assert!(
+        w.message.contains("ahead of the image's own (mooncake_transfer_engine_rocm 0.3.13.post1, `/usr/local/lib/python3.12/dist-packages/mooncake`)"),
+        "{}",
+        w.message
+    );
+    let mc = p.capabilities.iter().find(|c| c.name == "mooncake").unwrap();
+    assert_eq!(mc.import.as_ref().map(|i| i.copy), Some(super::caps::Copy::Tree));
+}
+
 #[test]
 fn shadowing_the_image() {
-    let (mut f, ov, e) = (facts(), overlay(), env());
-    f.site.modules.insert("mooncake".into(), SITE.into());
+    // The tree's copy sits in its always-on site-packages: the image's cannot be used.
+    let (mut f, mut ov, e) = (facts(), overlay(), env());
+    image_ships_mooncake(&mut f);
+    let t = &mut ov.as_mut().unwrap().trees[0];
+    t.paths.caps.remove("mooncake");
+    t.facts.cap_modules.remove("mooncake");
+    t.facts.top_modules.insert("mooncake".into(), t.dir.join("site-packages"));
     let err = run(&request(Role::Server, &[]), &f, &ov, &e).error.unwrap();
-    assert_eq!(err.code, "shadows-base");
+    assert_eq!((err.code.as_str(), err.exit.code()), ("shadows-base", 65));
     assert!(err.message.contains("`mooncake` (base: `/usr/local/lib/python3.12/dist-packages/mooncake`)"));
+    assert!(err.hint.unwrap().contains("capabilities/mooncake/"));
 }

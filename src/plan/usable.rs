@@ -51,14 +51,12 @@ pub fn check(name: &str, host: Option<&Host>, rocm: &Rocm, env: &Env) -> Usabili
         }
         "hipfile" => {
             let hint = "hipFile needs ROCm >= 7.2 userspace in the image and /dev/kfd in the container (the AMD GPU device plugin)";
-            match rocm.minor {
-                Some(m) if (rocm.major, m) < (7, 2) => {
-                    return no(format!("ROCm {} from {} is older than 7.2", rocm.version, rocm.source), hint)
+            // The ROCm release, not the HIP ABI: ROCm 10 ships HIP 7.15.
+            match &rocm.release {
+                Some(r) if (r.major, r.minor) < (7, 2) => {
+                    return no(format!("ROCm {} from {} is older than 7.2", r.version, r.source), hint)
                 }
-                None if rocm.major < 7 => return no(format!("ROCm {} is older than 7.2", rocm.version), hint),
-                None if rocm.major == 7 => {
-                    return unknown("unknown: the image's ROCm minor version is not recorded (hipFile needs >= 7.2)")
-                }
+                None => return unknown("unknown: the image does not record its ROCm release (hipFile needs >= 7.2)"),
                 _ => {}
             }
             let Some(h) = host else { return unknown(NOT_ROOT) };
@@ -91,7 +89,18 @@ mod tests {
     }
 
     fn rocm(version: &str, major: u32, minor: Option<u32>) -> Rocm {
-        Rocm { version: version.into(), major, minor, source: "/opt/rocm/.info/version".into(), install: None }
+        use crate::facts::rocm::{Hip, Release};
+        let release = minor.map(|minor| Release {
+            version: version.into(),
+            major,
+            minor,
+            source: "/opt/rocm/.info/version".into(),
+        });
+        Rocm {
+            hip: Hip { major: 7, version: None, source: "/opt/rocm/lib/libamdhip64.so.7".into() },
+            release,
+            install: None,
+        }
     }
 
     #[test]
@@ -129,5 +138,7 @@ mod tests {
         assert_eq!(nokfd.reason.as_deref(), Some("/dev/kfd is not in the container"));
         assert_eq!(check("hipfile", None, &rocm("7.2.0", 7, Some(2)), &env).usable, None);
         assert_eq!(check("hipfile", Some(&h), &rocm("7", 7, None), &env).usable, None);
+        // ROCm 10 ships HIP 7.15: the release decides, not the ABI.
+        assert_eq!(check("hipfile", Some(&h), &rocm("10.0.0", 10, Some(0)), &env).usable, Some(true));
     }
 }

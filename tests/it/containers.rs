@@ -85,13 +85,13 @@ fn overlay_image_layout_labels_and_static_binary() {
         "bin/infera-exec",
         "trees/rocm7-py312/manifest.toml",
         "trees/rocm7-py312/payload.json",
-        "trees/rocm7-py312/site-packages/hipfile/__init__.py",
+        "trees/rocm7-py312/capabilities/hipfile/hipfile/__init__.py",
         "trees/rocm7-py310/site-packages/infera/engine/sglang.py",
         "opt/infera -> ..",
     ] {
         assert!(list.contains(want), "{want} not in the image:\n{list}");
     }
-    assert!(!list.contains("rocm7-py310/site-packages/hipfile"), "py310 ships no hipfile");
+    assert!(!list.contains("rocm7-py310/capabilities/hipfile"), "py310 ships no hipfile");
     assert!(!list.contains("__pycache__"), "no bytecode in the payload");
     let st =
         Command::new("tar").arg("-xf").arg(&tar).arg("-C").arg(dir.path()).arg("bin/infera-exec").status().unwrap();
@@ -118,12 +118,16 @@ fn vllm_image_execs_the_engine_as_pid1_from_the_read_only_overlay() {
         ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"].map(String::from),
     );
     assert_eq!(strings(&r["argv"]), want);
-    let site = "/opt/infera/trees/rocm7-py312/site-packages";
-    assert_eq!(r["env"]["PYTHONPATH"], site);
+    let t = "/opt/infera/trees/rocm7-py312";
+    assert_eq!(
+        r["env"]["PYTHONPATH"],
+        format!("{t}/site-packages:{t}/capabilities/hipfile:{t}/capabilities/mooncake"),
+        "this image ships no mooncake: the tree's copy is on the path"
+    );
     assert_eq!(r["env"]["LD_LIBRARY_PATH"], "/opt/infera/trees/rocm7-py312/lib");
     assert_eq!(r["env"]["PYTHONDONTWRITEBYTECODE"], "1");
     for m in ["mooncake", "hipfile"] {
-        assert_eq!(r["imports"][m]["file"], format!("{site}/{m}/__init__.py"), "{m}");
+        assert_eq!(r["imports"][m]["file"], format!("{t}/capabilities/{m}/{m}/__init__.py"), "{m}");
     }
     assert_eq!(r["tree_writable"], false, "the overlay is mounted read-only");
 
@@ -242,7 +246,10 @@ fn kube_play_runs_the_worker_pod_spec() {
         "auto",
     ];
     assert_eq!(strings(&r["argv"]), want);
-    assert_eq!(r["imports"]["mooncake"]["file"], "/opt/infera/trees/rocm7-py312/site-packages/mooncake/__init__.py");
+    assert_eq!(
+        r["imports"]["mooncake"]["file"],
+        "/opt/infera/trees/rocm7-py312/capabilities/mooncake/mooncake/__init__.py"
+    );
     assert_eq!(r["tree_writable"], false);
 }
 
@@ -636,8 +643,9 @@ fn the_stacks_pod_spec_commands_run_as_written() {
                 );
             }
             "infera.engine.sglang" => {
-                // WORKDIR /sgl-workspace holds the sglang checkout: the real package still wins.
-                assert_eq!(r["origins"]["sglang"], "/opt/venv/lib/python3.10/site-packages/sglang/__init__.py");
+                // WORKDIR /sgl-workspace holds the sglang checkout, installed editable: run from
+                // there it would be a namespace package; from / the editable finder's real one.
+                assert_eq!(r["origins"]["sglang"], "/sgl-workspace/sglang/python/sglang/__init__.py");
                 assert_eq!(r["patched"]["sglang"], serde_json::json!(["10_standin_marker.py cwd=/"]));
             }
             // Patches are for runs that load engine code; a generic run (kvd, Ray) may.

@@ -41,13 +41,13 @@ fn sglang_venv_py310_and_py312() {
     assert_eq!(j["engine"]["name"], "sglang");
     assert_eq!(j["exec"]["argv"][2], "infera.engine.sglang");
 
-    // sglang on ROCm 7.2.4 is Python 3.12: the vLLM tree has no sglang module.
-    let img = sglang_image("3.12", None);
-    let ov = shipped_overlay();
-    let out = infera(&["check", "--output", "json"]).root(&img).overlay(&ov.overlay()).run();
-    out.assert(69, "tree rocm7-py312 has no sglang engine module; trees offering sglang: rocm7-py310");
-    assert_eq!(out.json()["facts"]["python"]["version"], "3.12");
-    assert_eq!(out.json()["family"], "rocm7-py312");
+    // sglang on ROCm 7.2.4 is Python 3.12: the py3.12 tree serves sglang too.
+    let j = check(&sglang_image("3.12", None));
+    assert_eq!((j["family"].as_str(), j["facts"]["python"]["version"].as_str()), (Some("rocm7-py312"), Some("3.12")));
+    assert_eq!(
+        j["engine"],
+        serde_json::json!({"name": "sglang", "version": "0.5.23", "module": "infera.engine.sglang"})
+    );
 }
 
 fn rocm_of(img: &Fx) -> serde_json::Value {
@@ -57,26 +57,37 @@ fn rocm_of(img: &Fx) -> serde_json::Value {
 #[test]
 fn rocm_version_formats() {
     for (text, want) in [
-        ("6.4.1-120\n", None),
-        ("7.0.0\n", Some("7.0.0")),
-        ("7.0.2.1-45\n", Some("7.0.2.1")),
-        ("7.1.1-2", Some("7.1.1")),
+        ("6.4.1-120\n", "6.4.1"),
+        ("7.0.0\n", "7.0.0"),
+        ("7.0.2.1-45\n", "7.0.2.1"),
+        ("7.1.1-2", "7.1.1"),
+        // Nightly SDKs write pre-release versions.
+        ("10.1.0a20260909\n", "10.1.0a20260909"),
+        ("7.15.0a20260716\n", "7.15.0a20260716"),
     ] {
         let img = vllm_image(None);
         img.file("/opt/rocm-7.0.0/.info/version", text);
-        match want {
-            Some(v) => assert_eq!(rocm_of(&img)["version"], v, "{text}"),
-            None => {
-                // ROCm 6 with a ROCm-7 torch: the install wins, with a warning.
-                let ov = shipped_overlay();
-                let out = infera(&["check", "--output", "json"]).root(&img).overlay(&ov.overlay()).run();
-                out.assert(69, "ROCm 6.4.1 from /opt/rocm/.info/version");
-                let j = out.json();
-                assert_eq!(j["facts"]["rocm"]["version"], "6.4.1");
-                assert!(j["findings"].to_string().contains("rocm-evidence-conflict"));
-            }
-        }
+        let r = rocm_of(&img);
+        assert_eq!(r["version"], want, "{text}");
+        assert_eq!(r["source"], "/opt/rocm/.info/version");
+        // The HIP ABI is the runtime's soname, whatever the release says.
+        assert_eq!(r["hip"]["major"], 7, "{text}");
     }
+    // Sources of one fact that disagree: a finding naming both, the first one used. The HIP
+    // ABI and the release never conflict with each other.
+    let img = vllm_image(None);
+    img.file("/opt/rocm-7.0.0/.info/version", "6.4.1-120\n");
+    let j = check(&img);
+    assert_eq!(j["facts"]["rocm"]["version"], "6.4.1");
+    let f: Vec<&serde_json::Value> =
+        j["findings"].as_array().unwrap().iter().filter(|f| f["code"] == "rocm-release-conflict").collect();
+    assert_eq!(f.len(), 1, "{}", j["findings"]);
+    assert!(
+        f[0]["message"].as_str().unwrap().starts_with("ROCm 6.4.1 from `/opt/rocm/.info/version` but ROCm 7.0.0 from"),
+        "{}",
+        f[0]
+    );
+    assert!(!j["findings"].to_string().contains("hip-evidence-conflict"));
 }
 
 #[test]
@@ -98,43 +109,238 @@ fn rocm_core_layout_and_fallbacks() {
     );
     assert_eq!(rocm_of(&img)["version"], "7.1.1");
 
-    // Then share/hip/version (major only).
+    // No release record in the install: torch's `+rocm` tag is the release.
     let img = vllm_image(None);
-    img.rm("/opt/rocm-7.0.0/.info").file(
-        "/opt/rocm-7.0.0/share/hip/version",
-        "HIP_VERSION_MAJOR=7\nHIP_VERSION_MINOR=0\nHIP_VERSION_PATCH=51831\n",
-    );
+    img.rm("/opt/rocm-7.0.0/.info");
     let r = rocm_of(&img);
-    assert_eq!(r["version"], "7");
-    assert_eq!(r["source"], "/opt/rocm/share/hip/version");
+    assert_eq!(r["version"], "7.0.0");
+    assert!(r["source"].as_str().unwrap().ends_with("torch/version.py"));
+    // The HIP ABI: the runtime's soname, with share/hip/version's full version.
+    assert_eq!(
+        r["hip"],
+        serde_json::json!({"major": 7, "version": "7.0.51831", "source": "/opt/rocm/lib/libamdhip64.so.7"})
+    );
 
-    // Then the soname of libamdhip64.
+    // Without the soname: share/hip/version.
     let img = vllm_image(None);
-    img.rm("/opt/rocm-7.0.0/.info")
-        .file("/opt/rocm-7.0.0/lib/libamdhip64.so.7.0.51831", "")
-        .link("/opt/rocm-7.0.0/lib/libamdhip64.so.7", "libamdhip64.so.7.0.51831");
-    assert_eq!(rocm_of(&img)["major"], 7);
+    img.rm("/opt/rocm-7.0.0/lib");
+    assert_eq!(rocm_of(&img)["hip"]["source"], "/opt/rocm/share/hip/version");
 
-    // No ROCm install at all: torch's hip.
+    // Without either: the soname found by listing lib/.
+    let img = vllm_image(None);
+    img.rm("/opt/rocm-7.0.0/share/hip/version");
+    assert_eq!(rocm_of(&img)["hip"]["source"], "/opt/rocm/lib/libamdhip64.so.7");
+
+    // No ROCm install at all: torch's hip and +rocm tag.
     let img = vllm_image(None);
     img.rm("/opt/rocm").rm("/opt/rocm-7.0.0");
     let r = rocm_of(&img);
-    assert_eq!(r["version"], "7.0");
+    assert_eq!((r["version"].as_str(), r["hip"]["major"].as_i64()), (Some("7.0.0"), Some(7)));
     assert!(r["source"].as_str().unwrap().ends_with("torch/version.py"));
+    assert!(r["hip"]["source"].as_str().unwrap().ends_with("torch/version.py"));
+
+    // A release but no HIP runtime anywhere: no tree can be chosen.
+    let img = vllm_image(None);
+    img.rm("/opt/rocm-7.0.0/lib").rm("/opt/rocm-7.0.0/share").torch(
+        VLLM_SITE,
+        "2.13.0a0+git733fca1",
+        None,
+        None,
+        false,
+    );
+    let ov = shipped_overlay();
+    infera(&["check"]).root(&img).overlay(&ov.overlay()).run().assert(
+        69,
+        "error[rocm-missing]: no HIP runtime found in the image (ROCm 7.0.0 from /opt/rocm/.info/version) (looked at",
+    );
+}
+
+/// The layouts of today's images (examples/make-image-root): the HIP ABI selects the tree,
+/// the ROCm release is its own fact, each engine installed is found.
+#[test]
+fn todays_images_hip_abi_release_and_engines() {
+    let ov = shipped_overlay();
+    // (kind, python, HIP ABI source, HIP version, release, release source, engines, family)
+    let cases = [
+        (
+            "vllm-rocm10",
+            "3.12",
+            "/usr/local/lib/python3.12/dist-packages/_rocm_sdk_core/lib/libamdhip64.so.7",
+            "7.15.26333",
+            "10.0.0",
+            "/usr/local/lib/python3.12/dist-packages/_rocm_sdk_core/.info/version",
+            "vllm 0.33.0+rocm1000",
+            "rocm7-py312",
+        ),
+        (
+            "vllm-rocm72",
+            "3.12",
+            "/opt/rocm/lib/libamdhip64.so.7",
+            "7.2.26015",
+            "7.2.3",
+            "/opt/rocm/.info/version",
+            "vllm 0.33.0+rocm723",
+            "rocm7-py312",
+        ),
+        (
+            "sglang-rocm700",
+            "3.12",
+            "/opt/rocm/lib/libamdhip64.so.7",
+            "7.0.51831",
+            "7.0.0",
+            "/opt/rocm/.info/version",
+            "sglang 0.5.23, vllm 0.10.2+rocm700",
+            "rocm7-py312",
+        ),
+        (
+            "sglang-rocm720",
+            "3.10",
+            "/opt/rocm/lib/libamdhip64.so.7",
+            "7.2.26015",
+            "7.2.0",
+            "/opt/rocm/.info/version",
+            "sglang 0.5.23",
+            "rocm7-py310",
+        ),
+        (
+            "sglang-rocm724",
+            "3.12",
+            "/opt/rocm/lib/libamdhip64.so.7",
+            "7.2.26043",
+            "7.2.4",
+            "/opt/rocm/.info/version",
+            "sglang 0.5.23",
+            "rocm7-py312",
+        ),
+        // /opt/rocm links into the venv's _rocm_sdk_devel; the record is in _rocm_sdk_core.
+        (
+            "sglang-rocm1000",
+            "3.12",
+            "/opt/venv/lib/python3.12/site-packages/_rocm_sdk_core/lib/libamdhip64.so.7",
+            "7.15.26333",
+            "10.0.0",
+            "/opt/venv/lib/python3.12/site-packages/_rocm_sdk_core/.info/version",
+            "sglang 0.5.23",
+            "rocm7-py312",
+        ),
+        (
+            "sglang-pip",
+            "3.12",
+            "/opt/rocm/lib/libamdhip64.so.7",
+            "7.2.26015",
+            "7.2.0",
+            "/opt/rocm/.info/version",
+            "sglang 0.5.23",
+            "rocm7-py312",
+        ),
+    ];
+    for (kind, py, hip_src, hip_ver, release, rel_src, engines, family) in cases {
+        let img = image(kind);
+        let out = infera(&[
+            "check",
+            "--output",
+            "json",
+            "--engine",
+            if kind.starts_with("vllm") { "vllm" } else { "sglang" },
+        ])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run();
+        assert_eq!(out.code, 0, "{kind}: {}", out.stderr);
+        let j = out.json();
+        let r = &j["facts"]["rocm"];
+        assert_eq!(j["facts"]["python"]["version"], py, "{kind}");
+        assert_eq!(r["hip"], serde_json::json!({"major": 7, "version": hip_ver, "source": hip_src}), "{kind}");
+        assert_eq!((r["version"].as_str(), r["source"].as_str()), (Some(release), Some(rel_src)), "{kind}");
+        assert_eq!(r["release"]["major"], release.split('.').next().unwrap().parse::<u32>().unwrap(), "{kind}");
+        let found: Vec<String> = j["facts"]["engines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e["name"].as_str().unwrap(), e["version"].as_str().unwrap()))
+            .collect();
+        assert_eq!(found.join(", "), engines, "{kind}");
+        assert_eq!(j["family"], family, "{kind}");
+        // No false conflicts: ROCm 10 ships HIP 7.15.
+        let codes = j["findings"].to_string();
+        assert!(!codes.contains("conflict"), "{kind}: {codes}");
+    }
 }
 
 #[test]
-fn rocm10_pip_layout_has_no_tree() {
-    // ROCm 10 from pip wheels: ROCM_PATH into site-packages, /opt/rocm a symlink to it.
-    let img = sglang_image("3.12", None);
-    let sdk = "/opt/venv/lib/python3.12/site-packages/_rocm_sdk_devel";
-    img.rm("/opt/rocm").rm("/opt/rocm-7.2.0").file(&format!("{sdk}/.info/version"), "10.0.0\n").link("/opt/rocm", sdk);
-    img.torch("/opt/venv/lib/python3.12/site-packages", "2.10.0+rocm10.0.0", Some("10.0.25400-abc"), None, true);
+fn rocm10_hip_and_release_from_torch_alone() {
+    // TheRock's SDK not found (no ROCM_PATH, not in the site directories): torch 2.14's own
+    // record still says HIP 7.15 and ROCm 10.0.0, two facts.
+    let mut img = image("sglang-rocm1000");
+    img.image_env.clear();
+    img.rm("/opt/rocm")
+        .rm("/opt/venv/lib/python3.12/site-packages/_rocm_sdk_core")
+        .rm("/opt/venv/lib/python3.12/site-packages/_rocm_sdk_devel");
+    let r = rocm_of(&img);
+    assert_eq!((r["version"].as_str(), r["hip"]["major"].as_i64()), (Some("10.0.0"), Some(7)));
+    assert_eq!(r["hip"]["version"], "7.15.26333-0000000");
+}
+
+#[test]
+fn sglang_from_its_wheel_and_beside_vllm() {
     let ov = shipped_overlay();
-    let out = infera(&["check", "--output", "json"]).root(&img).overlay(&ov.overlay()).env("ROCM_PATH", sdk).run();
-    out.assert(69, "ROCm 10.0.0 from /opt/venv/lib/python3.12/site-packages/_rocm_sdk_devel/.info/version");
-    assert_eq!(out.json()["facts"]["rocm"]["install"], sdk);
-    assert_eq!(out.json()["error"]["code"], "no-tree");
+    // From the wheel: sglang/version.py computes the version; the literal is in _version.py.
+    let img = image("sglang-pip");
+    let j = check(&img);
+    assert_eq!(j["engine"]["version"], "0.5.23");
+    assert_eq!(j["facts"]["engines"][0]["record"], "/opt/venv/lib/python3.12/site-packages/sglang-0.5.23.dist-info");
+    // Without _version.py the computed version.py is never taken for a version ("sglang"):
+    // the dist-info says.
+    img.rm("/opt/venv/lib/python3.12/site-packages/sglang/_version.py");
+    assert_eq!(check(&img)["engine"]["version"], "0.5.23");
+    // The version bound is checked on it.
+    img.rm("/opt/venv/lib/python3.12/site-packages/sglang-0.5.23.dist-info").dist(
+        "/opt/venv/lib/python3.12/site-packages",
+        "sglang",
+        "0.6.1",
+    );
+    infera(&["check"]).root(&img).overlay(&ov.overlay()).run().assert(69, "the image has sglang 0.6.1");
+
+    // sglang's rocm700 flavour is built on a vLLM base: both are found, --engine picks.
+    let img = image("sglang-rocm700");
+    infera(&["check"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run()
+        .assert(2, "the image has several engines (sglang 0.5.23, vllm 0.10.2+rocm700); --engine auto cannot choose");
+    for (engine, module) in [("sglang", "infera.engine.sglang"), ("vllm", "infera.engine.vllm")] {
+        let out = infera(&["check", "--output", "json", "--engine", engine]).root(&img).overlay(&ov.overlay()).run();
+        assert_eq!(out.code, 0, "{engine}: {}", out.stderr);
+        assert_eq!(out.json()["exec"]["argv"][2], module);
+    }
+}
+
+#[test]
+fn a_broken_interpreter_link_is_named() {
+    let ov = shipped_overlay();
+    // update-alternatives left /etc/alternatives/python3 pointing at a removed python3.12.
+    let img = vllm_image(None);
+    img.rm("/usr/bin/python3.12");
+    infera(&["check"]).root(&img).overlay(&ov.overlay()).run().assert(
+        66,
+        "error[python-link-broken]: the interpreter `/usr/bin/python3` is a broken link: `/usr/bin/python3` → \
+         `/etc/alternatives/python3` → `/usr/bin/python3.12`, which does not exist in the image",
+    );
+    // A loop.
+    let img = vllm_image(None);
+    img.link("/etc/alternatives/python3", "/usr/bin/python3");
+    infera(&["check"]).root(&img).overlay(&ov.overlay()).run().assert(
+        66,
+        "the interpreter `/usr/bin/python3` is a broken link: `/usr/bin/python3` → `/etc/alternatives/python3` → \
+         `/usr/bin/python3` loops (too many levels of symbolic links)",
+    );
+    // A venv whose interpreter link dangles, named through INFERA_PYTHON too.
+    let img = sglang_image("3.10", None);
+    img.rm("/usr/bin/python3.10");
+    infera(&["check"]).env("INFERA_PYTHON", "/opt/venv/bin/python3").root(&img).overlay(&ov.overlay()).run().assert(
+        66,
+        "`/opt/venv/bin/python3` is a broken link: `/opt/venv/bin/python3` → `/opt/venv/bin/python` → `/usr/bin/python3.10`, which does not exist",
+    );
 }
 
 #[test]

@@ -26,13 +26,17 @@ fn real_cpython_runs_the_standin_engine() {
     assert_eq!(r["python"], "3.12");
     assert_eq!(r["argv"], serde_json::json!(args));
     let site = tree.join("site-packages");
-    assert_eq!(r["env"]["PYTHONPATH"], format!("{}:/image/own/path", site.display()));
+    let caps = |c: &str| tree.join("capabilities").join(c).display().to_string();
+    assert_eq!(
+        r["env"]["PYTHONPATH"],
+        format!("{}:{}:{}:/image/own/path", site.display(), caps("hipfile"), caps("mooncake"))
+    );
     assert_eq!(r["env"]["LD_LIBRARY_PATH"], tree.join("lib").display().to_string());
     assert_eq!(r["env"]["PYTHONDONTWRITEBYTECODE"], "1");
     assert_eq!(r["env"]["INFERA_TREE_FAMILY"], "rocm7-py312");
     for m in ["mooncake", "hipfile"] {
         assert_eq!(r["imports"][m]["ok"], true, "{m}: {}", r["imports"][m]);
-        assert!(r["imports"][m]["file"].as_str().unwrap().starts_with(site.to_str().unwrap()), "{m} from the tree");
+        assert!(r["imports"][m]["file"].as_str().unwrap().starts_with(&caps(m)), "{m} from the tree");
     }
     // The dry run prints the exec the real run did.
     let dry = infera(&["worker", "--require", "mooncake", "--dry-run", "--output", "json", "--"])

@@ -71,9 +71,13 @@ fn native_and_python_trees_are_paired_as_the_stack_orders_them() {
 
 #[test]
 fn no_native_tree_for_the_images_hip_abi_is_a_warning_until_required() {
-    // ROCm 8 userspace: the payload has native trees for HIP ABI 7 only.
+    // A HIP 8 runtime (libamdhip64.so.8): the payload has native trees for HIP ABI 7 only.
     let img = vllm_image(None);
-    img.file("/opt/rocm-7.0.0/.info/version", "8.0.0\n");
+    img.file("/opt/rocm-7.0.0/.info/version", "8.0.0\n")
+        .rm("/opt/rocm-7.0.0/lib")
+        .file("/opt/rocm-7.0.0/lib/libamdhip64.so.8.0.1", "")
+        .link("/opt/rocm-7.0.0/lib/libamdhip64.so.8", "libamdhip64.so.8.0.1")
+        .file("/opt/rocm-7.0.0/share/hip/version", "HIP_VERSION_MAJOR=8\nHIP_VERSION_MINOR=0\nHIP_VERSION_PATCH=1\n");
     img.torch(VLLM_SITE, "2.9.0+rocm8.0.0", Some("8.0.1-x"), None, false);
     let ov = infera_payload();
     let out = plan(&img, &ov, &["python3", "-m", "infera.engine.vllm", "--model", "/m"], &[]);

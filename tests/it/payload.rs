@@ -73,11 +73,11 @@ fn record(fx: &Fx) -> serde_json::Value {
 fn generate_correct_tree() {
     let fx = good_tree();
     let out = generate(&fx, &[]);
-    out.assert(0, "tree rocm7-py312: python 3.12 (0 abi3 modules), ROCm 7, libpython libpython3.12.so.1.0");
+    out.assert(0, "tree rocm7-py312: python 3.12 (0 abi3 modules), HIP ABI 7, libpython libpython3.12.so.1.0");
     assert!(out.stdout.contains("capabilities: hipfile present, mooncake present"), "{}", out.stdout);
     let r = record(&fx);
     assert_eq!(r["derived"]["python"], serde_json::json!(["3.12"]));
-    assert_eq!(r["derived"]["rocm"], serde_json::json!([7]));
+    assert_eq!(r["derived"]["hip"], serde_json::json!([7]));
     let so = r["files"]
         .as_array()
         .unwrap()
@@ -112,7 +112,7 @@ fn generate_abi3_only_tree() {
         &["infera.engine.vllm", "infera.server", "mooncake", "hipfile"],
     )]);
     gcc_so(&fx.p("overlay/trees/rocm7-py312/site-packages/mooncake/_fast.abi3.so"), &[], &fx.p("stubs"));
-    generate(&fx, &[]).assert(0, "tree rocm7-py312: python - (1 abi3 modules), ROCm -");
+    generate(&fx, &[]).assert(0, "tree rocm7-py312: python - (1 abi3 modules), HIP ABI -");
     assert_eq!(record(&fx)["derived"]["python"], serde_json::json!([]));
     assert_eq!(record(&fx)["derived"]["abi3_modules"], 1);
 }
@@ -128,7 +128,7 @@ fn generate_refuses_a_missing_capability_module() {
 fn generate_refuses_rocm6_libraries_in_a_rocm7_tree() {
     let fx = good_tree();
     gcc_so(&fx.p("overlay/trees/rocm7-py312/lib/libold.so.1"), &["libamdhip64.so.6"], &fx.p("stubs"));
-    generate(&fx, &[]).assert(65, "lib/libold.so.1: needs libamdhip64.so.6 (ROCm 6), but [abi] rocm = \"7\"");
+    generate(&fx, &[]).assert(65, "lib/libold.so.1: needs libamdhip64.so.6 (HIP ABI 6), but [abi] hip = \"7\"");
 }
 
 fn verified() -> Fx {
@@ -224,7 +224,7 @@ fn install_copies_the_overlay_and_checks_the_copy() {
     std::fs::create_dir(&target).unwrap();
     std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
-    out.assert(0, "(34 files); trees match their records");
+    out.assert(0, "(40 files); trees match their records");
     infera(&["manifest", "verify", "--digest"]).args([&target]).run().assert(0, "ok: 2 trees");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&target).unwrap().permissions()) & 0o777;
     assert_eq!(mode, 0o755, "the emptyDir root is no longer world-writable");
@@ -242,7 +242,7 @@ fn install_copies_the_overlay_and_checks_the_copy() {
     assert_eq!(std::fs::read_to_string(busy.join("precious")).unwrap(), "keep me");
     // Re-installing over an earlier copy (a restarted initContainer) is fine.
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
-    out.assert(0, "(34 files)");
+    out.assert(0, "(40 files)");
     // A source that does not match its record is not installed silently.
     std::fs::write(ov.overlay().join("trees/rocm7-py312/site-packages/kvd/__init__.py"), "tampered").unwrap();
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();

@@ -284,7 +284,7 @@ fn sglang_short_flags_and_multi_node_layouts() {
 #[test]
 fn post_releases_are_inside_the_trees_range() {
     let img = sglang_image("3.10", None);
-    img.rm("/opt/venv/lib/python3.10/site-packages/sglang-0.5.4.dist-info").dist(
+    img.rm("/opt/venv/lib/python3.10/site-packages/sglang-0.5.23.dist-info").dist(
         "/opt/venv/lib/python3.10/site-packages",
         "sglang",
         "0.5.4.post2",

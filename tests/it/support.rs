@@ -43,11 +43,13 @@ pub struct Fx {
     pub dir: tempfile::TempDir,
     /// The image's PATH (its Dockerfile's `ENV PATH`), given to the launcher by `root()`.
     pub env_path: Option<String>,
+    /// The rest of the image's ENV (ROCM_PATH, …), given to the launcher by `root()`.
+    pub image_env: Vec<(String, String)>,
 }
 
 impl Fx {
     pub fn new() -> Fx {
-        Fx { dir: tempfile::tempdir().unwrap(), env_path: None }
+        Fx { dir: tempfile::tempdir().unwrap(), env_path: None, image_env: Vec::new() }
     }
     pub fn path(&self) -> &Path {
         self.dir.path()
@@ -134,45 +136,43 @@ impl Fx {
 
 pub const VLLM_SITE: &str = "/usr/local/lib/python3.12/dist-packages";
 
-/// vLLM ROCm layout (FACTS.md): deadsnakes 3.12 through update-alternatives,
-/// dist-packages, /opt/rocm -> /etc/alternatives/rocm -> /opt/rocm-7.0.0.
-pub fn vllm_image(real: Option<&Path>) -> Fx {
-    let fx = Fx::new();
-    fx.interpreter("/usr/bin/python3.12", real)
-        .link("/etc/alternatives/python3", "/usr/bin/python3.12")
-        .link("/usr/bin/python3", "/etc/alternatives/python3")
-        .dir("/usr/lib/python3.10") // Ubuntu's own python, a distractor
-        .dir("/usr/local/lib/python3.10/dist-packages")
-        .dist(VLLM_SITE, "vllm", "0.11.0+rocm700")
-        .file(
-            &format!("{VLLM_SITE}/vllm/_version.py"),
-            "__version__ = version = '0.11.0+rocm700'\n__version_tuple__ = (0, 11, 0)\n",
-        )
-        .dir(&format!("{VLLM_SITE}/aiter"))
-        .file(&format!("{VLLM_SITE}/torch/_C.cpython-312-x86_64-linux-gnu.so"), "")
-        .torch(VLLM_SITE, "2.9.0+rocm7.0.0.git1c57644d", Some("7.0.51831-a3e329ad8"), None, false)
-        .file("/opt/rocm-7.0.0/.info/version", "7.0.0-38\n")
-        .link("/etc/alternatives/rocm", "/opt/rocm-7.0.0")
-        .link("/opt/rocm", "/etc/alternatives/rocm");
+/// An image root as `examples/make-image-root KIND` lays it out (the one description of each
+/// layout of FACTS.md, shared with the quickstart, the benchmark and the container images),
+/// with the image's ENV for the launcher.
+pub fn image(kind: &str) -> Fx {
+    let mut fx = Fx::new();
+    let script = repo().join("examples/make-image-root");
+    let st = Command::new(&script).arg(kind).arg(fx.path()).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success(), "make-image-root {kind} failed");
+    let env = Command::new(&script).args(["--env", kind]).output().unwrap();
+    assert!(env.status.success(), "make-image-root --env {kind}");
+    for line in String::from_utf8(env.stdout).unwrap().lines() {
+        let (k, v) = line.split_once('=').unwrap();
+        if k == "PATH" {
+            fx.env_path = Some(v.to_string());
+        } else {
+            fx.image_env.push((k.to_string(), v.to_string()));
+        }
+    }
     fx
 }
 
-/// sglang ROCm layout: /opt/venv/bin/python on CPython 3.X, packages in the venv.
+/// vLLM ROCm 7.0 layout (`make-image-root vllm`): deadsnakes 3.12 through update-alternatives,
+/// dist-packages, /opt/rocm -> /etc/alternatives/rocm -> /opt/rocm-7.0.0; no model (a volume
+/// in a pod). `real`: the interpreter runs that CPython; None: a file that must never run.
+pub fn vllm_image(real: Option<&Path>) -> Fx {
+    let fx = image("vllm");
+    fx.rm("/models").rm("/usr/bin/python3.12").interpreter("/usr/bin/python3.12", real);
+    fx
+}
+
+/// sglang ROCm layout: /opt/venv/bin/python on CPython 3.X, packages in the venv, sglang
+/// 0.5.23 editable from /sgl-workspace (`make-image-root sglang-rocm720`, or
+/// `sglang-rocm724` for 3.12).
 pub fn sglang_image(minor: &str, real: Option<&Path>) -> Fx {
-    let mut fx = Fx::new();
-    fx.env_path = Some("/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    let site = format!("/opt/venv/lib/python{minor}/site-packages");
-    fx.interpreter(&format!("/usr/bin/python{minor}"), real)
-        .link("/opt/venv/bin/python", &format!("/usr/bin/python{minor}"))
-        .link("/opt/venv/bin/python3", "python")
-        .file(
-            "/opt/venv/pyvenv.cfg",
-            format!("home = /usr/bin\ninclude-system-site-packages = false\nversion = {minor}.13\n"),
-        )
-        .dist(&site, "sglang", "0.5.4")
-        .torch(&site, "2.9.0+rocm7.2.0", Some("7.2.26015-fc0010cf6a"), None, true)
-        .file("/opt/rocm-7.2.0/.info/version", "7.2.0\n")
-        .link("/opt/rocm", "/opt/rocm-7.2.0");
+    let fx = image(if minor == "3.10" { "sglang-rocm720" } else { "sglang-rocm724" });
+    let py = format!("/usr/bin/python{minor}");
+    fx.rm("/models").rm(&py).interpreter(&py, real);
     fx
 }
 
@@ -212,10 +212,10 @@ pub fn infera_payload() -> Fx {
     for (key, caps) in [("rocm7-py312", "mooncake hipfile\n"), ("rocm7-py310", "mooncake\n")] {
         let n = format!("overlay/native/{key}");
         fx.dir(&format!("{n}/lib")).exe(&format!("{n}/bin/ais-check"), "#!/bin/sh\necho ais-check\n");
-        copy(&standin.join("common/mooncake"), &format!("{n}/mooncake"));
+        copy(&standin.join("capabilities/mooncake/mooncake"), &format!("{n}/mooncake"));
         fx.file(&format!("{n}/CAPABILITIES"), caps);
     }
-    copy(&standin.join("vllm-only/hipfile"), "overlay/native/rocm7-py312/hipfile");
+    copy(&standin.join("capabilities/hipfile/hipfile"), "overlay/native/rocm7-py312/hipfile");
     fx.dir("overlay/bin").dir("overlay/patches");
     fs::copy(BIN, fx.p("overlay/bin/infera-exec")).unwrap();
     copy(&standin.join("payload-bin/infera-router"), "overlay/bin/infera-router");
@@ -297,6 +297,9 @@ impl Run {
         self.cmd.env("INFERA_ROOT", fx.path());
         if let Some(p) = &fx.env_path {
             self.cmd.env("PATH", p);
+        }
+        for (k, v) in &fx.image_env {
+            self.cmd.env(k, v);
         }
         self
     }
