@@ -105,6 +105,10 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         interpreter: req.interpreter(),
         program,
         chdir: req.chdir.as_deref(),
+        engine: match req.engine {
+            cli::EngineChoice::One(e) => Some(e),
+            cli::EngineChoice::Auto => None,
+        },
     };
     let facts = facts::Facts::gather(root, env, &wanted);
     // The integrity check is a fact about the one tree the run would use.

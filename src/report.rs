@@ -102,7 +102,8 @@ pub fn text(plan: &Plan, check: bool) -> String {
     }
     if check || plan.capabilities.iter().any(|c| c.requested) {
         let _ = writeln!(o, "  capabilities:");
-        let _ = writeln!(o, "    {:<12} {:<10} {:<9} {:<7} why", "name", "requested", "provided", "usable");
+        let _ =
+            writeln!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} why", "name", "requested", "provided", "usable", "copy");
         for c in &plan.capabilities {
             let usable = match c.usable {
                 Some(true) => "yes",
@@ -114,8 +115,22 @@ pub fn text(plan: &Plan, check: bool) -> String {
                 .clone()
                 .or_else(|| c.requested_by.clone().map(|b| format!("requested by {b}")))
                 .unwrap_or_default();
-            let _ =
-                writeln!(o, "    {:<12} {:<10} {:<9} {:<7} {}", c.name, yn(c.requested), yn(c.provided), usable, why);
+            // Which copy the child imports: the tree's, or the engine image's own.
+            let copy = match c.import.as_ref().map(|i| i.copy) {
+                Some(crate::plan::Copy::Tree) => "tree",
+                Some(crate::plan::Copy::Base) => "image",
+                None => "-",
+            };
+            let _ = writeln!(
+                o,
+                "    {:<12} {:<10} {:<9} {:<7} {:<6} {}",
+                c.name,
+                yn(c.requested),
+                yn(c.provided),
+                usable,
+                copy,
+                why
+            );
         }
     }
     if let Some(x) = &plan.exec {

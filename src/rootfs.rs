@@ -160,6 +160,37 @@ impl Root {
         String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file is not valid UTF-8"))
     }
 
+    /// Call `f` with each name in a directory (resolved inside the root), without collecting
+    /// them: a site-packages of thousands of entries costs one pass and no allocation per
+    /// entry. Missing directory → no call.
+    pub fn each_name(&self, cpath: &Path, mut f: impl FnMut(&OsStr)) {
+        use nix::libc;
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let Ok((_, h)) = self.locate(cpath) else { return };
+        let Ok(c) = std::ffi::CString::new(h.into_os_string().into_vec()) else { return };
+        // libc's readdir hands out each name in its own buffer: std's `read_dir` would
+        // allocate a copy of every name, and nix's `Dir` copies every entry (readdir_r).
+        // SAFETY: `dir` is a valid stream from opendir until closedir; each entry's name is a
+        // NUL-terminated string valid until the next readdir, and is only borrowed until then.
+        unsafe {
+            let dir = libc::opendir(c.as_ptr());
+            if dir.is_null() {
+                return;
+            }
+            loop {
+                let e = libc::readdir64(dir);
+                if e.is_null() {
+                    break;
+                }
+                let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_bytes();
+                if name != b"." && name != b".." {
+                    f(OsStr::from_bytes(name));
+                }
+            }
+            libc::closedir(dir);
+        }
+    }
+
     /// Names in a directory (resolved inside the root). Missing directory → empty.
     pub fn list(&self, cpath: &Path) -> Vec<OsString> {
         let Ok((_, h)) = self.locate(cpath) else {

@@ -1,21 +1,36 @@
-//! Version files and torch's version.py: never panic; what parses is consistent.
+//! Version files, torch's version.py and Python assignments: never panic; what parses is
+//! consistent.
 #![no_main]
-use infera_exec::facts::{rocm, torch};
+use infera_exec::facts::{pyassign, rocm, torch};
 use infera_exec::version::{Spec, Version};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Some((v, major, minor)) = rocm::parse_version_file(text) {
+    if let Some((v, major, minor)) = rocm::parse_release(text) {
+        // The numbers are the version's own, and the version orders as a version.
         assert!(v.starts_with(&format!("{major}.{minor}")), "{v} vs {major}.{minor}");
-        assert!(v.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+        let parsed = Version::parse(&v);
+        assert!(parsed.is_some(), "{v} is a release but not a version");
     }
     if let Some((v, major, minor)) = rocm::parse_version_header(text) {
         assert!(v.starts_with(&format!("{major}.{minor}.")));
     }
-    let _ = rocm::parse_hip_version(text);
+    if let Some((major, Some(v))) = rocm::parse_hip_version(text) {
+        assert!(v.starts_with(&format!("{major}.")));
+    }
+    if let Some((major, Some(v))) = rocm::parse_hip_soname(text) {
+        assert!(v.starts_with(&major.to_string()));
+    }
+    let a = pyassign::assignments(text);
+    for k in a.keys() {
+        assert!(infera_exec::facts::site::is_identifier(k), "{k:?}");
+    }
     let t = torch::parse(text, std::path::Path::new("/x/torch/version.py"));
-    let _ = (t.rocm(), t.is_cuda());
+    let _ = (t.hip_major(), t.is_cuda());
+    if let Some(r) = t.release() {
+        assert!(rocm::parse_release(&r).is_some(), "{r}");
+    }
     if let Some(v) = Version::parse(text) {
         assert_eq!(v.cmp(&v), std::cmp::Ordering::Equal);
     }

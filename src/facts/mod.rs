@@ -83,6 +83,9 @@ pub struct Wanted<'a> {
     pub program: Option<&'a OsStr>,
     /// The working directory the run changes to.
     pub chdir: Option<&'a Path>,
+    /// The engine the request names (`--engine`, or the module of the command form): only
+    /// it is looked for. None: every engine of the table (`--engine auto` must know them all).
+    pub engine: Option<crate::engines::Engine>,
 }
 
 impl Facts {
@@ -100,7 +103,7 @@ impl Facts {
         let rocm = rocm::detect(&root, &places, torch.as_ref(), &mut findings);
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
         let empty = BTreeSet::new();
-        let (site, engines) = site::scan(&root, &site_dirs, minor, w.probe.unwrap_or(&empty));
+        let (site, engines) = site::scan(&root, &site_dirs, minor, w.probe.unwrap_or(&empty), w.engine);
         let gpus = gpus::detect(&root, env);
         let s = |k: &str| get(env, k).and_then(|v| v.to_str());
         let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };

@@ -49,11 +49,17 @@ impl Dist {
     /// The distribution that provides top-level module `module` among `dists`, by name
     /// (`mooncake` → `mooncake`, `mooncake_transfer_engine_rocm`), in `dir`.
     pub fn of<'d>(dists: &'d [Dist], dir: &Path, module: &str) -> Option<&'d Dist> {
-        let provides = |d: &&Dist| {
-            let n = d.name.to_ascii_lowercase().replace(['-', '.'], "_");
-            d.dir == dir && (n == module || n.strip_prefix(module).is_some_and(|r| r.starts_with('_')))
-        };
-        dists.iter().find(provides)
+        dists.iter().find(|d| d.dir == dir && Dist::provides(&d.name, module))
+    }
+
+    /// Does distribution `name` provide top-level `module` by its name (`mooncake`,
+    /// `mooncake-transfer-engine-rocm`; case, `-`, `.` and `_` as pip normalises them)?
+    pub fn provides(name: &str, module: &str) -> bool {
+        let norm = |b: u8| if b == b'-' || b == b'.' { b'_' } else { b.to_ascii_lowercase() };
+        let (n, m) = (name.as_bytes(), module.as_bytes());
+        n.len() >= m.len()
+            && n[..m.len()].iter().zip(m).all(|(a, b)| norm(*a) == *b)
+            && (n.len() == m.len() || norm(n[m.len()]) == b'_')
     }
 
     /// `mooncake_transfer_engine_rocm-0.3.13.post1.dist-info` → (name, version).
@@ -99,17 +105,20 @@ pub fn is_identifier(s: &str) -> bool {
 /// once, and only when it must be: an engine not found that way (an editable install keeps
 /// only its dist-info in site-packages; a wheel's `version.py` may compute the version) or
 /// a probed module the image has (to name the distribution that installed it).
+/// `only`: the one engine the request names (the others are not looked for).
 pub fn scan(
     root: &Root,
     site_dirs: &[PathBuf],
     minor: (u32, u32),
     probe: &BTreeSet<String>,
+    only: Option<Engine>,
 ) -> (SiteIndex, Vec<EngineInstall>) {
+    let wanted = |e: Engine| only.is_none_or(|o| o == e);
     let mut index = SiteIndex::default();
     let mut engines: Vec<EngineInstall> = Vec::new();
     let ext = format!(".cpython-{}{}-x86_64-linux-gnu.so", minor.0, minor.1);
     for dir in site_dirs {
-        for e in probe_versions(root, dir) {
+        for e in probe_versions(root, dir, wanted) {
             if !engines.iter().any(|x| x.engine == e.engine) {
                 engines.push(e);
             }
@@ -126,24 +135,32 @@ pub fn scan(
             }
         }
     }
-    let missing = crate::engines::TABLE.iter().any(|i| !engines.iter().any(|e| e.engine == i.engine));
+    let missing = Engine::all().filter(|e| wanted(*e)).any(|i| !engines.iter().any(|e| e.engine == i));
     if missing || !index.modules.is_empty() {
         for dir in site_dirs {
-            let mut names: Vec<String> = root.list(dir).into_iter().filter_map(|n| n.into_string().ok()).collect();
-            names.sort();
-            for n in names {
-                let Some((name, version)) = Dist::parse(&n) else { continue };
-                let norm = name.to_ascii_lowercase().replace('_', "-");
-                if let Some(info) = crate::engines::TABLE.iter().find(|i| i.dist == norm) {
-                    if !engines.iter().any(|x| x.engine == info.engine) {
-                        engines.push(EngineInstall {
-                            engine: info.engine,
-                            version: version.to_string(),
-                            record: dir.join(&n),
-                        });
-                    }
+            // Only the records that answer a question are kept: an engine's, or the
+            // distribution of a module the image shares with a tree.
+            let mut found: Vec<(Dist, String)> = Vec::new();
+            root.each_name(dir, |n| {
+                let b = std::os::unix::ffi::OsStrExt::as_bytes(n);
+                if !(b.ends_with(b".dist-info") || b.ends_with(b".egg-info")) {
+                    return;
                 }
-                index.dists.push(Dist { dir: dir.clone(), name: name.to_string(), version: version.to_string() });
+                let Some(entry) = n.to_str() else { return };
+                let Some((name, version)) = Dist::parse(entry) else { return };
+                let engine = engine_of(name).is_some_and(|e| wanted(e) && !engines.iter().any(|x| x.engine == e));
+                let hit = index.modules.iter().any(|(m, at)| at == dir && Dist::provides(name, m));
+                if engine || hit {
+                    let d = Dist { dir: dir.clone(), name: name.to_string(), version: version.to_string() };
+                    found.push((d, entry.to_string()));
+                }
+            });
+            found.sort_by(|a, b| a.1.cmp(&b.1));
+            for (d, entry) in found {
+                if let Some(e) = engine_of(&d.name).filter(|e| wanted(*e) && !engines.iter().any(|x| x.engine == *e)) {
+                    engines.push(EngineInstall { engine: e, version: d.version.clone(), record: dir.join(entry) });
+                }
+                index.dists.push(d);
             }
         }
     }
@@ -151,13 +168,22 @@ pub fn scan(
     (index, engines)
 }
 
+/// The engine whose distribution this is (`vllm`, `sglang`; case and `_`/`-` as pip does).
+fn engine_of(dist: &str) -> Option<Engine> {
+    let same = |want: &str| {
+        want.len() == dist.len()
+            && dist.bytes().zip(want.bytes()).all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
+    };
+    crate::engines::TABLE.iter().find(|i| same(i.dist)).map(|i| i.engine)
+}
+
 /// Engines found by the literal version in their package's version file (`vllm/_version.py`,
 /// `sglang/_version.py`): read as module-level assignments, so a computed `__version__`
 /// (sglang's `version.py` asks importlib.metadata) is never taken for a version. The
 /// dist-info of that version is the record when present.
-fn probe_versions(root: &Root, dir: &Path) -> Vec<EngineInstall> {
+fn probe_versions(root: &Root, dir: &Path, wanted: impl Fn(Engine) -> bool) -> Vec<EngineInstall> {
     let mut out = Vec::new();
-    for info in &crate::engines::TABLE {
+    for info in crate::engines::TABLE.iter().filter(|i| wanted(i.engine)) {
         let found = info.version_files.iter().find_map(|file| {
             let path = dir.join(file);
             let text = root.read_small_string(&path).ok()?;

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-pub use caps::CapRow;
+pub use caps::{CapRow, Copy, Import};
 use program::ProgramError;
 
 use crate::envvars::Env;

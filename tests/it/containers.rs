@@ -11,6 +11,7 @@ use crate::support::*;
 const OVERLAY: &str = "localhost/infera-overlay:test";
 const VLLM: &str = "localhost/infera-standin-vllm:test";
 const SGLANG: &str = "localhost/infera-standin-sglang:test";
+const VLLM_ROCM10: &str = "localhost/infera-standin-vllm-rocm10:test";
 const SEED: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"];
 const GPUS8: &str = "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7";
 
@@ -150,6 +151,56 @@ fn vllm_image_execs_the_engine_as_pid1_from_the_read_only_overlay() {
     // Nothing was written into the payload: every tree still matches its record.
     let v = run_in(VLLM, &[], &["/opt/infera/bin/infera-exec", "manifest", "verify", "--digest", "/opt/infera"]);
     v.assert(0, "ok: 2 trees");
+}
+
+/// vLLM's default ROCm image today (TheRock ROCm 10 wheels: no /opt/rocm, HIP 7.15) ships
+/// Mooncake: the router and a worker run, and import the image's Mooncake, not the tree's.
+#[test]
+fn vllm_rocm10_image_runs_the_router_and_a_worker_with_its_own_mooncake() {
+    let image_mooncake = "/usr/local/lib/python3.12/dist-packages/mooncake/__init__.py";
+    let router = run_in(VLLM_ROCM10, &[], &["/opt/infera/bin/infera-exec", "server", "--", "--port", "8000"]);
+    assert_eq!(router.code, 0, "{}\n{}", router.stdout, router.stderr);
+    let r = router.standin();
+    assert_eq!((r["pid"].as_i64(), r["standin"].as_str()), (Some(1), Some("infera.server")));
+    assert_eq!(r["imports"]["mooncake"]["file"], image_mooncake);
+
+    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake,hipfile", "--"];
+    cmd.extend(SEED);
+    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
+    // No /dev/kfd here: hipFile is refused as unusable on this node, after the ROCm 10.0.0
+    // release passed its >= 7.2 check.
+    o.assert(
+        69,
+        "capability `hipfile` is provided by the tree but cannot work on this node: /dev/kfd is not in the container",
+    );
+    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--"];
+    cmd.extend(SEED);
+    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let r = o.standin();
+    assert_eq!(r["standin"], "infera.engine.vllm");
+    assert_eq!(r["imports"]["mooncake"]["file"], image_mooncake, "the image's own build");
+    assert_eq!(
+        r["imports"]["hipfile"]["file"],
+        "/opt/infera/trees/rocm7-py312/capabilities/hipfile/hipfile/__init__.py"
+    );
+    assert_eq!(
+        r["env"]["PYTHONPATH"],
+        "/opt/infera/trees/rocm7-py312/site-packages:/opt/infera/trees/rocm7-py312/capabilities/hipfile"
+    );
+    // The dry run says which copy, and why.
+    let mut dry =
+        vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--dry-run", "--output", "json", "--"];
+    dry.extend(SEED);
+    let d = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &dry);
+    assert_eq!(d.code, 0, "{}", d.stderr);
+    let plan = d.json();
+    assert_eq!(plan["facts"]["rocm"]["version"], "10.0.0");
+    assert_eq!(plan["facts"]["rocm"]["hip"]["major"], 7);
+    assert_eq!(plan["exec"]["env"]["PYTHONPATH"], r["env"]["PYTHONPATH"]);
+    let mc = plan["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "mooncake").unwrap().clone();
+    assert_eq!(mc["import"]["copy"], "base");
+    assert_eq!(mc["import"]["from"], "/usr/local/lib/python3.12/dist-packages");
 }
 
 #[test]
@@ -440,8 +491,8 @@ fn mooncake_refused_under_a_low_memlock_limit() {
         "CAP_IPC_LOCK",
         "bounding  ",
         "1 RDMA devices",
-        "mooncake     yes        yes       yes",
-        "hipfile      no         yes       no      ROCm 7.0.0",
+        "mooncake     yes        yes       yes     tree",
+        "hipfile      no         yes       no      tree   ROCm 7.0.0",
     ] {
         assert!(o.stdout.contains(want), "{want:?} in:\n{}", o.stdout);
     }

@@ -160,7 +160,7 @@ fn rocm_core_layout_and_fallbacks() {
 #[test]
 fn todays_images_hip_abi_release_and_engines() {
     let ov = shipped_overlay();
-    // (kind, python, HIP ABI source, HIP version, release, release source, engines, family)
+    // (kind, python, HIP ABI source, HIP version, release, release source, the engine named, family)
     let cases = [
         (
             "vllm-rocm10",
@@ -381,4 +381,69 @@ fn conflicting_python_evidence_is_reported() {
     assert_eq!(j["facts"]["python"]["version"], "3.12");
     let f = j["findings"].to_string();
     assert!(f.contains("python-evidence-conflict") && f.contains("3.11 from extension"), "{f}");
+}
+
+/// vLLM's default ROCm image today ships mooncake-transfer-engine-rocm: the router and a
+/// worker start on it, the child imports the image's Mooncake (the shipped trees prefer the
+/// engine's own build); the stack's payload layout puts its native build first, with a
+/// warning naming both.
+#[test]
+fn vllm_rocm10_image_that_ships_mooncake_runs_the_router_and_a_worker() {
+    let img = image("vllm-rocm10");
+    let site = "/usr/local/lib/python3.12/dist-packages";
+    let ours = shipped_overlay();
+    for args in [
+        &["server", "--dry-run", "--output", "json"][..],
+        &["worker", "--dry-run", "--output", "json", "--require", "mooncake", "--", "--model", "/models/kimi-k3"],
+    ] {
+        let out = infera(args).root(&img).overlay(&ours.overlay()).env("MC_FORCE_TCP", "1").run();
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        let j = out.json();
+        assert_eq!(j["family"], "rocm7-py312");
+        let mc = j["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "mooncake").unwrap().clone();
+        assert_eq!(
+            mc["import"],
+            serde_json::json!({"copy": "base", "from": site, "dist": "mooncake_transfer_engine_rocm 0.3.13.post1"}),
+            "{args:?}"
+        );
+        let pp = j["exec"]["env"]["PYTHONPATH"].as_str().unwrap();
+        assert!(!pp.contains("capabilities/mooncake"), "{pp}");
+        assert!(pp.contains("capabilities/hipfile"), "{pp}");
+        let f =
+            j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "capability-from-image").unwrap().clone();
+        assert_eq!(
+            f["message"],
+            format!(
+                "mooncake: the image's `mooncake` (mooncake_transfer_engine_rocm 0.3.13.post1, `{site}/mooncake`) is imported; \
+                 the tree's copy (mooncake_standin 0.0.0) stays off the path (prefer = \"base\")"
+            )
+        );
+    }
+    // ROCm 10.0.0 is >= 7.2: hipFile's release check passes on it (ROCm 10 ships HIP 7.15).
+    let out = infera(&["check", "--output", "json", "--require", "hipfile"]).root(&img).overlay(&ours.overlay()).run();
+    let hf = out.json()["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "hipfile").unwrap().clone();
+    assert_eq!(
+        hf["reason"], "unknown: the node's devices and limits are only read with --root /",
+        "the release check passed"
+    );
+
+    // The stack's payload: its native tree first, as its launcher orders it, with a warning.
+    let stack = infera_payload();
+    let out = infera(&["python3", "-m", "infera.server"])
+        .root(&img)
+        .overlay(&stack.overlay())
+        .env("INFERA_DRY_RUN", "1")
+        .env("INFERA_OUTPUT", "json")
+        .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    let w =
+        j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "capability-replaces-image").unwrap().clone();
+    assert_eq!(w["level"], "warn");
+    assert!(
+        w["message"].as_str().unwrap().contains(&format!(
+            "ahead of the image's own (mooncake_transfer_engine_rocm 0.3.13.post1, `{site}/mooncake`) (prefer = \"tree\")"
+        )),
+        "{w}"
+    );
 }

@@ -248,3 +248,145 @@ fn install_copies_the_overlay_and_checks_the_copy() {
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
     out.assert(65, "trees/rocm7-py312/site-packages/kvd/__init__.py: size");
 }
+
+// ---- Wheels: each family's for its own CPython, whatever Python stages them ----
+
+/// A wheel built here (PEP 427: a zip with `<dist>-<version>.dist-info/{METADATA,WHEEL,RECORD}`)
+/// holding `files` (path in the archive, file on this host). The host's python3 is only the
+/// zip tool.
+fn wheel(dir: &Path, dist: &str, version: &str, tag: &str, files: &[(&str, &Path)]) -> std::path::PathBuf {
+    let out = dir.join(format!("{dist}-{version}-{tag}.whl"));
+    let mut args: Vec<String> = vec![out.display().to_string(), dist.into(), version.into(), tag.into()];
+    for (arc, host) in files {
+        args.push(format!("{arc}={}", host.display()));
+    }
+    let script = r#"
+import sys, zipfile
+out, dist, version, tag, *files = sys.argv[1:]
+info = f"{dist}-{version}.dist-info"
+with zipfile.ZipFile(out, "w") as z:
+    record = []
+    for f in files:
+        arc, host = f.split("=", 1)
+        z.write(host, arc)
+        record.append(f"{arc},,")
+    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    z.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n")
+    z.writestr(f"{info}/top_level.txt", "mooncake\n")
+    record += [f"{info}/METADATA,,", f"{info}/WHEEL,,", f"{info}/top_level.txt,,", f"{info}/RECORD,,"]
+    z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+"#;
+    let st = Command::new("python3").arg("-c").arg(script).args(&args).status().unwrap();
+    assert!(st.success(), "building {}", out.display());
+    out
+}
+
+/// Mooncake as mooncake-transfer-engine-rocm ships it: `engine.so` without a CPython suffix,
+/// linked against libamdhip64.so.7; the CPython is only in the wheel's tag.
+fn mooncake_wheel(dir: &Path, py: &str) -> std::path::PathBuf {
+    let engine = dir.join(format!("build{py}/engine.so"));
+    gcc_so(&engine, &["libamdhip64.so.7"], &dir.join("stubs"));
+    let init = dir.join(format!("build{py}/__init__.py"));
+    std::fs::write(&init, "").unwrap();
+    let tag = format!("cp{py}-cp{py}-manylinux_2_35_x86_64");
+    wheel(
+        dir,
+        "mooncake_transfer_engine_rocm",
+        "0.3.13.post1",
+        &tag,
+        &[("mooncake/__init__.py", &init), ("mooncake/engine.so", &engine)],
+    )
+}
+
+fn stage(out: &Path, families: &[(&str, &str)]) -> Out {
+    let r = repo();
+    let mut args: Vec<String> = vec![out.display().to_string(), "--binary".into(), BIN.into()];
+    for (family, mooncake) in families {
+        args.extend([
+            "--family".into(),
+            family.to_string(),
+            "--manifest".into(),
+            r.join(format!("manifests/{family}.toml")).display().to_string(),
+            "--site".into(),
+            r.join("examples/standin/common").display().to_string(),
+            "--capability".into(),
+            format!("mooncake={mooncake}"),
+        ]);
+        if *family == "rocm7-py312" {
+            args.extend([
+                "--capability".into(),
+                format!("hipfile={}", r.join("examples/standin/capabilities/hipfile").display()),
+            ]);
+        }
+    }
+    let o = Command::new(r.join("overlay-layout/stage")).args(&args).env_remove("PYTHONPATH").output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn a_cp312_and_a_cp310_family_stage_whatever_python_runs_the_stage() {
+    let fx = Fx::new();
+    let (w312, w310) = (mooncake_wheel(fx.path(), "312"), mooncake_wheel(fx.path(), "310"));
+    let out = fx.p("overlay");
+    let o = stage(&out, &[("rocm7-py312", &w312.display().to_string()), ("rocm7-py310", &w310.display().to_string())]);
+    o.assert(0, "staged");
+    for (family, py) in [("rocm7-py312", "3.12"), ("rocm7-py310", "3.10")] {
+        let t = out.join("trees").join(family);
+        assert!(t.join("capabilities/mooncake/mooncake/engine.so").is_file(), "{family}");
+        assert!(t.join("capabilities/mooncake/mooncake_transfer_engine_rocm-0.3.13.post1.dist-info/RECORD").is_file());
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(t.join("payload.json")).unwrap()).unwrap();
+        assert_eq!(r["derived"]["wheels"]["mooncake_transfer_engine_rocm-0.3.13.post1"], py, "{family}");
+        assert_eq!(r["derived"]["hip"], serde_json::json!([7]), "{family}: engine.so needs libamdhip64.so.7");
+    }
+    infera(&["manifest", "verify", "--digest"]).args([&out]).run().assert(0, "ok: 2 trees");
+}
+
+#[test]
+fn a_wheel_for_another_cpython_is_refused_at_staging() {
+    let fx = Fx::new();
+    let w312 = mooncake_wheel(fx.path(), "312");
+    let o = stage(&fx.p("overlay"), &[("rocm7-py310", &w312.display().to_string())]);
+    assert_eq!(o.code, 65, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("built for cp312-cp312-manylinux_2_35_x86_64; this tree is for CPython 3.10 on x86_64 Linux"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn generate_refuses_a_cp312_distribution_without_suffixed_modules_in_a_py310_tree() {
+    let manifest = "schema = 1\nfamily = \"rocm7-py310\"\n[abi]\npython = \"3.10\"\nhip = \"7\"\n[server]\nmodule = \"infera.server\"\n[capabilities.mooncake]\nmodules = [\"mooncake\"]\n";
+    let fx = custom_overlay(&[("rocm7-py310", manifest, &["infera.server"])]);
+    let w312 = mooncake_wheel(fx.path(), "312");
+    // Copied in as an installed directory (a `--site` of a pip target built elsewhere): no
+    // file name says CPython 3.12, only the distribution's WHEEL tag.
+    let site = fx.p("overlay/trees/rocm7-py310/site-packages");
+    let st = Command::new(repo().join("overlay-layout/unpack-wheel"))
+        .arg(&w312)
+        .arg(&site)
+        .args(["--python", "3.12"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let tree = fx.p("overlay/trees/rocm7-py310");
+    let out = infera(&["manifest", "generate"]).args([&tree]).run();
+    out.assert(
+        65,
+        "site-packages/mooncake/engine.so: from distribution mooncake_transfer_engine_rocm-0.3.13.post1, whose wheel is \
+         tagged cp312-cp312-manylinux_2_35_x86_64 (CPython 3.12), but [abi] python = \"3.10\"",
+    );
+    assert!(!tree.join("payload.json").exists(), "nothing written on refusal");
+    // Without a RECORD, the distribution itself is named.
+    std::fs::remove_file(site.join("mooncake_transfer_engine_rocm-0.3.13.post1.dist-info/RECORD")).unwrap();
+    infera(&["manifest", "generate"]).args([&tree]).run().assert(
+        65,
+        "site-packages/mooncake_transfer_engine_rocm-0.3.13.post1.dist-info/WHEEL: from distribution mooncake_transfer_engine_rocm-0.3.13.post1",
+    );
+}
