@@ -189,7 +189,7 @@ fn todays_images_hip_abi_release_and_engines() {
             "7.0.51831",
             "7.0.0",
             "/opt/rocm/.info/version",
-            "sglang 0.5.23, vllm 0.10.2+rocm700",
+            "sglang 0.5.23",
             "rocm7-py312",
         ),
         (
