@@ -11,6 +11,6 @@ fuzz_target!(|data: &[u8]| {
         let back: Manifest = serde_json::from_str(&json).expect("and reads back");
         assert_eq!(back, m);
         manifest::validate(&back, "rocm7-py312").expect("still valid");
-        let _ = (m.python_minor(), m.rocm_major());
+        let _ = (m.python_minor(), m.hip_major());
     }
 });

@@ -106,7 +106,11 @@ pub fn parse_release(text: &str) -> Option<(String, u32, u32)> {
     let (nums, rest) = ver.split_at(numeric_end);
     let nums = if rest.is_empty() { nums } else { nums.strip_suffix('.').unwrap_or(nums) };
     let parts: Vec<&str> = nums.split('.').collect();
-    let bad = |p: &&str| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || (p.len() > 1 && p.starts_with('0'));
+    // Digits that fit a u32 (fuzzing found a 60-digit patch accepted here and not comparable
+    // as a version), no leading zeros.
+    let bad = |p: &&str| {
+        p.parse::<u32>().is_err() || !p.bytes().all(|b| b.is_ascii_digit()) || (p.len() > 1 && p.starts_with('0'))
+    };
     if parts.len() < 2 || parts.len() > 4 || parts.iter().any(bad) {
         return None;
     }
@@ -129,7 +133,7 @@ fn valid_suffix(s: &str) -> bool {
     ["rc", "a", "b", "dev"].iter().any(|k| {
         pre.strip_prefix(k).is_some_and(|n| {
             let (n, dev) = n.split_once(".dev").unwrap_or((n, "0"));
-            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && dev.bytes().all(|b| b.is_ascii_digit())
+            n.parse::<u64>().is_ok() && n.bytes().all(|b| b.is_ascii_digit()) && dev.parse::<u64>().is_ok()
         })
     })
 }
@@ -377,6 +381,9 @@ mod tests {
         // Fuzzing regression (fuzz/seeds/versions/regress-leading-zero): was read as 7.1.
         assert_eq!(parse_release("7.01-\n"), None);
         assert_eq!(parse_release("7.0.0-\n"), Some(("7.0.0".into(), 7, 0)));
+        // Fuzzing regression (fuzz/seeds/versions/regress-huge-patch): not a comparable version.
+        assert_eq!(parse_release("7.1.1001010001111111111111111111111111111111111111111111111110101"), None);
+        assert_eq!(parse_release("10.0.0a99999999999999999999999"), None);
     }
 
     #[test]

@@ -30,7 +30,7 @@ impl Torch {
     /// `2.13.0a0+git733fca1` carry none).
     pub fn release(&self) -> Option<String> {
         if let Some(r) = &self.rocm {
-            return Some(r.clone());
+            return super::rocm::parse_release(r).map(|_| r.clone());
         }
         let tag = self.version.as_deref()?.split_once("+rocm")?.1;
         if tag.starts_with("sdk") {
