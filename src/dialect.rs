@@ -38,16 +38,52 @@ fn unabbreviate(engine: Engine, name: String) -> String {
 
 /// Every model the args may name, read with both dialects (facts are gathered before the
 /// engine is chosen).
-pub fn model_refs(args: &[OsString]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
+pub fn model_refs(args: &[OsString]) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
     for e in Engine::all() {
-        if let Some(m) = read(e, args).value(Opt::Model) {
+        if let Some(Setting::Value(m)) = read(e, args).get(Opt::Model) {
             if !out.iter().any(|x| x == m) {
-                out.push(m.to_string());
+                out.push(m.clone());
             }
         }
     }
     out
+}
+
+/// An integer option's value as the engine's parser reads it: argparse `type=int`, which is
+/// Python's `int(str)`: surrounding whitespace ignored, a sign, decimal digits with single
+/// underscores between them (`1_6`), leading zeros allowed. `Err(())` where `int()` raises
+/// (the engine exits 2); `Ok(None)` for text with non-ASCII characters, which `int()` may
+/// read as digits of another script and this reader does not (the caller says so).
+/// Values beyond `i64` saturate (Python's ints do not overflow; any such size is absurd).
+pub fn py_int(s: &str) -> Result<Option<i64>, ()> {
+    // str.isspace: Unicode white space plus the ASCII separators U+001C..U+001F.
+    let t = s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c));
+    if !t.is_ascii() {
+        return Ok(None);
+    }
+    let (neg, digits) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let b = digits.as_bytes();
+    if b.is_empty() || !b[0].is_ascii_digit() || !b[b.len() - 1].is_ascii_digit() {
+        return Err(());
+    }
+    let mut n: i64 = 0;
+    let mut prev_underscore = false;
+    for &c in b {
+        match c {
+            b'_' if !prev_underscore => prev_underscore = true,
+            b'0'..=b'9' => {
+                prev_underscore = false;
+                n = n.saturating_mul(10).saturating_add(i64::from(c - b'0'));
+            }
+            _ => return Err(()),
+        }
+    }
+    Ok(Some(if neg { -n } else { n }))
 }
 
 /// What the user's args say about one canonical option (the last occurrence).
@@ -169,6 +205,36 @@ pub fn render(engine: Engine, opt: Opt, value: &str) -> Option<Vec<OsString>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_as_python_reads_them() {
+        for (s, want) in [
+            ("8", Ok(Some(8))),
+            (" 8", Ok(Some(8))),
+            ("8\n", Ok(Some(8))),
+            ("\t+16 ", Ok(Some(16))),
+            ("1_6", Ok(Some(16))),
+            ("016", Ok(Some(16))),
+            ("-1", Ok(Some(-1))),
+            ("0", Ok(Some(0))),
+            ("\u{1f}4", Ok(Some(4))),
+            ("99999999999999999999999", Ok(Some(i64::MAX))),
+            ("abc", Err(())),
+            ("", Err(())),
+            (" ", Err(())),
+            ("1__6", Err(())),
+            ("_16", Err(())),
+            ("16_", Err(())),
+            ("1 6", Err(())),
+            ("0x10", Err(())),
+            ("1.0", Err(())),
+            ("+", Err(())),
+            ("--8", Err(())),
+            ("\u{0663}", Ok(None)),
+        ] {
+            assert_eq!(py_int(s), want, "{s:?}");
+        }
+    }
 
     fn a(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()

@@ -2,7 +2,10 @@
 //! privilege steps, then replace this process by the program with the planned argv, the
 //! complete environment and working directory (or, with `--init`, run it as a child).
 
+use std::ffi::CString;
 use std::io;
+use std::os::raw::c_char;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +23,11 @@ pub enum ExecError {
     #[refuse(code = "exec-not-found", exit = NotFound)]
     NotFound { program: PathBuf, cause: io::Error },
     #[error("execve `{}` failed: {cause}", program.display())]
-    #[refuse(code = "exec-failed", exit = CannotExec)]
+    #[refuse(
+        code = "exec-failed",
+        exit = CannotExec,
+        hint_opt = (cause.raw_os_error() == Some(nix::libc::ENOEXEC)).then(|| "the file is neither an ELF binary nor a `#!` script; it is not run through /bin/sh".to_string())
+    )]
     Failed { program: PathBuf, cause: io::Error },
 }
 
@@ -37,45 +44,109 @@ pub fn file(x: &ExecSpec) -> &Path {
     x.host_program.as_deref().unwrap_or(&x.program)
 }
 
-/// Build the command exactly as planned. Right before execve every signal disposition
-/// is reset to default and the signal mask emptied: std resets SIGPIPE, but not a mask
-/// inherited from whoever started the launcher, nor other ignored signals.
-pub fn command(x: &ExecSpec) -> Command {
-    let file = file(x);
-    let mut c = Command::new(file);
-    c.arg0(file);
-    c.args(x.argv.iter().skip(1));
-    c.env_clear();
-    c.envs(x.env.iter());
-    if let Some(d) = x.host_cwd.as_ref().or(x.cwd.as_ref()) {
-        c.current_dir(d);
+/// The exec section as execve takes it, built before anything forks: after a fork in a
+/// process that may have threads (the integrity check hashes with a pool), only
+/// async-signal-safe calls are allowed, so nothing may be allocated there.
+///
+/// execve itself, never `execvp`: glibc's execvp runs a file without a valid header
+/// through `/bin/sh` (ENOEXEC), and std's `Command` uses execvp.
+pub struct Prepared {
+    path: CString,
+    cwd: Option<CString>,
+    // Owners of the strings the pointer arrays point into (their heap buffers never move).
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv: Vec<*const c_char>,
+    envp: Vec<*const c_char>,
+}
+
+// SAFETY: the raw pointers point into the CStrings this struct owns, which are never
+// mutated or dropped while it lives; sharing it only reads them.
+unsafe impl Send for Prepared {}
+unsafe impl Sync for Prepared {}
+
+fn cstring(b: &[u8]) -> io::Result<CString> {
+    CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in an argument or variable"))
+}
+
+impl Prepared {
+    pub fn new(x: &ExecSpec) -> io::Result<Prepared> {
+        let file = file(x);
+        let path = cstring(file.as_os_str().as_bytes())?;
+        let mut argv_s = vec![path.clone()];
+        for a in x.argv.iter().skip(1) {
+            argv_s.push(cstring(a.as_bytes())?);
+        }
+        let mut envp_s = Vec::with_capacity(x.env.len());
+        for (k, v) in &x.env {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            envp_s.push(cstring(&kv)?);
+        }
+        let cwd = match x.host_cwd.as_ref().or(x.cwd.as_ref()) {
+            Some(d) => Some(cstring(d.as_os_str().as_bytes())?),
+            None => None,
+        };
+        let ptrs = |v: &[CString]| v.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        let (argv, envp) = (ptrs(&argv_s), ptrs(&envp_s));
+        Ok(Prepared { path, cwd, _argv: argv_s, _envp: envp_s, argv, envp })
     }
-    // SAFETY: only async-signal-safe calls (signal, sigprocmask) before execve.
-    unsafe {
-        c.pre_exec(|| {
-            use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
-            for s in Signal::iterator() {
-                if s != Signal::SIGKILL && s != Signal::SIGSTOP {
-                    let _ = signal(s, SigHandler::SigDfl);
+
+    /// Reset every signal disposition to default and empty the mask (std resets SIGPIPE, but
+    /// not a mask inherited from whoever started the launcher, nor other ignored signals),
+    /// change to the working directory, then execve. Returns only on failure.
+    /// Async-signal-safe: it allocates nothing.
+    pub fn exec(&self) -> io::Error {
+        use nix::libc;
+        // SAFETY: signal/sigprocmask/chdir/execve with valid arguments: the sets are local,
+        // the strings and NULL-terminated pointer arrays are owned by `self`.
+        unsafe {
+            for s in 1..=libc::SIGRTMAX() {
+                if s != libc::SIGKILL && s != libc::SIGSTOP {
+                    libc::signal(s, libc::SIG_DFL);
                 }
             }
-            sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None).map_err(io::Error::from)?;
-            Ok(())
-        });
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+                return io::Error::last_os_error();
+            }
+            if let Some(d) = &self.cwd {
+                if libc::chdir(d.as_ptr()) != 0 {
+                    return io::Error::last_os_error();
+                }
+            }
+            libc::execve(self.path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr());
+        }
+        io::Error::last_os_error()
     }
-    c
+
+    /// The child of `--init`: a fork whose only work is [`Prepared::exec`]; its failure
+    /// comes back as the spawn error (std's CLOEXEC pipe).
+    pub fn command(self: &std::sync::Arc<Self>) -> Command {
+        let p = std::sync::Arc::clone(self);
+        let mut c = Command::new("/");
+        // SAFETY: the closure runs between fork and exec and only calls `exec`, which is
+        // async-signal-safe and allocates nothing.
+        unsafe {
+            c.pre_exec(move || Err(p.exec()));
+        }
+        c
+    }
 }
 
 /// Carry out the exec section, in its order: the steps, the privilege drop, then the exec
 /// (or the child, in init mode). Returns only when the run cannot happen (the refusal) or,
 /// in init mode, with the code the launcher must exit with.
 pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
+    let prepared = Prepared::new(x).map_err(|e| exec_error(file(x), e))?;
     steps(x);
     crate::privs::apply(&x.privileges)?;
     if let Some(init) = &x.init {
-        return crate::init::run(x, init);
+        return crate::init::run(x, init, std::sync::Arc::new(prepared));
     }
-    let err = command(x).exec();
+    let err = prepared.exec();
     Err(exec_error(file(x), err).into())
 }
 

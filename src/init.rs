@@ -33,9 +33,20 @@ fn blocked_set() -> SigSet {
     set
 }
 
+/// Block the signals init forwards, in the calling (main) thread, so that every thread
+/// started after it (the integrity check's hashing pool) inherits the mask: a signal sent
+/// while the launcher is still planning stays pending for init's loop instead of killing
+/// the process by its default action (SIGUSR1 would exit 138 and orphan the engine; PID 1
+/// would lose a SIGTERM). Called before anything else in an init-mode run.
+pub fn block_signals() {
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked_set()), None) {
+        tracing::warn!("infera-exec: [init-sigmask] cannot block signals ({e})");
+    }
+}
+
 /// Returns the exit code the launcher must exit with, or the refusal when the child
 /// cannot be started (126/127).
-pub fn run(x: &ExecSpec, opts: &InitSpec) -> Result<i32, Refusal> {
+pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::Prepared>) -> Result<i32, Refusal> {
     // Bounded when the request was resolved (0 ..= a day), so the conversion cannot fail.
     let grace = opts.grace_seconds.and_then(|g| Duration::try_from_secs_f64(g).ok());
     let pid1 = std::process::id() == 1;
@@ -50,11 +61,11 @@ pub fn run(x: &ExecSpec, opts: &InitSpec) -> Result<i32, Refusal> {
         tracing::warn!("infera-exec: [init-sigmask] cannot block signals ({e})");
     }
 
-    let mut cmd = crate::exec::command(x);
+    let mut cmd = prepared.command();
     if opts.group {
         cmd.process_group(0);
     }
-    // exec::command resets dispositions and the mask in the child before execve.
+    // The child resets dispositions and the mask before execve (Prepared::exec).
     let child = match cmd.spawn() {
         Ok(c) => Pid::from_raw(c.id() as i32),
         Err(e) => return Err(crate::exec::exec_error(crate::exec::file(x), e).into()),

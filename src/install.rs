@@ -24,8 +24,12 @@ pub enum InstallError {
     #[error("`{}` and the overlay `{}` overlap; install into a separate (empty) directory", dest.display(), from.display())]
     #[refuse(code = "install-overlap", exit = Usage)]
     Overlap { dest: PathBuf, from: PathBuf },
-    #[error("`{}` is not empty and is not an earlier copy of the overlay (it holds {})", dest.display(), foreign.join(", "))]
-    #[refuse(code = "install-not-empty", exit = Usage, hint = "install into an empty directory (an emptyDir volume)")]
+    #[error("`{}` holds what this launcher did not install there ({}); nothing was removed", dest.display(), foreign.join(", "))]
+    #[refuse(
+        code = "install-not-empty",
+        exit = Usage,
+        hint = "install into an empty directory (an emptyDir volume); an earlier install is recognised by its `.infera-install` marker and replaced"
+    )]
     NotEmpty { dest: PathBuf, foreign: Vec<String> },
     #[error("the copy in `{}` does not match:{list}", dest.display())]
     #[refuse(code = "integrity", exit = Invalid)]
@@ -64,25 +68,41 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     if parts.iter().any(|p| dst.starts_with(src.join(p))) || src.starts_with(&dst) {
         return Err(InstallError::Overlap { dest: dst, from: src }.into());
     }
+    // What an earlier run of `install` wrote is named in its marker; nothing else in the
+    // destination is ever removed, and anything else there refuses the install.
+    let marker = dst.join(MARKER);
+    let ours: Vec<String> = crate::rootfs::read_bounded(&marker, 4096)
+        .map(|t| String::from_utf8_lossy(&t).lines().filter(|l| is_part(l)).map(str::to_string).collect())
+        .unwrap_or_default();
     if let Ok(rd) = fs::read_dir(&dst) {
-        let foreign: Vec<String> = rd
+        let mut foreign: Vec<String> = rd
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| !is_part(n) && n != "opt")
+            .filter(|n| n != MARKER && !ours.contains(n))
             .collect();
-        let earlier_copy = parts_of(&dst).iter().any(|p| p == "trees" || p == "native" || p.starts_with("py3"));
-        if !foreign.is_empty() || (dst.join("bin").exists() && !earlier_copy) {
+        foreign.sort();
+        if !foreign.is_empty() {
             return Err(InstallError::NotEmpty { dest: dst, foreign }.into());
         }
     }
     fs::create_dir_all(dest).map_err(|e| err(e, "cannot create", dest))?;
+    // The marker first: a copy cut short is still recognised (and replaced) next time.
+    let mut listed: Vec<&String> = parts.iter().chain(ours.iter()).collect();
+    listed.sort();
+    listed.dedup();
+    let listed: String = listed.iter().map(|p| format!("{p}\n")).collect();
+    fs::write(dest.join(MARKER), listed).map_err(|e| err(e, "cannot write", &dest.join(MARKER)))?;
     let mut n = 0;
-    for part in &parts {
+    for part in &ours {
         let target = dest.join(part);
-        if target.exists() {
-            fs::remove_dir_all(&target).map_err(|e| err(e, "cannot replace", &target))?;
+        match fs::symlink_metadata(&target) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(&target).map_err(|e| err(e, "cannot replace", &target))?,
+            Ok(_) => fs::remove_file(&target).map_err(|e| err(e, "cannot replace", &target))?,
+            Err(_) => {}
         }
-        n += copy_tree(&from.join(part), &target)?;
+    }
+    for part in &parts {
+        n += copy_tree(&from.join(part), &dest.join(part))?;
     }
     // An emptyDir is created world-writable; the launcher refuses such a payload.
     fs::set_permissions(dest, fs::Permissions::from_mode(0o755)).map_err(|e| err(e, "cannot chmod", dest))?;
@@ -102,6 +122,10 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     }
     Ok(n)
 }
+
+/// What `install` writes into the destination first: the parts it copies, one per line. A
+/// later run replaces exactly those and refuses anything else it finds there.
+const MARKER: &str = ".infera-install";
 
 /// The top-level entries that make an overlay (either layout): the launcher, the trees, the
 /// patches, the RoCE provider links.

@@ -81,13 +81,16 @@ fn refuse(r: &Refusal) -> i32 {
 }
 
 pub fn launch(req: &Request, env: &Env) -> i32 {
+    if req.init.is_some() && !req.dry_run {
+        init::block_signals();
+    }
     let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
     let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
     let modules = match &req.target {
         request::Target::Module { module, .. } => vec![module.clone()],
         _ => Vec::new(),
     };
-    let opts = overlay::LoadOptions { check_writable: nix::unistd::geteuid().is_root(), modules };
+    let opts = overlay::LoadOptions { check_writable: true, modules };
     let mut overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
     // The trees' own top-level modules (and their capabilities' own), looked for in the image.
     let probe: std::collections::BTreeSet<String> = overlay
@@ -111,11 +114,13 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         },
     };
     let facts = facts::Facts::gather(root, env, &wanted);
-    // The integrity check is a fact about the one tree the run would use.
-    if req.verify != Verify::Off {
-        let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, env };
-        if let (Some(family), Ok(ov)) = (plan::selected_family(&inputs), overlay.as_mut()) {
-            if let Some(t) = ov.trees.iter_mut().find(|t| t.family == family) {
+    // The walk of its files and the integrity check are facts about the one tree the run
+    // would use.
+    let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, env };
+    if let (Some(family), Ok(ov)) = (plan::selected_family(&inputs), overlay.as_mut()) {
+        if let Some(t) = ov.trees.iter_mut().find(|t| t.family == family) {
+            overlay::inspect(t);
+            if req.verify != Verify::Off {
                 overlay::verify(t, req.verify == Verify::Digest);
             }
         }

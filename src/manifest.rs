@@ -192,6 +192,12 @@ pub enum ManifestError {
     EnvComposed { key: String },
     #[error("[env] {key} contains a NUL byte")]
     EnvNul { key: String },
+    #[error(
+        "[env] {key} = `{value}`: {key} {loads}; a manifest may only point it inside the tree (`{{tree}}/…`, no `..`)"
+    )]
+    EnvLoadsCode { key: String, value: String, loads: &'static str },
+    #[error("[env] {key} = `{value}`: {key} {loads}; a manifest may not set it")]
+    EnvNamesCode { key: String, value: String, loads: &'static str },
     #[error("allow_shadow entry `{entry}` is not a top-level module name")]
     AllowShadow { entry: String },
 }
@@ -269,6 +275,7 @@ pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), ManifestError> {
         if v.contains('\0') {
             return Err(E::EnvNul { key: k.clone() });
         }
+        code_env(k, v)?;
     }
     if let Some(s) = m.allow_shadow.iter().find(|s| !is_identifier(s)) {
         return Err(E::AllowShadow { entry: s.clone() });
@@ -302,6 +309,68 @@ fn validate_capability(m: &Manifest, name: &str, c: &Capability) -> Result<(), M
 pub fn schema_json() -> String {
     let schema = schemars::schema_for!(Manifest);
     serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
+}
+
+/// Variables whose value makes the child load code from a path: the dynamic loader's
+/// (ld.so(8)), glibc's, CPython's (its "Environment variables" documentation) and the
+/// libraries an engine process loads (libibverbs' providers, OpenSSL's modules, the ROCm
+/// runtime's tool libraries). A manifest may set them only to paths inside its own tree.
+pub const CODE_PATH_ENV: [(&str, &str); 16] = [
+    ("LD_PRELOAD", "preloads shared objects into every process"),
+    ("LD_AUDIT", "loads audit modules into every process"),
+    ("LD_ORIGIN_PATH", "changes where $ORIGIN libraries are found"),
+    ("GCONV_PATH", "loads glibc's iconv modules (shared objects) from it"),
+    ("PYTHONHOME", "replaces the standard library CPython imports"),
+    ("PYTHONSTARTUP", "is a file CPython runs"),
+    ("PYTHONUSERBASE", "adds a site directory whose .pth files CPython runs"),
+    ("PYTHONPLATLIBDIR", "changes where CPython finds its compiled standard library"),
+    ("RDMAV_DRIVERS", "loads RDMA providers (shared objects) by path"),
+    ("IBV_DRIVERS", "loads RDMA providers (shared objects) by path"),
+    ("OPENSSL_CONF", "is a configuration that loads OpenSSL modules"),
+    ("OPENSSL_MODULES", "loads OpenSSL provider modules from it"),
+    ("OPENSSL_ENGINES", "loads OpenSSL engines from it"),
+    ("HSA_TOOLS_LIB", "loads ROCm runtime tool libraries"),
+    ("ROCP_TOOL_LIBRARIES", "loads ROCm profiler tool libraries"),
+    ("HIP_TRACE_API_LIB", "loads a HIP tracing library"),
+];
+
+/// Variables whose value names code to import rather than a path (CPython imports the
+/// module it names): never from a manifest.
+pub const CODE_NAME_ENV: [(&str, &str); 2] = [
+    ("PYTHONBREAKPOINT", "names a callable CPython imports"),
+    ("LD_PROFILE", "names a shared object the loader profiles (and writes output for)"),
+];
+
+/// A code-loading variable from a manifest: each of its paths `{tree}` or `{tree}/…` with
+/// no `..` (where it then resolves is checked against the tree when the tree is loaded);
+/// a variable that names code is refused; PYTHONWARNINGS may not name a category by
+/// module (`-W ::pkg.Warning` imports `pkg`).
+fn code_env(k: &str, v: &str) -> Result<(), ManifestError> {
+    if let Some((_, loads)) = CODE_PATH_ENV.iter().find(|(n, _)| *n == k) {
+        let bad = code_paths(k, v).any(|p| match p.strip_prefix("{tree}") {
+            Some(rest) => !(rest.is_empty() || rest.starts_with('/')) || rest.split('/').any(|c| c == ".."),
+            None => true,
+        });
+        if bad {
+            return Err(ManifestError::EnvLoadsCode { key: k.into(), value: v.into(), loads });
+        }
+    }
+    if let Some((_, loads)) = CODE_NAME_ENV.iter().find(|(n, _)| *n == k) {
+        if !(k == "PYTHONBREAKPOINT" && v == "0") {
+            return Err(ManifestError::EnvNamesCode { key: k.into(), value: v.into(), loads });
+        }
+    }
+    if k == "PYTHONWARNINGS" && v.split(',').any(|f| f.split(':').nth(2).is_some_and(|c| c.contains('.'))) {
+        let loads = "names a warning category by module, which CPython imports";
+        return Err(ManifestError::EnvNamesCode { key: k.into(), value: v.into(), loads });
+    }
+    Ok(())
+}
+
+/// The paths of a code-loading variable's value (`:`-separated; LD_PRELOAD also by spaces).
+pub fn code_paths<'a>(k: &str, v: &'a str) -> impl Iterator<Item = &'a str> {
+    let preload = k == "LD_PRELOAD";
+    v.split(move |c: char| c == ':' || (preload && c.is_ascii_whitespace())).filter(|p| !p.is_empty())
 }
 
 /// Variables the launcher composes itself for the child.

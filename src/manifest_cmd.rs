@@ -77,8 +77,9 @@ pub fn generate(tree: &Path, check: bool) -> Result<String, Refusal> {
     let (m, site) = match (mpath.exists(), overlay::infera::part_manifest(tree)) {
         (false, Some(derived)) => (derived?, ""),
         _ => {
-            let text = std::fs::read_to_string(&mpath)
-                .map_err(|e| invalid(manifest::ManifestError::Unreadable(e.to_string())))?;
+            let bytes = crate::rootfs::read_bounded(&mpath, crate::rootfs::SMALL_FILE_LIMIT)
+                .map_err(|e| invalid(manifest::ManifestError::Unreadable(crate::rootfs::io_reason(&e))))?;
+            let text = String::from_utf8(bytes).map_err(|_| invalid(manifest::ManifestError::NotUtf8))?;
             (manifest::parse(&text, &family).map_err(invalid)?, "site-packages")
         }
     };
@@ -140,7 +141,7 @@ fn differences(old: &Record, new: &Record) -> Vec<String> {
 }
 
 pub fn verify(overlay_dir: &Path, digest: bool) -> Result<String, Refusal> {
-    let opts = overlay::LoadOptions { check_writable: nix::unistd::geteuid().is_root(), modules: Vec::new() };
+    let opts = overlay::LoadOptions { check_writable: true, modules: Vec::new() };
     let ov = overlay::load(overlay_dir, &opts)?;
     let mut problems: Vec<String> = Vec::new();
     let mut files = 0;

@@ -123,10 +123,12 @@ fn walk(tree: &Path) -> std::io::Result<Vec<(String, fs::Metadata)>> {
 
 fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
+    // A FIFO or device in place of a recorded file must not block or be read.
+    let mut f = crate::rootfs::open_regular(path)?;
     if size >= BIG_FILE {
+        drop(f);
         h.update_mmap_rayon(path)?;
     } else {
-        let mut f = fs::File::open(path)?;
         let mut buf = [0u8; 64 * 1024];
         loop {
             let n = f.read(&mut buf)?;
@@ -137,6 +139,21 @@ fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
         }
     }
     Ok(h.finalize().to_hex().to_string())
+}
+
+fn not_regular(m: &fs::Metadata) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    let kind = if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    format!("is {kind} where a file is recorded")
 }
 
 /// The integrity record of a tree: sizes and digests, hashed in parallel.
@@ -155,6 +172,9 @@ pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), PayloadEr
                     blake3: None,
                     link: Some(target.to_string_lossy().into_owned()),
                 });
+            }
+            if !m.is_file() {
+                return Err(Problem { path: rel.clone(), what: not_regular(m) });
             }
             let digest = hash_file(&p, m.size()).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
             Ok(Entry { path: rel.clone(), size: Some(m.size()), blake3: Some(digest), link: None })
@@ -325,7 +345,11 @@ fn wheel_evidence(
 ) {
     let Some(want) = crate::rootfs::parse_minor(want_py) else { return };
     for (rel, _) in files.iter().filter(|(r, m)| m.is_file() && r.ends_with(".dist-info/WHEEL")) {
-        let Ok(text) = fs::read_to_string(tree.join(rel)) else { continue };
+        let Ok(text) =
+            crate::rootfs::read_bounded(&tree.join(rel), 1 << 20).map(|b| String::from_utf8_lossy(&b).into_owned())
+        else {
+            continue;
+        };
         let tags: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("Tag:")).map(str::trim).collect();
         let pythons: Vec<TagPython> = tags.iter().filter_map(|t| tag_python(t)).collect();
         let Some(first) = pythons.first().copied() else { continue };
@@ -341,7 +365,9 @@ fn wheel_evidence(
         );
         // RECORD paths are relative to the directory holding the .dist-info.
         let base = info_dir.rsplit_once('/').map_or(String::new(), |(b, _)| format!("{b}/"));
-        let record = fs::read_to_string(tree.join(info_dir).join("RECORD")).unwrap_or_default();
+        let record = crate::rootfs::read_bounded(&tree.join(info_dir).join("RECORD"), 64 << 20)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         let compiled: Vec<String> = record
             .lines()
             .filter_map(|l| l.split(',').next())
@@ -359,7 +385,7 @@ fn wheel_evidence(
 /// `DT_NEEDED` of an ELF file; None when the file is not ELF.
 fn elf_needed(path: &Path) -> Option<Result<Vec<String>, String>> {
     let mut magic = [0u8; 4];
-    let mut f = fs::File::open(path).ok()?;
+    let mut f = crate::rootfs::open_regular(path).ok()?;
     f.read_exact(&mut magic).ok()?;
     if magic != *b"\x7fELF" {
         return None;
@@ -411,6 +437,7 @@ pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>
                     return Some(Problem { path: p, what: format!("recorded as a symlink to `{t}`, now a file") })
                 }
                 (None, true) => return Some(Problem { path: p, what: "recorded as a file, now a symlink".into() }),
+                (None, false) if !m.is_file() => return Some(Problem { path: p, what: not_regular(m) }),
                 (None, false) => {}
             }
             if e.size != Some(m.size()) {

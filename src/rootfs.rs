@@ -213,9 +213,43 @@ fn components(p: &Path) -> VecDeque<OsString> {
         .collect()
 }
 
+/// Open a file that must be a regular file, without ever blocking: a FIFO where a version
+/// file, a manifest or config.json is expected would block `open` until a writer comes, a
+/// device could be anything. The type is checked before opening (no open of a device at
+/// all) and again on the open descriptor (it may have been swapped), which is opened
+/// `O_NONBLOCK | O_NOCTTY`.
+pub fn open_regular(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    regular(&fs::metadata(path)?)?;
+    let f = fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY).open(path)?;
+    regular(&f.metadata()?)?;
+    Ok(f)
+}
+
+fn regular(m: &fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    let kind = if t.is_file() {
+        return Ok(());
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
+    };
+    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {kind}, not a regular file")))
+}
+
 /// Read at most `limit` bytes; a longer file is an error, not a truncated read.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    let f = fs::File::open(path)?;
+    let f = open_regular(path)?;
     let mut buf = Vec::new();
     f.take(limit + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > limit {

@@ -14,8 +14,8 @@ pub enum Header {
     Elf,
     /// `#!` and the interpreter it names.
     Script(String),
-    /// Neither (empty, text without `#!`, another format).
-    Unknown,
+    /// Neither: execve fails with ENOEXEC (`an empty file`, `text without a #! line`, …).
+    Unknown(&'static str),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +68,10 @@ fn noexec(host: &Path) -> bool {
 /// The first bytes of a regular file (already known to be one).
 fn header(host: &Path) -> Header {
     let mut buf = [0u8; 256];
-    let n = std::fs::File::open(host).and_then(|mut f| f.read(&mut buf)).unwrap_or(0);
+    let n = match rootfs::open_regular(host).and_then(|mut f| f.read(&mut buf)) {
+        Ok(n) => n,
+        Err(_) => return Header::Unknown("a file that cannot be read"),
+    };
     let b = &buf[..n];
     if b.starts_with(b"\x7fELF") {
         return Header::Elf;
@@ -78,5 +81,11 @@ fn header(host: &Path) -> Header {
         let text = String::from_utf8_lossy(line);
         return Header::Script(text.split_whitespace().next().unwrap_or("").to_string());
     }
-    Header::Unknown
+    Header::Unknown(if b.is_empty() {
+        "an empty file"
+    } else if b.iter().all(|c| c.is_ascii_graphic() || c.is_ascii_whitespace()) {
+        "text without a `#!` line"
+    } else {
+        "neither an ELF binary nor a `#!` script"
+    })
 }

@@ -51,7 +51,7 @@ pub fn detect(root: &Root) -> Option<Ionic> {
     let (same, writable) = match &target {
         Ok(t) => {
             let h = root.host(t);
-            (std::fs::read(&h).is_ok_and(|image| image == host), writable(&h))
+            (crate::rootfs::read_bounded(&h, 64 << 20).is_ok_and(|image| image == host), writable(&h))
         }
         Err(_) => (false, false),
     };

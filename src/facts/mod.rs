@@ -41,7 +41,7 @@ pub struct Facts {
     /// The running process and the node's devices (root `/` only).
     pub host: Option<host::Host>,
     /// Model facts per model reference named in the args.
-    pub models: BTreeMap<String, model::ModelFacts>,
+    pub models: BTreeMap<OsString, model::ModelFacts>,
     /// The interpreter file the run would exec (when the interpreter was found).
     pub interpreter_file: Option<ExecFile>,
     /// The program of the command form, when it is not a Python module run.
@@ -73,7 +73,7 @@ pub enum Program {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wanted<'a> {
     /// Model references named in the engine args.
-    pub models: &'a [String],
+    pub models: &'a [OsString],
     /// Top-level module names to look for in the image (the overlay trees' own), so
     /// shadowing is judged without listing every package of the image.
     pub probe: Option<&'a BTreeSet<String>>,

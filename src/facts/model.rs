@@ -23,6 +23,9 @@ pub struct Model {
     pub multimodal: bool,
     pub hybrid: bool,
     pub attention_heads: Option<u64>,
+    /// `num_attention_heads` present but not a positive count (`-8`, `0`, `1e30`, `"64"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heads_unusable: Option<String>,
     /// Why each trait was recognised, for messages.
     pub evidence: Vec<String>,
 }
@@ -90,26 +93,32 @@ impl HfEnv<'_> {
     }
 }
 
-pub fn detect(root: &Root, reference: &str, hf: &HfEnv) -> ModelFacts {
-    let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
-    if reference == "." || reference == ".." || reference.starts_with("./") || reference.starts_with("../") {
-        return ModelFacts::Relative { reference: reference.to_string() };
+/// `reference` as the engine gets it: bytes (a path need not be UTF-8), shown lossily.
+pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFacts {
+    use std::os::unix::ffi::OsStrExt;
+    let shown = reference.to_string_lossy().into_owned();
+    let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: shown.clone(), reason };
+    let b = reference.as_bytes();
+    if b == b"." || b == b".." || b.starts_with(b"./") || b.starts_with(b"../") {
+        return ModelFacts::Relative { reference: shown };
     }
-    let dir = if reference.starts_with('/') {
+    let dir = if b.starts_with(b"/") {
         let p = PathBuf::from(reference);
         if root.resolve(&p).is_err() {
-            return ModelFacts::Missing { reference: reference.to_string(), path: p };
+            return ModelFacts::Missing { reference: shown, path: p };
         }
         p
     } else {
-        match resolve_hf(root, reference, hf) {
-            Ok(d) => d,
-            Err(reason) => return unreadable(reason),
+        // A repo id is text; bytes that are not UTF-8 cannot be one.
+        match reference.to_str().map(|r| resolve_hf(root, r, hf)) {
+            Some(Ok(d)) => d,
+            Some(Err(reason)) => return unreadable(reason),
+            None => return unreadable(ModelProblem::NotAReference { reference: shown.clone() }),
         }
     };
     let config = dir.join("config.json");
     match root.read_small(&config) {
-        Ok(bytes) => from_config(reference, &config, &bytes),
+        Ok(bytes) => from_config(&shown, &config, &bytes),
         Err(e) => unreadable(ModelProblem::Io { config, reason: rootfs::io_reason(&e) }),
     }
 }
@@ -193,7 +202,10 @@ fn classify(reference: &str, config: PathBuf, top: &Value) -> Model {
         mla,
         multimodal,
         hybrid: hybrid_key.is_some(),
-        attention_heads: field("num_attention_heads").and_then(Value::as_u64),
+        attention_heads: field("num_attention_heads").and_then(Value::as_u64).filter(|h| *h > 0),
+        heads_unusable: field("num_attention_heads")
+            .filter(|v| v.as_u64().is_none_or(|h| h == 0))
+            .map(|v| v.to_string()),
         evidence,
     }
 }

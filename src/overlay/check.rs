@@ -1,38 +1,11 @@
 //! The checks that make a tree safe to run from: paths resolve inside it; nobody but
-//! root (or the launcher's own user) can change what it holds.
+//! root (or the launcher's own user) can change what it holds (every file: `walk.rs`).
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
 
 use super::{Mount, OverlayError, Presence};
-
-/// Every directory and file of a tree: not writable by group or others, owned by root or
-/// by the user the launcher runs as. Skipped on a read-only mount (image volumes, readOnly
-/// volumeMounts), where nobody can write whatever the bits say.
-pub fn payload_not_writable(tree: &Path, mount: Mount) -> Result<(), OverlayError> {
-    if mount.read_only {
-        return Ok(());
-    }
-    let euid = nix::unistd::geteuid().as_raw();
-    let mut stack = vec![tree.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        let Ok(m) = fs::symlink_metadata(&p) else { continue };
-        if m.file_type().is_symlink() {
-            continue;
-        }
-        if m.uid() != 0 && m.uid() != euid {
-            return Err(OverlayError::Owner { path: p, uid: m.uid() });
-        }
-        not_writable(&p)?;
-        if m.is_dir() {
-            if let Ok(rd) = fs::read_dir(&p) {
-                stack.extend(rd.filter_map(|e| e.ok()).map(|e| e.path()));
-            }
-        }
-    }
-    Ok(())
-}
 
 pub fn not_writable(p: &Path) -> Result<(), OverlayError> {
     let Ok(m) = fs::metadata(p) else {
@@ -160,7 +133,12 @@ pub fn mount_of(dir: &Path) -> Mount {
     use nix::sys::statvfs::{statvfs, FsFlags};
     match statvfs(dir) {
         Ok(s) => {
-            Mount { read_only: s.flags().contains(FsFlags::ST_RDONLY), noexec: s.flags().contains(FsFlags::ST_NOEXEC) }
+            let f = s.flags();
+            Mount {
+                read_only: f.contains(FsFlags::ST_RDONLY),
+                noexec: f.contains(FsFlags::ST_NOEXEC),
+                nosuid: f.contains(FsFlags::ST_NOSUID),
+            }
         }
         Err(_) => Mount::default(),
     }

@@ -53,17 +53,8 @@ pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) 
     let mount = Mount {
         read_only: !mounts.is_empty() && mounts.iter().all(|m| m.read_only),
         noexec: mounts.iter().any(|m| m.noexec),
+        nosuid: !mounts.is_empty() && mounts.iter().all(|m| m.nosuid),
     };
-    // Only a noexec mount makes shared objects matter: then look for them (lib/, or the
-    // integrity records' lists when there are some).
-    let shared_objects = mount.noexec
-        && (paths.lib.iter().any(|l| fs::read_dir(l).map(|mut d| d.next().is_some()).unwrap_or(false))
-            || paths.parts.iter().any(|p| {
-                crate::payload::read_record(p)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|r| r.files.iter().any(|f| f.path.ends_with(".so") || f.path.contains(".so.")))
-            }));
     TreeFacts {
         bin: programs(&paths.bin),
         top_modules,
@@ -72,7 +63,8 @@ pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) 
         modules,
         libraries,
         mount,
-        shared_objects,
+        shared_objects: false,
+        walked: None,
         integrity: None,
     }
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::check::{find_module, not_writable, payload_not_writable};
+use super::check::{find_module, inside, not_writable};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree};
 use crate::engines::TABLE;
 use crate::manifest::{
@@ -105,7 +105,10 @@ fn tree(
             vec![py.to_path_buf()],
         ),
     };
-    let paths = Paths { site, lib, bin, parts, caps: BTreeMap::new() };
+    for part in &parts {
+        inside(overlay, part)?;
+    }
+    let paths = Paths { site, lib, bin, parts, caps: BTreeMap::new(), contain: overlay.to_path_buf() };
     let native_caps = match native {
         Some((_, n)) => capabilities_file(n)?,
         None => Vec::new(),
@@ -115,7 +118,6 @@ fn tree(
     if opts.check_writable {
         for part in &paths.parts {
             not_writable(part)?;
-            payload_not_writable(part, facts.mount)?;
         }
     }
     Ok(Tree { family, dir: py.to_path_buf(), manifest, python: minor, hip: native.map(|(h, _)| h), paths, facts })

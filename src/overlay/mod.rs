@@ -7,6 +7,7 @@ mod check;
 mod gather;
 pub mod infera;
 mod ours;
+mod walk;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use infera_exec_derive::Refuse;
 
 pub use crate::facts::site::Dist;
 pub use check::{find_module, inside};
+pub use walk::inspect;
 
 #[derive(Debug, Clone)]
 pub struct Overlay {
@@ -76,6 +78,9 @@ pub struct Paths {
     /// A capability's own importable directory (`capabilities/<name>/`), put on the path
     /// only when the child imports the tree's copy of it.
     pub caps: BTreeMap<String, PathBuf>,
+    /// What every path of the tree must resolve inside: its directory (ours), the whole
+    /// payload (the Infera layout, whose trees are pairs of its directories).
+    pub contain: PathBuf,
 }
 
 /// What the tree's files say, gathered at load.
@@ -96,8 +101,11 @@ pub struct TreeFacts {
     /// Every library the manifest's capabilities name, in its lib directories.
     pub libraries: BTreeMap<String, Presence>,
     pub mount: Mount,
-    /// Shared objects in the tree (only looked for on a `noexec` mount, where they matter).
+    /// Shared objects anywhere in the tree (extension modules, libraries), from the walk.
     pub shared_objects: bool,
+    /// The walk of every file of the tree the run uses (links contained, no set-id files,
+    /// nothing writable or foreign-owned on a writable mount); None: not walked.
+    pub walked: Option<Result<(), OverlayError>>,
     /// The check against the integrity record, when asked for (INFERA_VERIFY).
     pub integrity: Option<Integrity>,
 }
@@ -106,6 +114,7 @@ pub struct TreeFacts {
 pub struct Mount {
     pub read_only: bool,
     pub noexec: bool,
+    pub nosuid: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,9 +193,9 @@ pub enum OverlayError {
         hint = "mount the overlay read-only (image volumes are) or `chmod -R go-w` the payload"
     )]
     Writable { path: PathBuf, who: &'static str, mode: u32 },
-    #[error("`{}` is owned by uid {uid}, who could change what root runs", path.display())]
+    #[error("`{}` is owned by uid {uid}, who could change what the launcher (uid {euid}) runs", path.display())]
     #[refuse(code = "overlay-owner", exit = Invalid, hint = "mount the overlay read-only, or `chown -R root:` the payload")]
-    Owner { path: PathBuf, uid: u32 },
+    Owner { path: PathBuf, uid: u32, euid: u32 },
     #[error("`{}` resolves to `{}`, outside its tree `{}`", path.display(), target.display(), tree.display())]
     #[refuse(
         code = "path-escapes-tree",
@@ -194,6 +203,15 @@ pub enum OverlayError {
         hint = "payload files must live inside their tree; replace the symlink by the file"
     )]
     Escapes { path: PathBuf, target: PathBuf, tree: PathBuf },
+    #[error("`{}` is a set-user/group-ID file (mode {mode:o}); a payload may not carry one", path.display())]
+    #[refuse(code = "overlay-setid", exit = Invalid, hint = "remove the set-id bit when staging (`chmod ug-s`), or mount the overlay nosuid")]
+    SetId { path: PathBuf, mode: u32 },
+    #[error("`{}` is {kind}, not a file or directory; a payload may not carry one", path.display())]
+    #[refuse(code = "overlay-special-file", exit = Invalid, hint = "remove it from the payload; Python would block or fail reading it")]
+    Special { path: PathBuf, kind: &'static str },
+    #[error("`{}` cannot be read: {reason}", path.display())]
+    #[refuse(code = "overlay-unreadable", exit = Invalid, hint = "the payload must be readable by the user the launcher runs as")]
+    Unreadable { path: PathBuf, reason: String },
     #[error("trees `{a}` and `{b}` both claim python {python} / HIP ABI {hip}; the launcher cannot choose")]
     #[refuse(
         code = "trees-ambiguous",
@@ -206,7 +224,8 @@ pub enum OverlayError {
 /// What to gather while loading.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
-    /// Check ownership and writability (on when the launcher runs as root).
+    /// Check the overlay's, the trees' and the manifests' own ownership and writability
+    /// (every file of the tree the run uses is checked by its walk, `inspect`).
     pub check_writable: bool,
     /// Modules to look up in every tree besides the ones its manifest names.
     pub modules: Vec<String>,

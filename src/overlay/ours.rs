@@ -1,15 +1,17 @@
 //! Our own layout: `trees/<family>/{manifest.toml,site-packages,capabilities/<name>,lib,bin}`.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::check::{inside, not_writable, payload_not_writable};
+use super::check::{inside, not_writable};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree};
 use crate::manifest::{self, ManifestError};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
 
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
     let trees_dir = dir.join("trees");
+    // `trees/` itself a link elsewhere would make every tree someone else's.
+    inside(dir, &trees_dir)?;
     let mut names: Vec<String> = match fs::read_dir(&trees_dir) {
         Ok(rd) => rd
             .filter_map(|e| e.ok())
@@ -31,12 +33,21 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         let tdir = trees_dir.join(&name);
         inside(&trees_dir, &tdir)?;
         let mpath = tdir.join("manifest.toml");
+        // A manifest that is a link to a file elsewhere describes a tree it is not part of.
+        inside(&tdir, &mpath)?;
         let bad = |reason: ManifestError| OverlayError::Manifest { path: mpath.clone(), reason };
         let bytes = read_bounded(&mpath, SMALL_FILE_LIMIT)
             .map_err(|e| bad(ManifestError::Unreadable(rootfs::io_reason(&e))))?;
         let text = String::from_utf8(bytes).map_err(|_| bad(ManifestError::NotUtf8))?;
         let manifest = manifest::parse(&text, &name).map_err(bad)?;
-        let mut paths = Paths { parts: vec![tdir.clone()], ..Paths::default() };
+        // The paths a code-loading [env] value names are inside the tree by their spelling
+        // (validated); where they resolve must be too (a link to a file elsewhere is refused).
+        for (k, v) in manifest.env.iter().filter(|(k, _)| manifest::CODE_PATH_ENV.iter().any(|(n, _)| n == k)) {
+            for p in manifest::code_paths(k, v) {
+                inside(&tdir, &PathBuf::from(p.replace("{tree}", &tdir.to_string_lossy())))?;
+            }
+        }
+        let mut paths = Paths { parts: vec![tdir.clone()], contain: tdir.clone(), ..Paths::default() };
         for (sub, list) in [("site-packages", &mut paths.site), ("lib", &mut paths.lib), ("bin", &mut paths.bin)] {
             let p = tdir.join(sub);
             if p.exists() {
@@ -59,8 +70,8 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         }
         let facts = gather::tree_facts(&tdir, &paths, &manifest, opts);
         if opts.check_writable {
+            not_writable(&tdir)?;
             not_writable(&mpath)?;
-            payload_not_writable(&tdir, facts.mount)?;
         }
         let tree = Tree {
             family: name,

@@ -39,6 +39,14 @@ pub enum ArgsError {
     #[error("the shipped rules are invalid: {reason}")]
     #[refuse(code = "rules-invalid", exit = Invalid)]
     RulesInvalid { reason: String },
+    #[error(
+        "{flag} `{value}`: invalid int value; the {engine} parser exits with `argument {flag}: invalid int value`"
+    )]
+    #[refuse(code = "arg-not-an-int", exit = Usage, hint = "give a whole number (Python's int(): `8`, ` 8`, `1_6`)")]
+    NotAnInt { flag: String, value: String, engine: &'static str },
+    #[error("{flag} {value}: a {what} must be at least 1; the engine would fail only after it starts")]
+    #[refuse(code = "parallel-size-invalid", exit = Refused, hint = "give a positive size, or leave it out for the launcher's default")]
+    NotPositive { flag: String, value: i64, what: &'static str },
 }
 
 pub struct Ctx<'a> {
@@ -67,9 +75,10 @@ struct Effective<'a> {
 pub fn apply(ctx: &Ctx, findings: &mut Vec<Finding>) -> Result<Vec<OsString>, Refusal> {
     let rules = crate::rules::shipped().map_err(|e| ArgsError::RulesInvalid { reason: e.to_string() })?;
     let gpus = ctx.facts.gpus.as_ref().map_err(Clone::clone)?.count;
+    let ints = Ints::read(ctx, findings)?;
     let model = model_of(ctx, findings)?;
     let mut added = Vec::new();
-    let eff = defaults(ctx, gpus, model, &mut added, findings);
+    let eff = defaults(ctx, gpus, model, &ints, &mut added, findings);
     check_rules(ctx, rules, &eff, findings)?;
     Ok(added)
 }
@@ -79,6 +88,7 @@ fn defaults<'a>(
     ctx: &Ctx,
     gpus: Option<u32>,
     model: Option<&'a Model>,
+    ints: &Ints,
     added: &mut Vec<OsString>,
     findings: &mut Vec<Finding>,
 ) -> Effective<'a> {
@@ -87,7 +97,7 @@ fn defaults<'a>(
     let layout = [Opt::TensorParallelSize, Opt::DataParallelSize, Opt::PipelineParallelSize, Opt::Nnodes]
         .into_iter()
         .find(|o| p.is_set(*o));
-    let mut tp = p.value(Opt::TensorParallelSize).and_then(|v| v.parse::<u64>().ok());
+    let mut tp = ints.tp;
     match (layout, gpus) {
         (None, Some(n)) if n > 0 => {
             add(e, Opt::TensorParallelSize, &n.to_string(), added);
@@ -145,11 +155,11 @@ fn defaults<'a>(
     Effective {
         tp,
         gpus,
-        nnodes: p.value(Opt::Nnodes).and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(1),
+        nnodes: ints.nnodes.unwrap_or(1),
         ray: p.value(Opt::DistributedExecutorBackend) == Some("ray"),
         kv,
         load_format: p.value(Opt::LoadFormat).map(str::to_string),
-        max_seqs: p.value(Opt::MaxSeqs).and_then(|v| v.parse().ok()),
+        max_seqs: ints.max_seqs,
         model,
     }
 }
@@ -185,13 +195,65 @@ fn add(e: Engine, o: Opt, v: &str, added: &mut Vec<OsString>) {
     }
 }
 
+/// The integer options the rules reason about, read as the engine's parser reads them.
+struct Ints {
+    tp: Option<u64>,
+    nnodes: Option<u64>,
+    max_seqs: Option<u64>,
+}
+
+impl Ints {
+    fn read(ctx: &Ctx, findings: &mut Vec<Finding>) -> Result<Ints, ArgsError> {
+        let (e, p) = (ctx.engine, ctx.parsed);
+        let mut get = |o: Opt, what: &'static str| -> Result<Option<u64>, ArgsError> {
+            let Some(Setting::Value(v)) = p.get(o) else { return Ok(None) };
+            let flag = e.flag(o);
+            let text = v.to_string_lossy();
+            let n = match v.to_str().ok_or(()).and_then(dialect::py_int) {
+                Ok(Some(n)) => n,
+                Ok(None) => {
+                    findings.push(Finding::warn(
+                        "arg-unread",
+                        format!("{flag} `{text}`: not read as a number here (non-ASCII digits); the rules that need it are not checked"),
+                    ));
+                    return Ok(None);
+                }
+                Err(()) => {
+                    return Err(ArgsError::NotAnInt { flag, value: text.into_owned(), engine: e.name() });
+                }
+            };
+            match u64::try_from(n) {
+                Ok(v) if v > 0 => Ok(Some(v)),
+                _ => Err(ArgsError::NotPositive { flag, value: n, what }),
+            }
+        };
+        let tp = get(Opt::TensorParallelSize, "tensor parallel size")?;
+        get(Opt::DataParallelSize, "data parallel size")?;
+        get(Opt::PipelineParallelSize, "pipeline parallel size")?;
+        let nnodes = get(Opt::Nnodes, "node count")?;
+        let max_seqs = get(Opt::MaxSeqs, "number of concurrent sequences")?;
+        Ok(Ints { tp, nnodes, max_seqs })
+    }
+}
+
 fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a Model>, Refusal> {
-    let Some(reference) = ctx.parsed.value(Opt::Model) else {
+    let Some(Setting::Value(reference)) = ctx.parsed.get(Opt::Model) else {
         findings.push(Finding::info("model-unknown", "no model in the args: model rules skipped"));
         return Ok(None);
     };
     match ctx.facts.models.get(reference) {
-        Some(ModelFacts::Known(m)) => Ok(Some(m)),
+        Some(ModelFacts::Known(m)) => {
+            if let Some(v) = &m.heads_unusable {
+                findings.push(Finding::warn(
+                    "model-heads-unusable",
+                    format!(
+                        "num_attention_heads = {v} in `{}` is not a positive count: the rule on how tensor parallelism divides the heads is not checked",
+                        m.config.display()
+                    ),
+                ));
+            }
+            Ok(Some(m))
+        }
         Some(ModelFacts::Missing { path, .. }) if ctx.facts.root.is_host_root() => {
             Err(ArgsError::ModelMissing { path: path.clone() }.into())
         }

@@ -105,6 +105,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     p.family = Some(tree.family.clone());
     p.tree = Some(tree.dir.clone());
     safety::integrity(tree)?;
+    safety::walked(tree)?;
 
     let run = select::target(req, facts, overlay, tree, &mut p.findings)?;
     if let Some(e) = run.engine() {

@@ -23,6 +23,13 @@ pub enum ProgramError {
     #[error("the {what} `{}` is on a filesystem mounted noexec: execve would fail with EACCES", program.display())]
     #[refuse(code = "exec-noexec", exit = CannotExec, hint = "mount the image's filesystem without noexec")]
     NoexecMount { what: &'static str, program: PathBuf },
+    #[error("the {what} `{}` is {kind}: execve would fail with ENOEXEC", program.display())]
+    #[refuse(
+        code = "exec-format",
+        exit = CannotExec,
+        hint = "point it at an ELF binary or a `#!` script; a file without a valid header is not run through /bin/sh"
+    )]
+    Format { what: &'static str, program: PathBuf, kind: &'static str },
     #[error("`{name}` is not on the container's PATH ({path}) nor in the tree's `{}`", bin.display())]
     #[refuse(code = "exec-not-found", exit = NotFound, hint = "name a program the image has, or give its absolute path")]
     NotOnPath { name: String, path: String, bin: PathBuf },
@@ -39,6 +46,9 @@ pub fn runnable(program: &std::path::Path, what: &'static str, file: &ExecFile) 
             Err(ProgramError::NotExecutable { what, program, mode: *mode })
         }
         ExecFile::NoexecMount => Err(ProgramError::NoexecMount { what, program }),
+        ExecFile::Ok { header: crate::facts::exe::Header::Unknown(kind), .. } => {
+            Err(ProgramError::Format { what, program, kind })
+        }
         ExecFile::Ok { .. } => Ok(()),
     }
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 use super::caps::{Copy, Import};
+use crate::error::Refusal;
 use crate::facts::Facts;
 use crate::manifest::Prefer;
 use crate::overlay::Tree;
@@ -45,6 +46,14 @@ pub enum SafetyError {
 pub fn integrity(tree: &Tree) -> Result<(), SafetyError> {
     match tree.facts.integrity.as_ref().map(|i| &i.result) {
         Some(Err(problems)) => Err(SafetyError::Integrity { family: tree.family.clone(), problems: problems.clone() }),
+        _ => Ok(()),
+    }
+}
+
+/// The walk of the tree's files (links, set-id, special files, ownership) refused it.
+pub fn walked(tree: &Tree) -> Result<(), Refusal> {
+    match &tree.facts.walked {
+        Some(Err(e)) => Err(e.clone().into()),
         _ => Ok(()),
     }
 }

@@ -50,6 +50,7 @@ fn kimi() -> ModelFacts {
         multimodal: true,
         hybrid: true,
         attention_heads: Some(64),
+        heads_unusable: None,
         evidence: vec!["MLA: model_type kimi_k3 with kv_lora_rank 512".into()],
     })
 }
@@ -81,7 +82,7 @@ fn facts() -> Facts {
             source: GpuSource::VisibleDevices { var: "HIP_VISIBLE_DEVICES", value: "0,1,2,3,4,5,6,7".into() },
         }),
         host: None,
-        models: BTreeMap::from([("/models/kimi-k3".to_string(), kimi())]),
+        models: BTreeMap::from([(OsString::from("/models/kimi-k3"), kimi())]),
         interpreter_file: Some(ExecFile::Ok { mode: 0o755, header: Header::Elf }),
         program: None,
         workdir: Some(Ok("/".into())),
@@ -107,12 +108,13 @@ fn tree(text: &str, family: &str) -> Tree {
             bin: Vec::new(),
             parts: vec![dir.clone()],
             caps: ["mooncake", "hipfile"].iter().map(|c| (c.to_string(), dir.join("capabilities").join(c))).collect(),
+            contain: dir.clone(),
         },
         facts: TreeFacts {
             top_modules: [("infera".to_string(), dir.join("site-packages"))].into_iter().collect(),
             cap_modules: ["mooncake", "hipfile"].iter().map(|c| (c.to_string(), vec![c.to_string()])).collect(),
             modules,
-            mount: Mount { read_only: true, noexec: false },
+            mount: Mount { read_only: true, noexec: false, nosuid: true },
             ..TreeFacts::default()
         },
         dir,
@@ -400,4 +402,52 @@ fn shadowing_the_image() {
     assert_eq!((err.code.as_str(), err.exit.code()), ("shadows-base", 65));
     assert!(err.message.contains("`mooncake` (base: `/usr/local/lib/python3.12/dist-packages/mooncake`)"));
     assert!(err.hint.unwrap().contains("capabilities/mooncake/"));
+}
+
+#[test]
+fn numbers_are_read_as_the_engine_reads_them() {
+    let (f, ov, e) = (facts(), overlay(), env());
+    // 8 GPUs: `' 16'` and `1_6` are 16 for the engine's int(), so the TP rule applies.
+    for tp in ["--tensor-parallel-size= 16", "-tp=1_6", "--tensor-parallel-size=\t16\n"] {
+        let req = request(Role::Worker, &["--model", "/models/kimi-k3", tp]);
+        let err = run(&req, &f, &ov, &e).error.unwrap();
+        assert_eq!((err.code.as_str(), err.exit.code()), ("tp-exceeds-gpus", 78), "{tp}");
+        assert!(err.message.starts_with("tensor parallel size 16 is larger than the 8 GPUs"), "{}", err.message);
+    }
+    for (arg, code, exit, msg) in [
+        ("-tp=0", "parallel-size-invalid", 78, "--tensor-parallel-size 0: a tensor parallel size must be at least 1"),
+        ("-tp=-1", "parallel-size-invalid", 78, "--tensor-parallel-size -1: a tensor parallel size must be at least 1"),
+        (
+            "--max-num-seqs=0",
+            "parallel-size-invalid",
+            78,
+            "--max-num-seqs 0: a number of concurrent sequences must be at least 1",
+        ),
+        ("-tp=abc", "arg-not-an-int", 2, "--tensor-parallel-size `abc`: invalid int value; the vllm parser exits"),
+        ("-pp=1.5", "arg-not-an-int", 2, "--pipeline-parallel-size `1.5`: invalid int value"),
+    ] {
+        let req = request(Role::Worker, &["--model", "/models/kimi-k3", arg]);
+        let err = run(&req, &f, &ov, &e).error.unwrap();
+        assert_eq!((err.code.as_str(), err.exit.code()), (code, exit), "{arg}");
+        assert!(err.message.starts_with(msg), "{arg}: {}", err.message);
+    }
+    // Digits of another script: not guessed, said.
+    let req = request(Role::Worker, &["--model", "/models/kimi-k3", "-tp=\u{0661}\u{0666}"]);
+    let p = run(&req, &f, &ov, &e);
+    assert!(p.error.is_none(), "{:?}", p.error);
+    assert!(p.findings.iter().any(|x| x.code == "arg-unread"));
+}
+
+#[test]
+fn odd_head_counts_are_said_not_skipped() {
+    let (mut f, ov, e) = (facts(), overlay(), env());
+    if let Some(ModelFacts::Known(m)) = f.models.get_mut(&OsString::from("/models/kimi-k3")) {
+        m.attention_heads = None;
+        m.heads_unusable = Some("-8".into());
+    }
+    let req = request(Role::Worker, &["--model", "/models/kimi-k3", "-tp", "3"]);
+    let p = run(&req, &f, &ov, &e);
+    assert!(p.error.is_none(), "{:?}", p.error);
+    let w = p.findings.iter().find(|x| x.code == "model-heads-unusable").unwrap();
+    assert!(w.message.starts_with("num_attention_heads = -8 in `/models/kimi-k3/config.json` is not a positive count"));
 }

@@ -238,8 +238,27 @@ fn install_copies_the_overlay_and_checks_the_copy() {
     std::fs::create_dir_all(busy.join("bin")).unwrap();
     std::fs::write(busy.join("precious"), "keep me").unwrap();
     let out = infera(&["install"]).args([busy.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
-    out.assert(2, "is not empty and is not an earlier copy of the overlay (it holds precious)");
+    out.assert(2, "holds what this launcher did not install there (bin, precious); nothing was removed");
     assert_eq!(std::fs::read_to_string(busy.join("precious")).unwrap(), "keep me");
+    // A `trees/` it did not write is never removed, whatever it holds (no marker of ours).
+    let other = dest.path().join("other");
+    std::fs::create_dir_all(other.join("trees/data")).unwrap();
+    std::fs::write(other.join("trees/data/results.csv"), "months of work").unwrap();
+    let out = infera(&["install"]).args([other.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
+    out.assert(
+        2,
+        &format!(
+            "error[install-not-empty]: `{}` holds what this launcher did not install there (trees)",
+            other.display()
+        ),
+    );
+    assert_eq!(std::fs::read_to_string(other.join("trees/data/results.csv")).unwrap(), "months of work");
+    // Nor is what sits beside an earlier copy.
+    std::fs::write(target.join("notes.txt"), "mine").unwrap();
+    let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
+    out.assert(2, "(notes.txt); nothing was removed");
+    std::fs::remove_file(target.join("notes.txt")).unwrap();
+    assert_eq!(std::fs::read_to_string(target.join(".infera-install")).unwrap(), "bin\npatches\nrdma\ntrees\n");
     // Re-installing over an earlier copy (a restarted initContainer) is fine.
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
     out.assert(0, "(40 files)");
