@@ -56,7 +56,7 @@ pub fn model_refs(args: &[OsString]) -> Vec<OsString> {
 /// (the engine exits 2); `Ok(None)` for text with non-ASCII characters, which `int()` may
 /// read as digits of another script and this reader does not (the caller says so).
 /// Values beyond `i64` saturate (Python's ints do not overflow; any such size is absurd).
-pub fn py_int(s: &str) -> Result<Option<i64>, ()> {
+pub fn py_int(s: &str) -> Result<Option<i64>, NotAnInt> {
     // str.isspace: Unicode white space plus the ASCII separators U+001C..U+001F.
     let t = s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c));
     if !t.is_ascii() {
@@ -69,7 +69,7 @@ pub fn py_int(s: &str) -> Result<Option<i64>, ()> {
     };
     let b = digits.as_bytes();
     if b.is_empty() || !b[0].is_ascii_digit() || !b[b.len() - 1].is_ascii_digit() {
-        return Err(());
+        return Err(NotAnInt);
     }
     let mut n: i64 = 0;
     let mut prev_underscore = false;
@@ -80,11 +80,15 @@ pub fn py_int(s: &str) -> Result<Option<i64>, ()> {
                 prev_underscore = false;
                 n = n.saturating_mul(10).saturating_add(i64::from(c - b'0'));
             }
-            _ => return Err(()),
+            _ => return Err(NotAnInt),
         }
     }
     Ok(Some(if neg { -n } else { n }))
 }
+
+/// What Python's `int()` raises ValueError for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAnInt;
 
 /// What the user's args say about one canonical option (the last occurrence).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,17 +223,17 @@ mod tests {
             ("0", Ok(Some(0))),
             ("\u{1f}4", Ok(Some(4))),
             ("99999999999999999999999", Ok(Some(i64::MAX))),
-            ("abc", Err(())),
-            ("", Err(())),
-            (" ", Err(())),
-            ("1__6", Err(())),
-            ("_16", Err(())),
-            ("16_", Err(())),
-            ("1 6", Err(())),
-            ("0x10", Err(())),
-            ("1.0", Err(())),
-            ("+", Err(())),
-            ("--8", Err(())),
+            ("abc", Err(NotAnInt)),
+            ("", Err(NotAnInt)),
+            (" ", Err(NotAnInt)),
+            ("1__6", Err(NotAnInt)),
+            ("_16", Err(NotAnInt)),
+            ("16_", Err(NotAnInt)),
+            ("1 6", Err(NotAnInt)),
+            ("0x10", Err(NotAnInt)),
+            ("1.0", Err(NotAnInt)),
+            ("+", Err(NotAnInt)),
+            ("--8", Err(NotAnInt)),
             ("\u{0663}", Ok(None)),
         ] {
             assert_eq!(py_int(s), want, "{s:?}");

@@ -209,7 +209,7 @@ impl Ints {
             let Some(Setting::Value(v)) = p.get(o) else { return Ok(None) };
             let flag = e.flag(o);
             let text = v.to_string_lossy();
-            let n = match v.to_str().ok_or(()).and_then(dialect::py_int) {
+            let n = match v.to_str().ok_or(dialect::NotAnInt).and_then(dialect::py_int) {
                 Ok(Some(n)) => n,
                 Ok(None) => {
                     findings.push(Finding::warn(
@@ -218,7 +218,7 @@ impl Ints {
                     ));
                     return Ok(None);
                 }
-                Err(()) => {
+                Err(dialect::NotAnInt) => {
                     return Err(ArgsError::NotAnInt { flag, value: text.into_owned(), engine: e.name() });
                 }
             };
