@@ -288,6 +288,35 @@ fn command_start(argv: &[OsString]) -> Option<usize> {
     None
 }
 
+/// Did the command line (or `INFERA_OUTPUT`) ask for JSON? Read from the raw argv, so that
+/// an error found while parsing it can still be printed as JSON: the launcher's options
+/// only (before `--` or the command form's program), the last `--output` wins.
+pub fn wants_json(argv: &[OsString], env: &crate::envvars::Env) -> bool {
+    let mut out: Option<&[u8]> = None;
+    let mut i = 1;
+    while i < argv.len() {
+        let a = argv[i].as_bytes();
+        if a == b"--" {
+            break;
+        }
+        if let Some(v) = a.strip_prefix(b"--output=") {
+            out = Some(v);
+        } else if a == b"--output" {
+            out = argv.get(i + 1).map(|v| v.as_bytes());
+            i += 1;
+        } else if let Some(name) = a.strip_prefix(b"--") {
+            i += usize::from(VALUE_OPTIONS.iter().any(|o| o.as_bytes() == name));
+        } else if !a.starts_with(b"-") && !SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) {
+            break; // the command form's program: what follows is its own
+        }
+        i += 1;
+    }
+    match out {
+        Some(v) => v == b"json",
+        None => crate::envvars::get(env, crate::envvars::INFERA_OUTPUT).is_some_and(|v| v == "json"),
+    }
+}
+
 /// The long options of [`Options`] that take no separate value.
 const FLAG_OPTIONS: [&str; 6] = ["skip-engine-patches", "dry-run", "init", "init-group", "no-new-privs", "help"];
 

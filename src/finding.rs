@@ -25,3 +25,11 @@ impl Finding {
         Finding { level: Level::Warn, code: code.to_string(), message: message.into() }
     }
 }
+
+/// A file that exists but cannot be read as a file (a FIFO, a device, a permission) is said,
+/// never taken for absent: the warning names it and what is done without it.
+pub fn unreadable(findings: &mut Vec<Finding>, code: &str, path: &std::path::Path, e: &std::io::Error, without: &str) {
+    if e.kind() != std::io::ErrorKind::NotFound {
+        findings.push(Finding::warn(code, format!("`{}` {}; {without}", path.display(), crate::rootfs::io_reason(e))));
+    }
+}

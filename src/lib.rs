@@ -35,11 +35,21 @@ pub use envvars::Env;
 
 /// Parse, plan, print or exec. Returns the exit code when it does not exec.
 pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
+    let json = cli::wants_json(&argv, &env);
     let invocation = match cli::parse(argv) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { Exit::Usage.code() } else { 0 };
+            if !e.use_stderr() {
+                return 0; // --help, --version
+            }
+            if json {
+                // The parser's message, as the `error` object every JSON answer carries.
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+                print_json_error(&Refusal { code: "usage".into(), message: first, hint: None, exit: Exit::Usage });
+            }
+            return Exit::Usage.code();
         }
     };
     let outcome = match invocation {
@@ -58,8 +68,20 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
             Exit::Ok.code()
         }
         Ok(Done::Exit(code)) => code,
-        Err(r) => refuse(&r),
+        Err(r) => {
+            // Refused before there is a plan to print (a usage error in a variable, a root
+            // that does not exist): JSON still answers with its `error` object.
+            if json {
+                print_json_error(&r);
+            }
+            refuse(&r)
+        }
     }
+}
+
+fn print_json_error(r: &Refusal) {
+    let v = serde_json::json!({ "error": r });
+    let _ = std::io::stdout().write_all(format!("{v:#}\n").as_bytes());
 }
 
 enum Done {
@@ -85,6 +107,13 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         init::block_signals();
     }
     let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
+    if let Err(e) = root.check() {
+        let r = Refusal::from(e);
+        if req.output == Output::Json {
+            print_json_error(&r);
+        }
+        return refuse(&r);
+    }
     let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
     let modules = match &req.target {
         request::Target::Module { module, .. } => vec![module.clone()],
@@ -138,17 +167,18 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
             None => Exit::Ok.code(),
         };
     }
-    if let Some(e) = &plan.error {
-        if req.output == Output::Json {
-            let _ = std::io::stdout().write_all((report::json(&plan) + "\n").as_bytes());
-        }
-        return refuse(e);
-    }
+    // The findings first: on a refusal they are what explains it.
     for f in &plan.findings {
         match f.level {
             finding::Level::Warn => tracing::warn!("infera-exec: [{}] {}", f.code, f.message),
             finding::Level::Info => tracing::info!("infera-exec: [{}] {}", f.code, f.message),
         }
+    }
+    if let Some(e) = &plan.error {
+        if req.output == Output::Json {
+            let _ = std::io::stdout().write_all((report::json(&plan) + "\n").as_bytes());
+        }
+        return refuse(e);
     }
     let Some(x) = &plan.exec else {
         return Exit::Ok.code();

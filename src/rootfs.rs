@@ -22,9 +22,36 @@ pub struct Root {
     host: PathBuf,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, infera_exec_derive::Refuse)]
+pub enum RootError {
+    #[error("the image root `{}` (--root / INFERA_ROOT) {reason}", dir.display())]
+    #[refuse(
+        code = "root-missing",
+        exit = Missing,
+        hint = "give the directory the image is unpacked or mounted at (`podman image mount IMAGE`), or leave --root out to read `/`"
+    )]
+    Missing { dir: PathBuf, reason: String },
+}
+
 impl Root {
     pub fn new(host: impl Into<PathBuf>) -> Self {
         Root { host: host.into() }
+    }
+
+    /// The root is a directory this process can read: otherwise every fact would be
+    /// "missing" for a reason that is not the image's.
+    pub fn check(&self) -> Result<(), RootError> {
+        match fs::read_dir(&self.host) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let reason = match fs::metadata(&self.host) {
+                    Ok(m) if !m.is_dir() => "is not a directory".to_string(),
+                    _ if e.kind() == io::ErrorKind::NotFound => "does not exist".to_string(),
+                    _ => format!("cannot be read: {}", io_reason(&e)),
+                };
+                Err(RootError::Missing { dir: self.host.clone(), reason })
+            }
+        }
     }
 
     pub fn is_host_root(&self) -> bool {
@@ -265,7 +292,12 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 pub fn io_reason(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::NotFound => "not found".to_string(),
-        io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        // Whose permission: the launcher's uid is what an operator compares with the mode.
+        io::ErrorKind::PermissionDenied => {
+            format!("permission denied (uid {})", nix::unistd::geteuid().as_raw())
+        }
+        io::ErrorKind::InvalidInput => e.to_string(),
+        _ if e.raw_os_error() == Some(nix::libc::ELOOP) => "too many levels of symbolic links".to_string(),
         _ => e.to_string(),
     }
 }

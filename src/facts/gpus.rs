@@ -71,7 +71,7 @@ pub enum GpuError {
     InferaGpus { value: String },
 }
 
-pub fn detect(root: &Root, env: &Env) -> Result<Gpus, GpuError> {
+pub fn detect(root: &Root, env: &Env, findings: &mut Vec<crate::finding::Finding>) -> Result<Gpus, GpuError> {
     if let Some(v) = ev::get(env, ev::INFERA_GPUS) {
         let value = rootfs::os_to_string(v);
         return match value.trim().parse::<u32>() {
@@ -97,7 +97,14 @@ pub fn detect(root: &Root, env: &Env) -> Result<Gpus, GpuError> {
     let nodes = Path::new("/sys/class/kfd/kfd/topology/nodes");
     let mut kfd_gpus: Vec<Option<u32>> = Vec::new(); // each GPU node's drm_render_minor
     for n in root.list(nodes) {
-        let Ok(text) = root.read_small_string(&nodes.join(&n).join("properties")) else { continue };
+        let props = nodes.join(&n).join("properties");
+        let text = match root.read_small_string(&props) {
+            Ok(t) => t,
+            Err(e) => {
+                crate::finding::unreadable(findings, "gpu-topology-unreadable", &props, &e, "this KFD node is not counted");
+                continue;
+            }
+        };
         let prop = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
         // CPU nodes report simd_count 0.
         if prop("simd_count ").unwrap_or(0) > 0 {

@@ -93,7 +93,7 @@ impl Facts {
         let mut findings = Vec::new();
         let python = python::detect(&root, get(env, ev::PATH), get(env, ev::PYTHONPATH), w.interpreter, &mut findings);
         let site_dirs = python.as_ref().map(|p| p.site_dirs.clone()).unwrap_or_default();
-        let torch = torch::detect(&root, &site_dirs);
+        let torch = torch::detect(&root, &site_dirs, &mut findings);
         let places = rocm::Where {
             rocm_path: get(env, ev::ROCM_PATH),
             rocm_home: get(env, ev::ROCM_HOME),
@@ -104,7 +104,7 @@ impl Facts {
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
         let empty = BTreeSet::new();
         let (site, engines) = site::scan(&root, &site_dirs, minor, w.probe.unwrap_or(&empty), w.engine);
-        let gpus = gpus::detect(&root, env);
+        let gpus = gpus::detect(&root, env, &mut findings);
         let s = |k: &str| get(env, k).and_then(|v| v.to_str());
         let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };
         let models = w.models.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();

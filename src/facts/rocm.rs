@@ -317,22 +317,34 @@ fn from_install(root: &Root, dir: &Path, found: &mut Found, looked: &mut Vec<Str
                     ),
                 )),
             },
-            Err(e) => looked.push(format!("`{}` ({})", p.display(), rootfs::io_reason(&e))),
+            Err(e) => {
+                crate::finding::unreadable(findings, "rocm-version-unreadable", &p, &e, "trying other sources");
+                looked.push(format!("`{}` ({})", p.display(), rootfs::io_reason(&e)));
+            }
         }
     }
     if found.releases.len() == releases {
         let h = dir.join("include/rocm-core/rocm_version.h");
-        if let Ok(text) = root.read_small_string(&h) {
-            if let Some((version, major, minor)) = parse_version_header(&text) {
-                found.releases.push(Release { version, major, minor, source: h.display().to_string() });
+        match root.read_small_string(&h) {
+            Ok(text) => {
+                if let Some((version, major, minor)) = parse_version_header(&text) {
+                    found.releases.push(Release { version, major, minor, source: h.display().to_string() });
+                }
             }
+            Err(e) => crate::finding::unreadable(findings, "rocm-version-unreadable", &h, &e, "trying other sources"),
         }
     }
     // HIP: the runtime's soname (what DT_NEEDED binds), found through share/hip/version's
     // major with one lookup, else by listing lib/.
     let lib = dir.join("lib");
     let hv = dir.join("share/hip/version");
-    let from_file = root.read_small_string(&hv).ok().and_then(|t| parse_hip_version(&t));
+    let from_file = match root.read_small_string(&hv) {
+        Ok(t) => parse_hip_version(&t),
+        Err(e) => {
+            crate::finding::unreadable(findings, "hip-version-unreadable", &hv, &e, "the HIP ABI is taken from other sources");
+            None
+        }
+    };
     let soname = from_file
         .as_ref()
         .map(|(major, _)| format!("libamdhip64.so.{major}"))

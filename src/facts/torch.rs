@@ -64,11 +64,17 @@ pub fn parse(text: &str, path: &Path) -> Torch {
     }
 }
 
-pub fn detect(root: &Root, site_dirs: &[PathBuf]) -> Option<Torch> {
+pub fn detect(root: &Root, site_dirs: &[PathBuf], findings: &mut Vec<crate::finding::Finding>) -> Option<Torch> {
     site_dirs.iter().find_map(|d| {
         let p = d.join("torch/version.py");
-        let text = root.read_small_string(&p).ok()?;
-        Some(parse(&text, &p))
+        match root.read_small_string(&p) {
+            Ok(text) => Some(parse(&text, &p)),
+            Err(e) => {
+                let without = "torch's record of its build is not used";
+                crate::finding::unreadable(findings, "torch-version-unreadable", &p, &e, without);
+                None
+            }
+        }
     })
 }
 
