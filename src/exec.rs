@@ -26,7 +26,7 @@ pub enum ExecError {
     #[refuse(
         code = "exec-failed",
         exit = CannotExec,
-        hint_opt = (cause.raw_os_error() == Some(nix::libc::ENOEXEC)).then(|| "the file is neither an ELF binary nor a `#!` script; it is not run through /bin/sh".to_string())
+        hint_opt = (cause.raw_os_error() == Some(nix::libc::ENOEXEC)).then(|| "the file (or the interpreter its `#!` line names) is neither an ELF binary nor a valid `#!` script; it is not run through /bin/sh".to_string())
     )]
     Failed { program: PathBuf, cause: io::Error },
 }

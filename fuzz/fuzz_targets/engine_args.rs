@@ -13,6 +13,16 @@ fuzz_target!(|input: (bool, Vec<Vec<u8>>, u8)| {
     let engine = if sglang { Engine::Sglang } else { Engine::Vllm };
     let args: Vec<OsString> = raw.into_iter().map(OsString::from_vec).collect();
     let parsed = dialect::read(engine, &args);
+    // Integers as Python's int() reads them: a number read back from its own text and from
+    // the same text with whitespace around it; what is refused stays refused with it.
+    for a in args.iter().filter_map(|a| a.to_str()) {
+        let r = dialect::py_int(a);
+        assert_eq!(dialect::py_int(&format!(" {a}\n")), r, "{a:?}");
+        if let Ok(Some(n)) = r {
+            assert_eq!(dialect::py_int(&n.to_string()), Ok(Some(n)));
+            assert!(!a.trim().is_empty());
+        }
+    }
     for (opt, occ) in &parsed.opts {
         // The occurrence points at a real flag of this option...
         let flag = args[occ.index].as_bytes();

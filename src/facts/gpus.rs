@@ -101,7 +101,13 @@ pub fn detect(root: &Root, env: &Env, findings: &mut Vec<crate::finding::Finding
         let text = match root.read_small_string(&props) {
             Ok(t) => t,
             Err(e) => {
-                crate::finding::unreadable(findings, "gpu-topology-unreadable", &props, &e, "this KFD node is not counted");
+                crate::finding::unreadable(
+                    findings,
+                    "gpu-topology-unreadable",
+                    &props,
+                    &e,
+                    "this KFD node is not counted",
+                );
                 continue;
             }
         };

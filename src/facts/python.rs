@@ -254,12 +254,17 @@ pub fn detect(
 /// PATH lookup inside the root: each name in every directory, in order.
 /// A candidate that exists but cannot be resolved (a symlink loop) is an error, not a skip.
 fn find_on_path(root: &Root, dirs: &[&str], names: &[String]) -> Result<Option<PathBuf>, PythonError> {
+    // As execvp: a candidate that is not a regular file is passed over for a later one, and
+    // is what the run would fail on (126) when there is none.
+    let mut not_regular: Option<PathBuf> = None;
     for name in names {
         for d in dirs {
             let cand = Path::new(d).join(name);
             match root.stat(&cand) {
                 Ok((_, m)) if m.is_file() => return Ok(Some(cand)),
-                Ok(_) => {}
+                Ok(_) => {
+                    not_regular.get_or_insert(cand);
+                }
                 // A link whose target is missing is named as such, not skipped as "no python3".
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && root.link_chain(&cand).is_empty() => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {}
@@ -267,7 +272,7 @@ fn find_on_path(root: &Root, dirs: &[&str], names: &[String]) -> Result<Option<P
             }
         }
     }
-    Ok(None)
+    Ok(not_regular)
 }
 
 /// Why an interpreter path cannot be resolved: a broken or looping link (with its chain),

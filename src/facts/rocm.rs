@@ -341,7 +341,13 @@ fn from_install(root: &Root, dir: &Path, found: &mut Found, looked: &mut Vec<Str
     let from_file = match root.read_small_string(&hv) {
         Ok(t) => parse_hip_version(&t),
         Err(e) => {
-            crate::finding::unreadable(findings, "hip-version-unreadable", &hv, &e, "the HIP ABI is taken from other sources");
+            crate::finding::unreadable(
+                findings,
+                "hip-version-unreadable",
+                &hv,
+                &e,
+                "the HIP ABI is taken from other sources",
+            );
             None
         }
     };

@@ -38,6 +38,9 @@ struct Case {
     mode: BTreeMap<String, u32>,
     #[serde(default)]
     sparse: BTreeMap<String, u64>,
+    /// FIFOs (no writer ever comes): where the launcher reads a file, it must not block.
+    #[serde(default)]
+    fifo: Vec<String>,
     #[serde(default)]
     args: Option<Vec<String>>,
     #[serde(default)]
@@ -113,6 +116,19 @@ fn run_case(c: &Case) -> Result<(), String> {
         parent(&p);
         let f = std::fs::File::create(&p).unwrap();
         f.set_len(*size).unwrap();
+    }
+    for p in &c.fifo {
+        let p = at(p);
+        parent(&p);
+        if p.symlink_metadata().is_ok() {
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).unwrap();
+            } else {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+        let st = std::process::Command::new("mkfifo").arg(&p).status().unwrap();
+        assert!(st.success(), "mkfifo {}", p.display());
     }
     let default = vec!["worker".to_string(), "--dry-run".to_string()];
     let args: Vec<OsString> = c

@@ -8,6 +8,7 @@ mod command;
 mod containers;
 mod detect;
 mod exec;
+mod hardening;
 mod infera_layout;
 mod init;
 mod payload;

@@ -324,14 +324,40 @@ impl Run {
         self
     }
     pub fn run(mut self) -> Out {
-        let o = self.cmd.stdin(Stdio::null()).output().unwrap();
-        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&o.status) {
-            panic!("the launcher died by signal {sig}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+        // Bounded: a launcher that blocks (a FIFO where it reads a file) fails the test
+        // instead of hanging the suite.
+        let mut child = self.cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let out_t = std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut so, &mut b);
+            b
+        });
+        let err_t = std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut se, &mut b);
+            b
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the launcher did not finish within 60 s (blocked?)");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let (stdout, stderr) = (out_t.join().unwrap(), err_t.join().unwrap());
+        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status) {
+            panic!("the launcher died by signal {sig}\nstderr:\n{}", String::from_utf8_lossy(&stderr));
         }
         Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            code: status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
         }
     }
 }

@@ -1,0 +1,294 @@
+//! Hostile inputs with real processes: a launcher that is not root, FIFOs where files are
+//! read, a noexec mount, signals while the integrity check hashes in init mode, a target
+//! that glibc's execvp would have run through /bin/sh, code preloaded through a manifest,
+//! a model path that is not UTF-8.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const NOBODY: u32 = 65534;
+
+/// The launcher as uid/gid 65534 (setpriv), on fixtures it can read.
+fn as_nobody(img: &Fx, ov: &Fx, args: &[&str], env: &[(&str, &str)]) -> Out {
+    for d in [img.path(), ov.path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]).arg(BIN).args(args);
+    c.env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("INFERA_ROOT", img.path())
+        .env("INFERA_OVERLAY", ov.overlay());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.stdin(Stdio::null()).output().unwrap();
+    assert!(std::os::unix::process::ExitStatusExt::signal(&o.status).is_none(), "died by a signal");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn a_non_root_launcher_refuses_a_tree_others_can_change() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    as_nobody(&img, &ov, &["check"], &[]).assert(0, "infera-exec check plan");
+    // A file of the tree writable by everyone (an emptyDir copy shared with another
+    // container): refused for uid 65534 as it is for root.
+    let f = ov.overlay().join("trees/rocm7-py312/site-packages/infera/engine/vllm.py");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+    as_nobody(&img, &ov, &["check"], &[])
+        .assert(65, &format!("error[overlay-writable]: `{}` is writable by everyone (mode 666)", f.display()));
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // A file owned by a third user, who could change what this launcher runs.
+    nix::unistd::chown(&f, Some(nix::unistd::Uid::from_raw(1234)), None).unwrap();
+    as_nobody(&img, &ov, &["check"], &[]).assert(
+        65,
+        &format!("`{}` is owned by uid 1234, who could change what the launcher (uid {NOBODY}) runs", f.display()),
+    );
+    nix::unistd::chown(&f, Some(nix::unistd::Uid::from_raw(0)), None).unwrap();
+    // An image file this uid cannot read is said with the uid, never taken for absent.
+    let tv = img.p("/usr/local/lib/python3.12/dist-packages/torch/version.py");
+    std::fs::set_permissions(&tv, std::fs::Permissions::from_mode(0o600)).unwrap();
+    as_nobody(&img, &ov, &["check"], &[]).assert(
+        0,
+        &format!(
+            "[torch-version-unreadable] `/usr/local/lib/python3.12/dist-packages/torch/version.py` permission denied (uid {NOBODY})"
+        ),
+    );
+}
+
+#[test]
+fn verify_of_a_tree_holding_a_fifo_does_not_block() {
+    let ov = shipped_overlay();
+    let f = ov.overlay().join("trees/rocm7-py310/site-packages/kvd/__init__.py");
+    std::fs::remove_file(&f).unwrap();
+    assert!(Command::new("mkfifo").arg(&f).status().unwrap().success());
+    let start = Instant::now();
+    for args in [&["manifest", "verify"][..], &["manifest", "verify", "--digest"]] {
+        infera(args)
+            .args([ov.overlay()])
+            .run()
+            .assert(65, "trees/rocm7-py310/site-packages/kvd/__init__.py: is a FIFO where a file is recorded");
+    }
+    assert!(start.elapsed() < Duration::from_secs(20));
+    // generate refuses to record one.
+    infera(&["manifest", "generate"])
+        .args([ov.overlay().join("trees/rocm7-py310")])
+        .run()
+        .assert(65, "site-packages/kvd/__init__.py: is a FIFO where a file is recorded");
+}
+
+/// A tmpfs mounted noexec, unmounted when dropped.
+struct Noexec(std::path::PathBuf);
+
+impl Noexec {
+    fn mount(dir: &Path) -> Noexec {
+        std::fs::create_dir_all(dir).unwrap();
+        let st =
+            Command::new("mount").args(["-t", "tmpfs", "-o", "noexec,size=64m", "tmpfs"]).arg(dir).status().unwrap();
+        assert!(st.success(), "mount -o noexec (the tests run as root)");
+        Noexec(dir.to_path_buf())
+    }
+}
+
+impl Drop for Noexec {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn an_extension_module_outside_lib_on_a_noexec_mount_is_refused() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let mnt = Fx::new();
+    let _m = Noexec::mount(&mnt.p("noexec"));
+    let copy = mnt.p("noexec/overlay");
+    assert!(Command::new("cp").arg("-a").arg(ov.overlay()).arg(&copy).status().unwrap().success());
+    // Pure Python and an empty lib/: nothing to map, the run is fine.
+    infera(&["check"]).root(&img).overlay(&copy).run().assert(0, "infera-exec check plan");
+    // An extension module in site-packages (not in lib/): it cannot be mapped executable.
+    let ext = copy.join("trees/rocm7-py312/capabilities/hipfile/hipfile/_native.cpython-312-x86_64-linux-gnu.so");
+    std::fs::write(&ext, b"\x7fELF").unwrap();
+    infera(&["check"]).root(&img).overlay(&copy).run().assert(
+        65,
+        &format!(
+            "error[overlay-noexec]: the tree `{}` holds shared objects but is mounted noexec",
+            copy.join("trees/rocm7-py312").display()
+        ),
+    );
+}
+
+/// Wait until `pid` runs more than one thread (the integrity check's hashing pool).
+fn wait_for_threads(pid: u32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let threads: u32 =
+            status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+        if threads > 1 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+#[test]
+fn init_survives_signals_sent_while_the_integrity_check_hashes() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let ov = shipped_overlay();
+    // A tree large enough that hashing takes a while (sparse: no disk), recorded.
+    let tree = ov.overlay().join("trees/rocm7-py312");
+    std::fs::File::create(tree.join("lib/libweights.so.1")).unwrap().set_len(6 << 30).unwrap();
+    infera(&["manifest", "generate"]).args([&tree]).run().assert(0, "wrote");
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("INFERA_ROOT", img.path())
+        .env("INFERA_OVERLAY", ov.overlay())
+        .env("INFERA_VERIFY", "digest")
+        .env("INFERA_STANDIN_WAIT", "20")
+        .env("INFERA_STANDIN_EXIT", "7")
+        .args(["server", "--init"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    assert!(wait_for_threads(child.id()), "the hashing pool never started");
+    // While the pool hashes: signals with a default action that would kill the process.
+    for sig in [nix::sys::signal::SIGUSR1, nix::sys::signal::SIGUSR2, nix::sys::signal::SIGUSR1] {
+        nix::sys::signal::kill(pid, sig).unwrap();
+    }
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "the launcher did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    use std::io::Read;
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    // The launcher was not killed (it used to die with 138 and orphan the engine): it kept the
+    // signals pending, started the engine, forwarded them, and exits with the engine's code
+    // (its handler's 7, or 128+signal when a signal arrived before the handler was set).
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), None, "killed by a signal: {err}");
+    let code = status.code().unwrap();
+    assert!([7, 128 + 10, 128 + 12, 128 + 15].contains(&code), "exit {code}\n{out}\n{err}");
+    if code == 7 {
+        assert!(out.contains("INFERA-STANDIN "), "{out}");
+    }
+}
+
+#[test]
+fn a_script_whose_interpreter_has_no_valid_header_is_not_run_by_the_shell() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let ov = shipped_overlay();
+    // The program is a valid `#!` script, but its interpreter is text without one: execve
+    // fails with ENOEXEC, where glibc's execvp would have run the script with /bin/sh.
+    // (With --root the kernel resolves `#!` on this host: the interpreter's host path.)
+    let interp = img.p("/usr/local/bin/notinterp");
+    img.exe("/usr/local/bin/notinterp", "echo RAN-UNDER-SH\n")
+        .exe("/usr/local/bin/tool", &format!("#!{}\necho RAN-UNDER-SH\n", interp.display()));
+    for extra in [&[][..], &["--init"]] {
+        let out = infera(extra).args(["tool"]).root(&img).overlay(&ov.overlay()).run();
+        assert!(!out.stdout.contains("RAN-UNDER-SH"), "{extra:?}: ran under /bin/sh:\n{}", out.stdout);
+        out.assert(126, "Exec format error");
+        assert!(out.stderr.contains("it is not run through /bin/sh"), "{}", out.stderr);
+    }
+    // Named directly, the text file is refused by the plan (and the dry run says the same).
+    for env in [&[][..], &[("INFERA_DRY_RUN", "1")]] {
+        let mut r = infera(&["notinterp"]).root(&img).overlay(&ov.overlay());
+        for (k, v) in env {
+            r = r.env(k, v);
+        }
+        r.run().assert(126, "error[exec-format]: the program `/usr/local/bin/notinterp` is text without a `#!` line");
+    }
+}
+
+/// A shared object whose constructor leaves a marker: what LD_PRELOAD would run.
+fn preload_lib(out: &Path, marker: &Path) {
+    let src = out.with_extension("c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void m(void) {{ FILE *f = fopen(\"{}\", \"w\"); if (f) fclose(f); }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let st = Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(out).arg(&src).status().unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn code_preloaded_through_the_manifest_only_from_inside_the_tree() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let outside = Fx::new();
+    let marker = outside.p("preloaded");
+    preload_lib(&outside.p("libevil.so"), &marker);
+    let manifest = format!("{PY312_MANIFEST}[env]\nLD_PRELOAD = \"{{tree}}/lib/libfast.so\"\n");
+    let ov = custom_overlay(&[("rocm7-py312", &manifest, &["mooncake", "hipfile"])]);
+    let standin = repo().join("examples/standin/common/infera");
+    assert!(Command::new("cp")
+        .arg("-r")
+        .arg(&standin)
+        .arg(ov.p("overlay/trees/rocm7-py312/site-packages/"))
+        .status()
+        .unwrap()
+        .success());
+    // The name is inside the tree; the file is a link to one elsewhere: refused, not preloaded.
+    ov.link("overlay/trees/rocm7-py312/lib/libfast.so", outside.p("libevil.so").to_str().unwrap());
+    infera(&["server"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run()
+        .assert(65, &format!("lib/libfast.so` resolves to `{}`, outside its tree", outside.p("libevil.so").display()));
+    assert!(!marker.exists(), "the library outside the tree was loaded");
+    // The same library inside the tree is the manifest's to preload: it runs (the check above
+    // is what stood between the link and the engine).
+    ov.rm("overlay/trees/rocm7-py312/lib/libfast.so");
+    std::fs::copy(outside.p("libevil.so"), ov.p("overlay/trees/rocm7-py312/lib/libfast.so")).unwrap();
+    let out = infera(&["server"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(marker.exists(), "LD_PRELOAD inside the tree is honoured");
+}
+
+#[test]
+fn a_model_path_that_is_not_utf8_is_read_as_bytes() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let name = OsString::from_vec(b"/models/kimi-\xff".to_vec());
+    let host = img.path().join(std::ffi::OsStr::from_bytes(&b"models/kimi-\xff"[..]));
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("config.json"), include_str!("../../examples/models/kimi-k3/config.json")).unwrap();
+    let out = infera(&["worker", "--dry-run", "--"])
+        .args([OsString::from("--model"), name, OsString::from("--kv-cache-dtype"), OsString::from("fp8")])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_GPUS", "8")
+        .run();
+    out.assert(78, "error[kv-fp8-mla]: fp8 KV cache (fp8) on the MLA model /models/kimi-\u{fffd}");
+}
+
+use std::os::unix::ffi::OsStrExt;
