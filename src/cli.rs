@@ -191,6 +191,18 @@ pub struct Options {
     /// Set no_new_privs before exec.
     #[arg(long, env = ev::INFERA_NO_NEW_PRIVS, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub no_new_privs: bool,
+    /// Nodes in this multi-node group (default: LWS_GROUP_SIZE, which LeaderWorkerSet injects).
+    #[arg(long, env = ev::INFERA_NNODES, value_name = "N")]
+    pub nnodes: Option<String>,
+    /// This node's rank in the group, 0 = leader (default: LWS_WORKER_INDEX).
+    #[arg(long, env = ev::INFERA_NODE_RANK, value_name = "R")]
+    pub node_rank: Option<String>,
+    /// The leader's address (default: LWS_LEADER_ADDRESS).
+    #[arg(long, env = ev::INFERA_LEADER_ADDRESS, value_name = "HOST")]
+    pub leader_address: Option<String>,
+    /// How long ranks > 0 wait for the leader's name to resolve before refusing (0: do not wait).
+    #[arg(long, env = ev::INFERA_LEADER_WAIT, default_value = "300", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86400))]
+    pub leader_wait: u64,
 }
 
 #[derive(Debug, Args)]
@@ -240,7 +252,7 @@ const SUBCOMMANDS: [&str; 6] = ["worker", "server", "check", "install", "manifes
 /// The long options of [`Options`] that take a separate value (`--overlay DIR`); the others
 /// are flags (`--dry-run`) or clap's own (`--help`, `--version`). Kept as data so finding
 /// the command costs no clap parser; a test checks it against the parser.
-const VALUE_OPTIONS: [&str; 13] = [
+const VALUE_OPTIONS: [&str; 17] = [
     "overlay",
     "root",
     "engine",
@@ -254,6 +266,10 @@ const VALUE_OPTIONS: [&str; 13] = [
     "output",
     "init-grace",
     "drop-caps",
+    "nnodes",
+    "node-rank",
+    "leader-address",
+    "leader-wait",
 ];
 
 /// Where the command of the command form starts: the first word after the launcher's own

@@ -147,53 +147,140 @@ pub fn read(engine: Engine, args: &[OsString]) -> Parsed {
     let mut parsed = Parsed::default();
     let mut i = 0;
     while i < args.len() {
-        let raw = args[i].as_bytes();
-        if raw == b"--" {
+        if args[i].as_bytes() == b"--" {
             break;
         }
-        if !raw.starts_with(b"-") || raw.len() < 2 {
-            i += 1;
-            continue;
-        }
-        let (name_bytes, inline): (&[u8], Option<&[u8]>) = match raw.iter().position(|b| *b == b'=') {
-            Some(p) => (&raw[..p], Some(&raw[p + 1..])),
-            None => (raw, None),
-        };
-        let written = normalise(engine, name_bytes);
-        let name = unabbreviate(engine, written.clone());
-        let mut consumed = 1;
-        for &opt in Opt::ALL {
-            let Some(sp) = engine.spelling(opt) else {
-                continue;
-            };
-            let hit = match sp {
-                Spelling::Value(names) | Spelling::ValueOff { names, .. } if names.contains(&name.as_str()) => {
-                    let v = match inline {
-                        Some(v) => Some(OsStr::from_bytes(v).to_os_string()),
-                        None => {
-                            consumed = 2;
-                            args.get(i + 1).cloned()
-                        }
-                    };
-                    v.map(|v| match sp {
-                        Spelling::ValueOff { value_off, .. } if v == OsStr::new(value_off) => Setting::Off,
-                        Spelling::ValueOff { .. } => Setting::On,
-                        _ => Setting::Value(v),
-                    })
-                }
-                Spelling::Bool { on, .. } if name == on && inline.is_none() => Some(Setting::On),
-                Spelling::Bool { off, .. } if name == off && inline.is_none() => Some(Setting::Off),
-                Spelling::OffFlag(f) if name == f && inline.is_none() => Some(Setting::Off),
-                _ => None,
-            };
-            if let Some(setting) = hit {
-                parsed.opts.insert(opt, Occurrence { setting, spelled: written.clone(), index: i });
-                break;
-            }
+        let (hit, consumed) = match_at(engine, args, i);
+        if let Some((opt, setting, spelled)) = hit {
+            parsed.opts.insert(opt, Occurrence { setting, spelled, index: i });
         }
         i += consumed;
     }
     parsed
+}
+
+/// The args without every occurrence of `opts` (each flag with its value): what ranks of a
+/// group must share once the flags that differ per rank are left out.
+pub fn strip(engine: Engine, args: &[OsString], opts: &[Opt]) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        if args[i].as_bytes() == b"--" {
+            out.extend_from_slice(&args[i..]);
+            break;
+        }
+        let (hit, consumed) = match_at(engine, args, i);
+        let end = (i + consumed).min(args.len());
+        if !hit.is_some_and(|(o, _, _)| opts.contains(&o)) {
+            out.extend_from_slice(&args[i..end]);
+        }
+        i = end;
+    }
+    out
+}
+
+/// The canonical option the flag at `i` sets (with its setting and spelling), and how many
+/// args it takes (the flag, and its value when separate).
+fn match_at(engine: Engine, args: &[OsString], i: usize) -> (Option<(Opt, Setting, String)>, usize) {
+    let raw = args[i].as_bytes();
+    if !raw.starts_with(b"-") || raw.len() < 2 {
+        return (None, 1);
+    }
+    let (name_bytes, inline): (&[u8], Option<&[u8]>) = match raw.iter().position(|b| *b == b'=') {
+        Some(p) => (&raw[..p], Some(&raw[p + 1..])),
+        None => (raw, None),
+    };
+    let written = normalise(engine, name_bytes);
+    let name = unabbreviate(engine, written.clone());
+    let mut consumed = 1;
+    for &opt in Opt::ALL {
+        let Some(sp) = engine.spelling(opt) else {
+            continue;
+        };
+        let hit = match sp {
+            Spelling::Value(names) | Spelling::ValueOff { names, .. } if names.contains(&name.as_str()) => {
+                let v = match inline {
+                    Some(v) => Some(OsStr::from_bytes(v).to_os_string()),
+                    None => {
+                        consumed = 2;
+                        args.get(i + 1).cloned()
+                    }
+                };
+                v.map(|v| match sp {
+                    Spelling::ValueOff { value_off, .. } if v == OsStr::new(value_off) => Setting::Off,
+                    Spelling::ValueOff { .. } => Setting::On,
+                    _ => Setting::Value(v),
+                })
+            }
+            Spelling::Bool { on, .. } if name == on && inline.is_none() => Some(Setting::On),
+            Spelling::Bool { off, .. } if name == off && inline.is_none() => Some(Setting::Off),
+            Spelling::OffFlag(f) if name == f && inline.is_none() => Some(Setting::Off),
+            Spelling::OnFlag(f) if name == f && inline.is_none() => Some(Setting::On),
+            _ => None,
+        };
+        if let Some(setting) = hit {
+            return (Some((opt, setting, written)), consumed);
+        }
+    }
+    (None, consumed)
+}
+
+/// vLLM's dotted form of a JSON option (`--kv-transfer-config.kv_role kv_producer`, or with
+/// `=`): each key given that way, the last occurrence winning, merged over the JSON value
+/// of the option itself. Other engines have no such form.
+pub fn json_option(
+    engine: Engine,
+    args: &[OsString],
+    parsed: &Parsed,
+    opt: Opt,
+) -> Result<Option<serde_json::Value>, String> {
+    let mut obj = match parsed.get(opt) {
+        Some(Setting::Value(v)) => {
+            let text = v.to_str().ok_or_else(|| "not valid UTF-8".to_string())?;
+            Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("not JSON ({e}): `{text}`"))?)
+        }
+        _ => None,
+    };
+    if engine.info().normalise != Normalise::UnderscoresToDashes {
+        return Ok(obj);
+    }
+    let Some(Spelling::Value(names)) = engine.spelling(opt) else { return Ok(obj) };
+    let mut i = 0;
+    while i < args.len() {
+        let raw = args[i].as_bytes();
+        if raw == b"--" {
+            break;
+        }
+        let (flag, inline) = match raw.iter().position(|b| *b == b'=') {
+            Some(p) => (&raw[..p], Some(&raw[p + 1..])),
+            None => (raw, None),
+        };
+        let Some(dot) = flag.iter().position(|b| *b == b'.') else {
+            i += 1;
+            continue;
+        };
+        let head = normalise(engine, &flag[..dot]);
+        if !names.iter().any(|n| *n == head) {
+            i += 1;
+            continue;
+        }
+        let key = String::from_utf8_lossy(&flag[dot + 1..]).into_owned();
+        let (value, used) = match inline {
+            Some(v) => (Some(OsStr::from_bytes(v).to_os_string()), 1),
+            None => (args.get(i + 1).cloned(), 2),
+        };
+        if let Some(v) = value {
+            let text = v.to_string_lossy().into_owned();
+            // vLLM reads each dotted value as JSON when it parses, else as a string.
+            let val = serde_json::from_str::<serde_json::Value>(&text).unwrap_or(serde_json::Value::String(text));
+            let map = obj.get_or_insert_with(|| serde_json::Value::Object(Default::default()));
+            if let serde_json::Value::Object(m) = map {
+                m.insert(key, val);
+            }
+        }
+        i += used;
+    }
+    Ok(obj)
 }
 
 /// The args to append so that `opt` is `value` (the engine's first spelling).
@@ -202,6 +289,7 @@ pub fn render(engine: Engine, opt: Opt, value: &str) -> Option<Vec<OsString>> {
         Spelling::Value(names) => Some(vec![names[0].into(), value.into()]),
         Spelling::Bool { on, off } => Some(vec![if value == "on" { on } else { off }.into()]),
         Spelling::OffFlag(f) => (value == "off").then(|| vec![f.into()]),
+        Spelling::OnFlag(f) => (value == "on").then(|| vec![f.into()]),
         Spelling::ValueOff { names, value_off } => (value == "off").then(|| vec![names[0].into(), value_off.into()]),
     }
 }
@@ -303,10 +391,11 @@ mod tests {
                         }
                     }
                     Spelling::OffFlag(f) => assert_eq!(read(e, &a(&[f])).get(o), Some(&Setting::Off)),
+                    Spelling::OnFlag(f) => assert_eq!(read(e, &a(&[f])).get(o), Some(&Setting::On)),
                 }
                 // Rendering reads back as what was rendered.
                 let v = match sp {
-                    Spelling::Bool { .. } => "on",
+                    Spelling::Bool { .. } | Spelling::OnFlag(_) => "on",
                     Spelling::OffFlag(_) | Spelling::ValueOff { .. } => "off",
                     Spelling::Value(_) => "3",
                 };
@@ -314,6 +403,34 @@ mod tests {
                 assert!(read(e, &r).is_set(o), "{e:?} {o:?} {r:?}");
             }
         }
+    }
+
+    #[test]
+    fn rank_flags_are_stripped_dotted_json_is_merged() {
+        let args =
+            a(&["--model", "/m", "--node-rank", "1", "-r=2", "--headless", "-tp", "8", "--", "--node-rank", "9"]);
+        assert_eq!(
+            strip(Engine::Vllm, &args, &[Opt::NodeRank, Opt::Headless]),
+            a(&["--model", "/m", "-tp", "8", "--", "--node-rank", "9"])
+        );
+        let args = a(&[
+            "--kv-transfer-config",
+            r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_both"}"#,
+            "--kv_transfer_config.kv_role",
+            "kv_producer",
+            "--kv-transfer-config.kv_connector_extra_config={\"bootstrap_server_address\":\"0.0.0.0:8998\"}",
+        ]);
+        let p = read(Engine::Vllm, &args);
+        let j = json_option(Engine::Vllm, &args, &p, Opt::KvTransferConfig).unwrap().unwrap();
+        assert_eq!(j["kv_role"], "kv_producer");
+        assert_eq!(j["kv_connector"], "MooncakeConnector");
+        assert_eq!(j["kv_connector_extra_config"]["bootstrap_server_address"], "0.0.0.0:8998");
+        let only_dotted = a(&["--kv-transfer-config.kv_connector", "MooncakeConnector"]);
+        let p = read(Engine::Vllm, &only_dotted);
+        assert_eq!(
+            json_option(Engine::Vllm, &only_dotted, &p, Opt::KvTransferConfig).unwrap().unwrap()["kv_connector"],
+            "MooncakeConnector"
+        );
     }
 
     #[test]

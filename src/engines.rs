@@ -40,6 +40,23 @@ canonical_options! {
     PipelineParallelSize,
     Nnodes,
     DistributedExecutorBackend,
+    /// This node's rank in a multi-node group.
+    NodeRank,
+    /// vLLM's rendezvous address and port for multi-node without Ray.
+    MasterAddr,
+    MasterPort,
+    /// vLLM's ranks > 0: no API server.
+    Headless,
+    /// sglang's rendezvous `host:port`.
+    DistInitAddr,
+    /// The HTTP server's bind address (sglang's default is 127.0.0.1).
+    Host,
+    DataParallelStartRank,
+    DataParallelBackend,
+    /// sglang's RDMA devices for the PD transfer.
+    DisaggregationIbDevice,
+    /// sglang's bootstrap server port on the prefill (default 8998).
+    DisaggregationBootstrapPort,
 }
 
 /// How an option is spelled in one engine.
@@ -53,6 +70,8 @@ pub enum Spelling {
     OffFlag(&'static str),
     /// A value where `value_off` means "off" (`--chunked-prefill-size -1`).
     ValueOff { names: &'static [&'static str], value_off: &'static str },
+    /// A flag that turns the feature *on* (`--headless`, argparse `store_true`).
+    OnFlag(&'static str),
 }
 
 impl Spelling {
@@ -61,7 +80,7 @@ impl Spelling {
         match self {
             Spelling::Value(n) | Spelling::ValueOff { names: n, .. } => n[0],
             Spelling::Bool { on, .. } => on,
-            Spelling::OffFlag(f) => f,
+            Spelling::OffFlag(f) | Spelling::OnFlag(f) => f,
         }
     }
 
@@ -70,7 +89,7 @@ impl Spelling {
         match self {
             Spelling::Value(n) | Spelling::ValueOff { names: n, .. } => n.to_vec(),
             Spelling::Bool { on, off } => vec![on, off],
-            Spelling::OffFlag(f) => vec![f],
+            Spelling::OffFlag(f) | Spelling::OnFlag(f) => vec![f],
         }
     }
 }
@@ -189,8 +208,17 @@ fn vllm(o: Opt) -> Option<Spelling> {
         Opt::DisaggregationMode | Opt::DisaggregationBackend | Opt::HicacheStorageBackend => None,
         Opt::DataParallelSize => Some(Value(&["--data-parallel-size", "-dp"])),
         Opt::PipelineParallelSize => Some(Value(&["--pipeline-parallel-size", "-pp"])),
-        Opt::Nnodes => Some(Value(&["--nnodes"])),
+        Opt::Nnodes => Some(Value(&["--nnodes", "-n"])),
         Opt::DistributedExecutorBackend => Some(Value(&["--distributed-executor-backend"])),
+        Opt::NodeRank => Some(Value(&["--node-rank", "-r"])),
+        Opt::MasterAddr => Some(Value(&["--master-addr"])),
+        Opt::MasterPort => Some(Value(&["--master-port"])),
+        Opt::Headless => Some(OnFlag("--headless")),
+        Opt::DistInitAddr => None,
+        Opt::Host => Some(Value(&["--host"])),
+        Opt::DataParallelStartRank => Some(Value(&["--data-parallel-start-rank", "-dpr"])),
+        Opt::DataParallelBackend => Some(Value(&["--data-parallel-backend", "-dpb"])),
+        Opt::DisaggregationIbDevice | Opt::DisaggregationBootstrapPort => None,
     }
 }
 
@@ -212,6 +240,14 @@ fn sglang(o: Opt) -> Option<Spelling> {
         Opt::DataParallelSize => Some(Value(&["--dp-size", "--data-parallel-size"])),
         Opt::PipelineParallelSize => Some(Value(&["--pp-size", "--pipeline-parallel-size"])),
         Opt::Nnodes => Some(Value(&["--nnodes"])),
+        Opt::NodeRank => Some(Value(&["--node-rank"])),
+        Opt::DistInitAddr => Some(Value(&["--dist-init-addr", "--nccl-init-addr"])),
+        Opt::Host => Some(Value(&["--host"])),
+        Opt::DisaggregationIbDevice => Some(Value(&["--disaggregation-ib-device"])),
+        Opt::DisaggregationBootstrapPort => Some(Value(&["--disaggregation-bootstrap-port"])),
+        Opt::MasterAddr | Opt::MasterPort | Opt::Headless | Opt::DataParallelStartRank | Opt::DataParallelBackend => {
+            None
+        }
     }
 }
 

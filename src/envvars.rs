@@ -59,6 +59,24 @@ pub const LD_LIBRARY_PATH: &str = "LD_LIBRARY_PATH";
 pub const PYTHONDONTWRITEBYTECODE: &str = "PYTHONDONTWRITEBYTECODE";
 pub const PYTHONPYCACHEPREFIX: &str = "PYTHONPYCACHEPREFIX";
 
+pub const INFERA_NNODES: &str = "INFERA_NNODES";
+pub const INFERA_NODE_RANK: &str = "INFERA_NODE_RANK";
+pub const INFERA_LEADER_ADDRESS: &str = "INFERA_LEADER_ADDRESS";
+pub const INFERA_LEADER_WAIT: &str = "INFERA_LEADER_WAIT";
+/// The digest of the engine args every rank of a group must share (set for the child).
+pub const INFERA_ARGS_DIGEST: &str = "INFERA_ARGS_DIGEST";
+/// What LeaderWorkerSet injects into every pod of a group.
+pub const LWS_GROUP_SIZE: &str = "LWS_GROUP_SIZE";
+pub const LWS_WORKER_INDEX: &str = "LWS_WORKER_INDEX";
+pub const LWS_LEADER_ADDRESS: &str = "LWS_LEADER_ADDRESS";
+pub const GLOO_SOCKET_IFNAME: &str = "GLOO_SOCKET_IFNAME";
+pub const NCCL_SOCKET_IFNAME: &str = "NCCL_SOCKET_IFNAME";
+pub const VLLM_PORT: &str = "VLLM_PORT";
+pub const VLLM_HOST_IP: &str = "VLLM_HOST_IP";
+pub const VLLM_MOONCAKE_BOOTSTRAP_PORT: &str = "VLLM_MOONCAKE_BOOTSTRAP_PORT";
+pub const MC_GID_INDEX: &str = "MC_GID_INDEX";
+pub const POD_IP: &str = "POD_IP";
+
 pub const ROCM_PATH: &str = "ROCM_PATH";
 pub const ROCM_HOME: &str = "ROCM_HOME";
 pub const HIP_PATH: &str = "HIP_PATH";

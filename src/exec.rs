@@ -29,6 +29,13 @@ pub enum ExecError {
         hint_opt = (cause.raw_os_error() == Some(nix::libc::ENOEXEC)).then(|| "the file (or the interpreter its `#!` line names) is neither an ELF binary nor a valid `#!` script; it is not run through /bin/sh".to_string())
     )]
     Failed { program: PathBuf, cause: io::Error },
+    #[error("the leader `{host}` did not resolve within {seconds} s ({why}); this rank would wait for it after loading its weights")]
+    #[refuse(
+        code = "leader-unresolvable",
+        exit = Missing,
+        hint = "the leader pod has no IP yet, or its name is wrong (LWS_LEADER_ADDRESS / --leader-address); raise INFERA_LEADER_WAIT, or check the group's headless Service"
+    )]
+    LeaderUnresolvable { host: String, seconds: u64, why: String },
 }
 
 pub fn exec_error(program: &Path, cause: io::Error) -> ExecError {
@@ -141,6 +148,7 @@ impl Prepared {
 /// in init mode, with the code the launcher must exit with.
 pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
     let prepared = Prepared::new(x).map_err(|e| exec_error(file(x), e))?;
+    await_leader(x)?;
     steps(x);
     crate::privs::apply(&x.privileges)?;
     if let Some(init) = &x.init {
@@ -148,6 +156,25 @@ pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
     }
     let err = prepared.exec();
     Err(exec_error(file(x), err).into())
+}
+
+/// A rank > 0 of a group: wait until the leader's name resolves, or refuse.
+fn await_leader(x: &ExecSpec) -> Result<(), ExecError> {
+    for step in &x.steps {
+        if let Step::AwaitLeader { host, timeout_seconds, resolv_conf, hosts } = step {
+            let t = std::time::Duration::from_secs(*timeout_seconds);
+            match crate::resolve::wait(host, resolv_conf, hosts, t) {
+                Ok((ip, took)) => tracing::info!(
+                    "infera-exec: [leader-resolved] `{host}` is {ip} (after {:.1} s)",
+                    took.as_secs_f64()
+                ),
+                Err(why) => {
+                    return Err(ExecError::LeaderUnresolvable { host: host.clone(), seconds: *timeout_seconds, why })
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The steps before the exec. None can stop the start: each failure is a warning.
@@ -162,6 +189,7 @@ fn steps(x: &ExecSpec) {
                 let program = host_program.as_deref().unwrap_or(Path::new(&argv[0]));
                 patch(x, program, file, argv, std::time::Duration::from_secs(*timeout_seconds));
             }
+            Step::AwaitLeader { .. } => {} // taken first, by await_leader
             Step::Replace { from, to, host_from, host_to, .. } => {
                 let (src, dst) = (host_from.as_deref().unwrap_or(from), host_to.as_deref().unwrap_or(to));
                 match replace(src, dst) {

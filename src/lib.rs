@@ -19,6 +19,7 @@ pub mod plan;
 pub mod privs;
 pub mod report;
 pub mod request;
+pub mod resolve;
 pub mod rootfs;
 pub mod rules;
 pub mod spec;
@@ -141,6 +142,12 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
             cli::EngineChoice::One(e) => Some(e),
             cli::EngineChoice::Auto => None,
         },
+        network: req.group.as_ref().is_some_and(|g| g.size > 1)
+            || [envvars::GLOO_SOCKET_IFNAME, envvars::NCCL_SOCKET_IFNAME]
+                .iter()
+                .any(|k| envvars::get(env, k).is_some()),
+        infiniband: envvars::get(env, envvars::MC_GID_INDEX).is_some()
+            || req.args.iter().any(|a| a.as_encoded_bytes().starts_with(b"--disaggregation-ib-device")),
     };
     let facts = facts::Facts::gather(root, env, &wanted);
     // The walk of its files and the integrity check are facts about the one tree the run

@@ -153,6 +153,12 @@ pub fn text(plan: &Plan, check: bool) -> String {
 fn exec_section(o: &mut String, x: &ExecSpec) {
     for step in &x.steps {
         match step {
+            Step::AwaitLeader { host, timeout_seconds, .. } => {
+                let _ = writeln!(
+                    o,
+                    "  wait      until the leader `{host}` resolves (at most {timeout_seconds} s; then refused, 66)"
+                );
+            }
             Step::Patch { engine, argv, timeout_seconds, .. } => {
                 let cmd: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
                 let _ = writeln!(

@@ -78,6 +78,22 @@ pub enum Verify {
     Digest,
 }
 
+/// This pod's place in a multi-node group (LeaderWorkerSet's variables, or the launcher's
+/// own options for clusters without it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// Nodes (pods) in the group, the leader included.
+    pub size: u32,
+    /// This node's rank: 0 is the leader.
+    pub rank: u32,
+    /// The leader's address (a name that resolves once the leader pod has an IP).
+    pub leader: Option<String>,
+    /// Where the three came from, for messages (`LWS_GROUP_SIZE=2, LWS_WORKER_INDEX=1`).
+    pub source: String,
+    /// Seconds a rank > 0 waits for the leader's name to resolve.
+    pub leader_wait: u64,
+}
+
 /// What the pod asked for, resolved from argv and environment, every value validated.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -104,6 +120,8 @@ pub struct Request {
     pub init: Option<InitSpec>,
     pub privileges: Privileges,
     pub verify: Verify,
+    /// The multi-node group this pod is a rank of (None: a single node).
+    pub group: Option<Group>,
 }
 
 /// A day: longer grace periods are a typo, and would overflow time arithmetic.
@@ -137,6 +155,75 @@ pub enum UsageError {
     #[error("INFERA_EXEC_CHDIR / --chdir `{}` is not an absolute path", dir.display())]
     #[refuse(code = "chdir-invalid", exit = Usage, hint = "give an absolute directory of the image, e.g. /")]
     ChdirRelative { dir: PathBuf },
+    #[error("{var}=`{value}` is not a whole number")]
+    #[refuse(
+        code = "group-invalid",
+        exit = Usage,
+        hint = "LeaderWorkerSet sets LWS_GROUP_SIZE and LWS_WORKER_INDEX itself; without it give --nnodes and --node-rank (INFERA_NNODES, INFERA_NODE_RANK) as numbers"
+    )]
+    GroupValue { var: &'static str, value: String },
+    #[error("a multi-node group needs its size and this node's rank: {have} is set but {missing} is not")]
+    #[refuse(
+        code = "group-partial",
+        exit = Usage,
+        hint = "a pod of a LeaderWorkerSet gets LWS_GROUP_SIZE, LWS_WORKER_INDEX and LWS_LEADER_ADDRESS together; set all of them (or --nnodes, --node-rank, --leader-address) or none"
+    )]
+    GroupPartial { have: &'static str, missing: &'static str },
+    #[error("node rank {rank} ({source_}) is outside the group of {size} nodes (0 to {})", size.saturating_sub(1))]
+    #[refuse(code = "group-rank-out-of-range", exit = Usage, hint = "the rank is the pod's 0-based index in its group (LWS_WORKER_INDEX)")]
+    RankOutOfRange { rank: u32, size: u32, source_: String },
+    #[error("a group of {size} nodes ({source_}) needs the leader's address")]
+    #[refuse(code = "group-no-leader", exit = Usage, hint = "set LWS_LEADER_ADDRESS (LeaderWorkerSet does) or --leader-address / INFERA_LEADER_ADDRESS")]
+    NoLeader { size: u32, source_: String },
+}
+
+/// The group from the launcher's options, else LeaderWorkerSet's variables.
+fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
+    let lws = |k: &'static str| ev::get(env, k).map(|v| (k, v.to_string_lossy().into_owned()));
+    let size = o.nnodes.clone().map(|v| ("--nnodes / INFERA_NNODES", v)).or_else(|| lws(ev::LWS_GROUP_SIZE));
+    let rank = o.node_rank.clone().map(|v| ("--node-rank / INFERA_NODE_RANK", v)).or_else(|| lws(ev::LWS_WORKER_INDEX));
+    let leader = o
+        .leader_address
+        .clone()
+        .map(|v| ("--leader-address / INFERA_LEADER_ADDRESS", v))
+        .or_else(|| lws(ev::LWS_LEADER_ADDRESS))
+        .filter(|(_, v)| !v.trim().is_empty());
+    let ((size_var, size), (rank_var, rank)) = match (size, rank) {
+        (None, None) if leader.is_none() => return Ok(None),
+        (Some(s), Some(r)) => (s, r),
+        (Some((have, _)), None) => {
+            return Err(UsageError::GroupPartial { have, missing: "the node rank (LWS_WORKER_INDEX, --node-rank)" })
+        }
+        (None, Some((have, _))) => {
+            return Err(UsageError::GroupPartial { have, missing: "the group size (LWS_GROUP_SIZE, --nnodes)" })
+        }
+        (None, None) => {
+            let have = leader.map_or("the leader's address", |(k, _)| k);
+            return Err(UsageError::GroupPartial {
+                have,
+                missing: "the group size and the node rank (LWS_GROUP_SIZE, LWS_WORKER_INDEX)",
+            });
+        }
+    };
+    let num = |var: &'static str, v: &str| -> Result<u32, UsageError> {
+        match crate::dialect::py_int(v) {
+            Ok(Some(n)) => u32::try_from(n).map_err(|_| UsageError::GroupValue { var, value: v.to_string() }),
+            _ => Err(UsageError::GroupValue { var, value: v.to_string() }),
+        }
+    };
+    let (n, r) = (num(size_var, &size)?, num(rank_var, &rank)?);
+    let source_ = format!("{size_var}={size}, {rank_var}={rank}");
+    if n == 0 {
+        return Err(UsageError::GroupValue { var: size_var, value: size });
+    }
+    if r >= n {
+        return Err(UsageError::RankOutOfRange { rank: r, size: n, source_ });
+    }
+    let leader = leader.map(|(_, v)| v.trim().to_string());
+    if n > 1 && leader.is_none() {
+        return Err(UsageError::NoLeader { size: n, source_ });
+    }
+    Ok(Some(Group { size: n, rank: r, leader, source: source_, leader_wait: o.leader_wait }))
 }
 
 /// `net_bind_service,CAP_KILL` → the set, sorted; `none` (or empty) → keep nothing.
@@ -214,6 +301,7 @@ impl Request {
             return Err(UsageError::InitGrace { value: g });
         }
         let init = o.init.then_some(InitSpec { group: o.init_group, grace_seconds: o.init_grace });
+        let group = group(&o, env)?;
         let keep_caps = o.drop_caps.as_deref().map(parse_caps).transpose()?;
         let allow = clean(o.allow);
         // (The rules are parsed only when something names one.)
@@ -266,6 +354,7 @@ impl Request {
             init,
             privileges: Privileges { keep_caps, no_new_privs: o.no_new_privs },
             verify,
+            group,
         })
     }
 

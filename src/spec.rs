@@ -38,6 +38,10 @@ pub struct ExecSpec {
     pub privileges: Privileges,
     /// Taken in order before the exec.
     pub steps: Vec<Step>,
+    /// A multi-node rank: the digest of the engine args every rank of the group must share
+    /// (the rank flags left out), also given to the child as `INFERA_ARGS_DIGEST`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_digest: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -56,11 +60,23 @@ pub struct Privileges {
     pub no_new_privs: bool,
 }
 
-/// A step of the real run before the exec. Neither can stop the start: a failure is
-/// logged as a warning and the run goes on.
+/// A step of the real run before the exec. Only waiting for the leader can stop the start
+/// (a rank that cannot reach it would wait for nothing after loading its weights); any
+/// other failure is logged as a warning and the run goes on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Step {
+    /// A rank > 0 waits until the leader's name resolves (the DNS name of a pod exists only
+    /// once the pod has an IP; CoreDNS caches the NXDOMAIN a too early rank would get).
+    AwaitLeader {
+        host: String,
+        timeout_seconds: u64,
+        /// The resolver configuration and hosts file read (container paths; host files with `--root`).
+        #[serde(serialize_with = "ser_path")]
+        resolv_conf: PathBuf,
+        #[serde(serialize_with = "ser_path")]
+        hosts: PathBuf,
+    },
     /// Run an engine patch of the overlay with the image's interpreter, in `/`, with the
     /// exec's environment, for at most `timeout_seconds` (then it is killed).
     Patch {

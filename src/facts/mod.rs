@@ -6,6 +6,7 @@ pub mod gpus;
 pub mod host;
 pub mod ionic;
 pub mod model;
+pub mod net;
 pub mod pyassign;
 pub mod python;
 pub mod rocm;
@@ -50,6 +51,10 @@ pub struct Facts {
     pub workdir: Option<Result<PathBuf, String>>,
     /// The host's RoCE provider build, when the pod mounts one.
     pub ionic: Option<ionic::Ionic>,
+    /// This network namespace's interfaces (a multi-node run names them; `--root /` only).
+    pub interfaces: Option<Vec<net::Iface>>,
+    /// The RDMA devices (a PD run uses them), with the GIDs at `MC_GID_INDEX`.
+    pub infiniband: Option<Vec<net::IbDevice>>,
     /// Evidence that disagreed or could not be read.
     pub findings: Vec<Finding>,
 }
@@ -86,6 +91,10 @@ pub struct Wanted<'a> {
     /// The engine the request names (`--engine`, or the module of the command form): only
     /// it is looked for. None: every engine of the table (`--engine auto` must know them all).
     pub engine: Option<crate::engines::Engine>,
+    /// A multi-node group or a named socket interface: read the interfaces.
+    pub network: bool,
+    /// RDMA devices named (`--disaggregation-ib-device`) or a GID index set: read them.
+    pub infiniband: bool,
 }
 
 impl Facts {
@@ -112,6 +121,9 @@ impl Facts {
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(&root, &p.executable));
         let program = w.program.map(|name| find_program(&root, env, name, w.chdir));
         let ionic = ionic::detect(&root);
+        let interfaces = (w.network && root.is_host_root()).then(net::interfaces).flatten();
+        let gid_index = get(env, ev::MC_GID_INDEX).and_then(|v| v.to_str()?.trim().parse().ok());
+        let infiniband = w.infiniband.then(|| net::infiniband(&root, gid_index));
         let workdir = w.chdir.map(|d| match root.stat(d) {
             Ok((resolved, m)) if m.is_dir() => Ok(resolved),
             Ok(_) => Err("not a directory".to_string()),
@@ -131,6 +143,8 @@ impl Facts {
             program,
             workdir,
             ionic,
+            interfaces,
+            infiniband,
             findings,
         }
     }

@@ -78,17 +78,30 @@ pub fn apply(ctx: &Ctx, findings: &mut Vec<Finding>) -> Result<Vec<OsString>, Re
     let ints = Ints::read(ctx, findings)?;
     let model = model_of(ctx, findings)?;
     let mut added = Vec::new();
-    let eff = defaults(ctx, gpus, model, &ints, &mut added, findings);
+    // A rank of a multi-node group: its flags and the sizes across the group first.
+    let multi = match ctx.req.group.as_ref().filter(|g| g.size > 1) {
+        Some(g) => {
+            let user = super::ranks::UserSizes { tp: ints.tp, pp: ints.pp, dp: ints.dp };
+            Some(super::ranks::plan(ctx.engine, ctx.parsed, g, gpus, &user, &mut added, findings)?)
+        }
+        None => None,
+    };
+    let mut eff = defaults(ctx, gpus, model, &ints, multi.as_ref(), &mut added, findings);
+    if let Some(m) = multi {
+        eff.nnodes = m.nnodes;
+    }
     check_rules(ctx, rules, &eff, findings)?;
     Ok(added)
 }
 
 /// Append the defaults the user did not set; what the engine will then run with.
+/// `multi`: the group's planner chose the parallel layout already.
 fn defaults<'a>(
     ctx: &Ctx,
     gpus: Option<u32>,
     model: Option<&'a Model>,
     ints: &Ints,
+    multi: Option<&super::ranks::Sizes>,
     added: &mut Vec<OsString>,
     findings: &mut Vec<Finding>,
 ) -> Effective<'a> {
@@ -97,8 +110,9 @@ fn defaults<'a>(
     let layout = [Opt::TensorParallelSize, Opt::DataParallelSize, Opt::PipelineParallelSize, Opt::Nnodes]
         .into_iter()
         .find(|o| p.is_set(*o));
-    let mut tp = ints.tp;
+    let mut tp = multi.map_or(ints.tp, |m| m.tp);
     match (layout, gpus) {
+        _ if multi.is_some() => {}
         (None, Some(n)) if n > 0 => {
             add(e, Opt::TensorParallelSize, &n.to_string(), added);
             tp = Some(n.into());
@@ -198,6 +212,8 @@ fn add(e: Engine, o: Opt, v: &str, added: &mut Vec<OsString>) {
 /// The integer options the rules reason about, read as the engine's parser reads them.
 struct Ints {
     tp: Option<u64>,
+    pp: Option<u64>,
+    dp: Option<u64>,
     nnodes: Option<u64>,
     max_seqs: Option<u64>,
 }
@@ -228,11 +244,11 @@ impl Ints {
             }
         };
         let tp = get(Opt::TensorParallelSize, "tensor parallel size")?;
-        get(Opt::DataParallelSize, "data parallel size")?;
-        get(Opt::PipelineParallelSize, "pipeline parallel size")?;
+        let dp = get(Opt::DataParallelSize, "data parallel size")?;
+        let pp = get(Opt::PipelineParallelSize, "pipeline parallel size")?;
         let nnodes = get(Opt::Nnodes, "node count")?;
         let max_seqs = get(Opt::MaxSeqs, "number of concurrent sequences")?;
-        Ok(Ints { tp, nnodes, max_seqs })
+        Ok(Ints { tp, pp, dp, nnodes, max_seqs })
     }
 }
 

@@ -84,12 +84,19 @@ pub enum CapError {
 }
 
 /// The capabilities a set of engine args implies, with the flag that implies each.
-pub fn implied(engine: Engine, parsed: &Parsed) -> Result<Vec<(String, String)>, CapError> {
+pub fn implied(
+    engine: Engine,
+    args: &[std::ffi::OsString],
+    parsed: &Parsed,
+) -> Result<Vec<(String, String)>, CapError> {
     let mut out = Vec::new();
     if let Some(v) = parsed.get(Opt::KvTransferConfig) {
         let text = v.as_str().ok_or(CapError::KvTransferConfigNotUtf8)?;
-        let json: serde_json::Value = serde_json::from_str(text)
+        serde_json::from_str::<serde_json::Value>(text)
             .map_err(|e| CapError::KvTransferConfigNotJson { reason: e.to_string(), text: text.to_string() })?;
+    }
+    // The JSON value with vLLM's dotted keys (`--kv-transfer-config.kv_connector X`) merged.
+    if let Some(json) = crate::dialect::json_option(engine, args, parsed, Opt::KvTransferConfig).ok().flatten() {
         let mut connectors = Vec::new();
         collect_connectors(&json, &mut connectors);
         if let Some(c) = connectors.iter().find(|c| c.to_ascii_lowercase().contains("mooncake")) {
@@ -155,7 +162,7 @@ pub fn rows(
         }
     }
     if let Some(e) = engine {
-        match implied(e, parsed) {
+        match implied(e, &req.args, parsed) {
             Ok(imp) => {
                 for (c, by) in imp {
                     if !requested.iter().any(|(x, _)| *x == c) {

@@ -5,7 +5,10 @@
 mod args;
 mod caps;
 mod env;
+mod node;
+pub mod pd;
 mod program;
+pub mod ranks;
 mod safety;
 mod select;
 mod steps;
@@ -47,9 +50,23 @@ pub struct Plan<'a> {
     pub facts: FactsView<'a>,
     pub capabilities: Vec<CapRow>,
     pub exec: Option<ExecSpec>,
+    /// This pod's place in a multi-node group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupView>,
+    /// A prefill or decode pod: what the router needs to know.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pd: Option<pd::PdView>,
     pub findings: Vec<Finding>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Refusal>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupView {
+    pub size: u32,
+    pub rank: u32,
+    pub leader: Option<String>,
+    pub source: String,
 }
 
 impl Plan<'_> {
@@ -83,6 +100,13 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
         facts: inp.facts.view(),
         capabilities: Vec::new(),
         exec: None,
+        group: inp.req.group.as_ref().map(|g| GroupView {
+            size: g.size,
+            rank: g.rank,
+            leader: g.leader.clone(),
+            source: g.source.clone(),
+        }),
+        pd: None,
         findings: inp.facts.findings.clone(),
         error: None,
     };
@@ -96,6 +120,10 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let (req, facts) = (inp.req, inp.facts);
     if let Some(i) = req.args.iter().position(|a| a.as_bytes().contains(&0)) {
         return Err(UsageError::ArgNul { index: i + 1 }.into());
+    }
+    // The node's environment first: it does not depend on the image or the tree.
+    if req.role.runs_engine() {
+        node::check(req.engine, facts, inp.env, &mut p.findings)?;
     }
     let python = facts.python.as_ref().map_err(Clone::clone)?;
     let rocm = facts.rocm.as_ref().map_err(Clone::clone)?;
@@ -118,6 +146,9 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let engine = run.engine();
 
     let parsed = engine.map(|e| crate::dialect::read(e, &req.args)).unwrap_or_default();
+    if let Some(e) = engine {
+        p.pd = pd::plan(e, &req.args, &parsed, req.group.as_ref(), facts, inp.env, &mut p.findings)?;
+    }
     let copies = caps::copies(tree, facts, &mut p.findings);
     p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed, &copies) {
         Ok(rows) => rows,
@@ -170,7 +201,9 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     argv.extend(req.args.iter().cloned());
     argv.extend(added.iter().cloned());
     let interpreter = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
-    let mut steps: Vec<_> = replace.into_iter().collect();
+    // A rank > 0 waits for the leader's name before anything else (and before its weights).
+    let mut steps: Vec<_> = await_leader(req, facts).into_iter().collect();
+    steps.extend(replace);
     steps.extend(steps::patches(req, facts, overlay, (&python.executable, interpreter.as_ref()), &mut p.findings));
     p.exec = Some(ExecSpec {
         program: program.clone(),
@@ -184,7 +217,14 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         init: req.init.clone(),
         privileges: req.privileges.clone(),
         steps,
+        args_digest: None,
     });
+    if let (Some(e), Some(x), Some(_)) = (engine, p.exec.as_mut(), req.group.as_ref().filter(|g| g.size > 1)) {
+        let digest = args_digest(e, &req.args, &x.added_args);
+        x.env.insert(crate::envvars::INFERA_ARGS_DIGEST.into(), digest.clone().into());
+        x.env_set.push(crate::envvars::INFERA_ARGS_DIGEST.to_string());
+        x.args_digest = Some(digest);
+    }
     if let Some(file) = file {
         program::runnable(&program, run.what(), file)?;
     }
@@ -200,6 +240,34 @@ fn workdir(req: &Request, facts: &Facts) -> Result<(Option<PathBuf>, Option<Path
         Some(Ok(resolved)) if !facts.root.is_host_root() => Ok((Some(dir.clone()), Some(facts.root.host(resolved)))),
         _ => Ok((Some(dir.clone()), None)),
     }
+}
+
+/// The step that makes a rank > 0 wait until the leader's name resolves.
+fn await_leader(req: &Request, facts: &Facts) -> Option<crate::spec::Step> {
+    let g = req.group.as_ref().filter(|g| g.size > 1 && g.rank > 0 && g.leader_wait > 0)?;
+    let leader = g.leader.as_ref()?;
+    if leader.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    let file = |p: &str| facts.root.host(std::path::Path::new(p));
+    Some(crate::spec::Step::AwaitLeader {
+        host: leader.clone(),
+        timeout_seconds: g.leader_wait,
+        resolv_conf: file("/etc/resolv.conf"),
+        hosts: file("/etc/hosts"),
+    })
+}
+
+/// BLAKE3 of the engine args every rank must share: the user's and the launcher's, the flags
+/// that differ per rank left out, NUL-separated.
+fn args_digest(e: crate::engines::Engine, args: &[OsString], added: &[OsString]) -> String {
+    let all: Vec<OsString> = args.iter().chain(added).cloned().collect();
+    let mut h = blake3::Hasher::new();
+    for a in crate::dialect::strip(e, &all, &ranks::RANK_OPTS) {
+        h.update(a.as_bytes());
+        h.update(&[0]);
+    }
+    h.finalize().to_hex()[..16].to_string()
 }
 
 /// GPUs allocated by the visible-devices variables but no device nodes: a warning, so

@@ -87,6 +87,8 @@ fn facts() -> Facts {
         program: None,
         workdir: Some(Ok("/".into())),
         ionic: None,
+        interfaces: None,
+        infiniband: None,
         findings: Vec::new(),
     }
 }
@@ -152,6 +154,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         output: Output::Json,
         init: None,
         privileges: Privileges::default(),
+        group: None,
         verify: Verify::Off,
     }
 }

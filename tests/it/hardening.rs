@@ -95,7 +95,7 @@ impl Noexec {
     fn mount(dir: &Path) -> Noexec {
         std::fs::create_dir_all(dir).unwrap();
         let st =
-            Command::new("mount").args(["-t", "tmpfs", "-o", "noexec,size=64m", "tmpfs"]).arg(dir).status().unwrap();
+            Command::new("mount").args(["-t", "tmpfs", "-o", "noexec,size=512m", "tmpfs"]).arg(dir).status().unwrap();
         assert!(st.success(), "mount -o noexec (the tests run as root)");
         Noexec(dir.to_path_buf())
     }

@@ -11,6 +11,7 @@ mod exec;
 mod hardening;
 mod infera_layout;
 mod init;
+mod multinode;
 mod payload;
 mod planning;
 mod refuse;

@@ -1,0 +1,260 @@
+//! A rank of a multi-node group (LeaderWorkerSet, or `--nnodes`/`--node-rank`): the flags
+//! each engine needs on every rank, the parallel sizes across the group, and the
+//! configurations that cannot work, refused before anything loads. Every rank gets the
+//! same engine args but for the rank flags (what the args digest shows).
+//!
+//! vLLM 0.33 (multi-node without Ray): `--nnodes N --node-rank R --master-addr A
+//! --master-port P` on every rank, `--headless` (no API server) on ranks > 0; DP·PP·TP must
+//! divide by N; `--data-parallel-start-rank` on the leader silently switches it to hybrid
+//! load balancing; `--nnodes > 1` needs `--data-parallel-backend mp`; Ray
+//! (`--distributed-executor-backend ray`) places ranks itself and cannot be combined with
+//! `--nnodes`. sglang 0.5: `--nnodes N --node-rank R --dist-init-addr A:PORT`; (TP·PP) % N
+//! == 0; no `--dp-size > 1` across nodes; only rank 0 serves HTTP and binds 127.0.0.1
+//! unless told otherwise.
+
+use std::ffi::OsString;
+
+use thiserror::Error;
+
+use crate::dialect::{Parsed, Setting};
+use crate::engines::{Engine, Opt};
+use crate::facts::net::unreachable_host;
+use crate::finding::Finding;
+use crate::request::Group;
+use infera_exec_derive::Refuse;
+
+/// vLLM's `--master-port` default (ParallelConfig.master_port), written out on every rank.
+pub const VLLM_MASTER_PORT: u16 = 29501;
+/// The port of sglang's `--dist-init-addr` (LeaderWorkerSet's sglang example uses it).
+pub const SGLANG_DIST_INIT_PORT: u16 = 20000;
+
+/// The flags whose values differ per rank: left out of the args digest.
+pub const RANK_OPTS: [Opt; 4] = [Opt::NodeRank, Opt::Headless, Opt::Host, Opt::DataParallelStartRank];
+
+#[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
+pub enum RankError {
+    #[error("{flag} {given} in the engine args, but this pod is {want} of the group ({source_})")]
+    #[refuse(
+        code = "rank-flag-contradicts",
+        exit = Refused,
+        hint = "drop the rank flags from the args: the launcher writes them for each rank from the group"
+    )]
+    Contradicts { flag: String, given: String, want: String, source_: String },
+    #[error("{flag} `{value}` is not a whole number, but a group of {size} nodes needs it")]
+    #[refuse(code = "arg-not-an-int", exit = Usage)]
+    NotAnInt { flag: String, value: String, size: u32 },
+    #[error("--distributed-executor-backend ray with --nnodes {nnodes}: vLLM cannot combine Ray with its own multi-node launch")]
+    #[refuse(code = "ray-with-nnodes", exit = Refused, hint = "drop --nnodes (Ray places the ranks), or drop the Ray backend")]
+    RayWithNnodes { nnodes: String },
+    #[error("--data-parallel-start-rank on the leader (rank 0): vLLM then silently switches to hybrid load balancing")]
+    #[refuse(code = "dp-start-rank-on-leader", exit = Refused, hint = "leave --data-parallel-start-rank out; vLLM infers each rank's from --node-rank")]
+    StartRankOnLeader,
+    #[error("--data-parallel-backend {value} with {size} nodes: vLLM's multi-node launch needs the mp backend")]
+    #[refuse(code = "dp-backend-not-mp", exit = Refused, hint = "drop --data-parallel-backend (mp is the default)")]
+    DpBackend { value: String, size: u32 },
+    #[error("{sizes} = {world} processes do not divide over {nodes} nodes")]
+    #[refuse(code = "world-not-divisible", exit = Refused, hint = "choose sizes whose product is a multiple of the group size (LWS size)")]
+    NotDivisible { sizes: String, world: u64, nodes: u32 },
+    #[error("{sizes} = {world} processes over {nodes} nodes is {share} per node, but a node has {gpus} GPUs")]
+    #[refuse(code = "node-share-exceeds-gpus", exit = Refused, hint = "lower the sizes, or use a larger group or nodes with more GPUs")]
+    ShareExceeds { sizes: String, world: u64, nodes: u32, share: u64, gpus: u32 },
+    #[error("--dp-size {dp} across {nodes} nodes: sglang refuses data parallelism across nodes (only attention DP)")]
+    #[refuse(code = "sglang-dp-across-nodes", exit = Refused, hint = "drop --dp-size, or run one group per data-parallel replica")]
+    SglangDp { dp: u64, nodes: u32 },
+    #[error(
+        "{what} `{host}` is not an address other nodes can reach (a wildcard or loopback), in a group of {nodes} nodes"
+    )]
+    #[refuse(
+        code = "rendezvous-unreachable",
+        exit = Refused,
+        hint = "use the leader's name (LWS_LEADER_ADDRESS) or the pod's IP; only the bind address may be 0.0.0.0"
+    )]
+    Unreachable { what: String, host: String, nodes: u32 },
+}
+
+/// The parallel sizes the engine will run with, for the rules.
+pub struct Sizes {
+    pub tp: Option<u64>,
+    pub nnodes: u64,
+}
+
+/// What the user's args say about the integer options of a group.
+pub struct UserSizes {
+    pub tp: Option<u64>,
+    pub pp: Option<u64>,
+    pub dp: Option<u64>,
+}
+
+fn int_of(e: Engine, p: &Parsed, o: Opt, size: u32) -> Result<Option<(i64, String)>, RankError> {
+    let Some(Setting::Value(v)) = p.get(o) else { return Ok(None) };
+    let text = v.to_string_lossy().into_owned();
+    match v.to_str().ok_or(crate::dialect::NotAnInt).and_then(crate::dialect::py_int) {
+        Ok(Some(n)) => Ok(Some((n, text))),
+        _ => Err(RankError::NotAnInt { flag: e.flag(o), value: text, size }),
+    }
+}
+
+fn add(e: Engine, o: Opt, v: &str, added: &mut Vec<OsString>, said: &mut Vec<String>) {
+    if let Some(a) = crate::dialect::render(e, o, v) {
+        said.push(a.iter().map(|x| x.to_string_lossy()).collect::<Vec<_>>().join(" "));
+        added.extend(a);
+    }
+}
+
+/// The rank flags and parallel sizes for rank `g.rank` of `g.size` nodes with `gpus` GPUs
+/// each, appended to `added`; refusals for what cannot work.
+pub fn plan(
+    e: Engine,
+    p: &Parsed,
+    g: &Group,
+    gpus: Option<u32>,
+    user: &UserSizes,
+    added: &mut Vec<OsString>,
+    findings: &mut Vec<Finding>,
+) -> Result<Sizes, RankError> {
+    let n = g.size;
+    let leader = g.leader.clone().unwrap_or_default();
+    let mut said: Vec<String> = Vec::new();
+    let ray = p.value(Opt::DistributedExecutorBackend) == Some("ray");
+    // The rank flags: what the user wrote must agree with the group, the rest is added.
+    for (o, want, name) in [(Opt::Nnodes, n, "a group of"), (Opt::NodeRank, g.rank, "rank")] {
+        if !e.has(o) {
+            continue;
+        }
+        match int_of(e, p, o, n)? {
+            Some((given, text)) if given != i64::from(want) && !(ray && o == Opt::Nnodes) => {
+                let want = if o == Opt::Nnodes { format!("{name} {n} nodes") } else { format!("{name} {want}") };
+                return Err(RankError::Contradicts { flag: e.flag(o), given: text, want, source_: g.source.clone() });
+            }
+            Some(_) => {}
+            None if ray => {}
+            None => add(e, o, &want.to_string(), added, &mut said),
+        }
+    }
+    match e {
+        Engine::Vllm => {
+            if ray {
+                if let Some(nn) =
+                    p.value(Opt::Nnodes).filter(|v| crate::dialect::py_int(v).ok().flatten().unwrap_or(1) > 1)
+                {
+                    return Err(RankError::RayWithNnodes { nnodes: nn.to_string() });
+                }
+                findings.push(Finding::info(
+                    "ranks-ray",
+                    format!("rank {} of {n} ({}): Ray places the ranks (--distributed-executor-backend ray); no rank flags added", g.rank, g.source),
+                ));
+                return Ok(Sizes { tp: user.tp, nnodes: 1 });
+            }
+            if g.rank == 0 && p.is_set(Opt::DataParallelStartRank) {
+                return Err(RankError::StartRankOnLeader);
+            }
+            if let Some(b) = p.value(Opt::DataParallelBackend).filter(|b| *b != "mp") {
+                return Err(RankError::DpBackend { value: b.to_string(), size: n });
+            }
+            match p.value(Opt::MasterAddr) {
+                Some(a) if unreachable_host(a) => {
+                    return Err(RankError::Unreachable { what: "--master-addr".into(), host: a.into(), nodes: n });
+                }
+                Some(_) => {}
+                None => add(e, Opt::MasterAddr, &leader, added, &mut said),
+            }
+            if !p.is_set(Opt::MasterPort) {
+                add(e, Opt::MasterPort, &VLLM_MASTER_PORT.to_string(), added, &mut said);
+            }
+            if g.rank > 0 && !p.is_set(Opt::Headless) {
+                add(e, Opt::Headless, "on", added, &mut said);
+            }
+        }
+        Engine::Sglang => {
+            match p.value(Opt::DistInitAddr) {
+                Some(a) => {
+                    let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
+                    if unreachable_host(host) {
+                        return Err(RankError::Unreachable {
+                            what: "--dist-init-addr".into(),
+                            host: host.into(),
+                            nodes: n,
+                        });
+                    }
+                }
+                None => add(e, Opt::DistInitAddr, &format!("{leader}:{SGLANG_DIST_INIT_PORT}"), added, &mut said),
+            }
+            // Only rank 0 serves HTTP, and sglang binds 127.0.0.1 by default.
+            if g.rank == 0 && !p.is_set(Opt::Host) {
+                add(e, Opt::Host, "0.0.0.0", added, &mut said);
+            }
+        }
+    }
+    let sizes = sizes(e, n, gpus, user, added, &mut said)?;
+    if !said.is_empty() {
+        findings.push(Finding::info(
+            "ranks",
+            format!("added {}: rank {} of {n} nodes ({})", said.join(" "), g.rank, g.source),
+        ));
+    }
+    Ok(sizes)
+}
+
+/// TP = a node's GPUs and PP = the nodes unless the user chose; the world must divide over
+/// the nodes and a node's share must fit its GPUs.
+fn sizes(
+    e: Engine,
+    n: u32,
+    gpus: Option<u32>,
+    user: &UserSizes,
+    added: &mut Vec<OsString>,
+    said: &mut Vec<String>,
+) -> Result<Sizes, RankError> {
+    let nodes = u64::from(n);
+    let dp = user.dp.unwrap_or(1);
+    if e == Engine::Sglang && dp > 1 {
+        return Err(RankError::SglangDp { dp, nodes: n });
+    }
+    let (mut tp, mut pp) = (user.tp, user.pp);
+    if let Some(g) = gpus.map(u64::from).filter(|g| *g > 0) {
+        let total = nodes * g;
+        match (tp, pp) {
+            (None, None) => {
+                tp = Some(g);
+                pp = (total % (g * dp) == 0).then(|| total / (g * dp));
+            }
+            (Some(t), None) if total % (t * dp) == 0 => pp = Some(total / (t * dp)),
+            (None, Some(q)) if total % (q * dp) == 0 => tp = Some(total / (q * dp)),
+            _ => {}
+        }
+        if user.tp.is_none() {
+            if let Some(t) = tp {
+                add(e, Opt::TensorParallelSize, &t.to_string(), added, said);
+            }
+        }
+        // PP 1 is the engine's default: written only when it is more.
+        if user.pp.is_none() && pp.is_some_and(|q| q > 1) {
+            add(e, Opt::PipelineParallelSize, &pp.unwrap_or(1).to_string(), added, said);
+        }
+    }
+    let (t, q) = (tp.unwrap_or(1), pp.unwrap_or(1));
+    let (world, sizes) = match e {
+        Engine::Vllm => (
+            dp * q * t,
+            format!(
+                "{} {dp} × {} {q} × {} {t}",
+                e.flag(Opt::DataParallelSize),
+                e.flag(Opt::PipelineParallelSize),
+                e.flag(Opt::TensorParallelSize)
+            ),
+        ),
+        Engine::Sglang => {
+            (q * t, format!("{} {q} × {} {t}", e.flag(Opt::PipelineParallelSize), e.flag(Opt::TensorParallelSize)))
+        }
+    };
+    if world % nodes != 0 {
+        return Err(RankError::NotDivisible { sizes, world, nodes: n });
+    }
+    if let Some(g) = gpus.filter(|g| *g > 0) {
+        let share = world / nodes;
+        if share > u64::from(g) {
+            return Err(RankError::ShareExceeds { sizes, world, nodes: n, share, gpus: g });
+        }
+    }
+    Ok(Sizes { tp, nnodes: nodes })
+}

@@ -1,0 +1,454 @@
+//! Multi-node groups and prefill/decode: the flags each rank gets from LeaderWorkerSet's
+//! variables (exact), the refusals before anything loads, the leader wait against a real
+//! resolver on loopback, the interface checks in a network namespace of the test's own.
+
+use std::net::UdpSocket;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const GPUS8: (&str, &str) = ("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7");
+const LEADER: &str = "kimi-0.kimi.infera";
+
+fn rank_env(size: u32, rank: u32) -> Vec<(String, String)> {
+    vec![
+        ("LWS_GROUP_SIZE".into(), size.to_string()),
+        ("LWS_WORKER_INDEX".into(), rank.to_string()),
+        ("LWS_LEADER_ADDRESS".into(), LEADER.into()),
+    ]
+}
+
+fn plan(img: &Fx, ov: &Fx, cmd: &[&str], env: &[(String, String)]) -> Out {
+    let mut r = infera(cmd).root(img).overlay(&ov.overlay()).env("INFERA_DRY_RUN", "1").env("INFERA_OUTPUT", "json");
+    r = r.env(GPUS8.0, GPUS8.1).env("MC_FORCE_TCP", "1");
+    for (k, v) in env {
+        r = r.env(k, v);
+    }
+    r.run()
+}
+
+fn strs(v: &serde_json::Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+}
+
+/// Every rank's plan: (added args, steps, args digest).
+fn ranks(img: &Fx, ov: &Fx, cmd: &[&str], size: u32) -> Vec<(Vec<String>, serde_json::Value, String)> {
+    (0..size)
+        .map(|r| {
+            let out = plan(img, ov, cmd, &rank_env(size, r));
+            assert_eq!(out.code, 0, "rank {r}: {}", out.stderr);
+            let j = out.json();
+            assert_eq!(
+                j["group"],
+                serde_json::json!({"size": size, "rank": r, "leader": LEADER,
+                "source": format!("LWS_GROUP_SIZE={size}, LWS_WORKER_INDEX={r}")})
+            );
+            let x = &j["exec"];
+            assert_eq!(x["env"]["INFERA_ARGS_DIGEST"], x["args_digest"]);
+            (strs(&x["added_args"]), x["steps"].clone(), x["args_digest"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+fn v(s: &[&str]) -> Vec<String> {
+    s.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn vllm_tp8_pp2_and_tp8_pp4_every_rank() {
+    let img = image("vllm-rocm10");
+    let ov = shipped_overlay();
+    let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "--max-num-seqs", "128"];
+    for size in [2u32, 4] {
+        let all = ranks(&img, &ov, &cmd, size);
+        for (r, (added, steps, digest)) in all.iter().enumerate() {
+            let mut want = v(&[
+                "--nnodes",
+                &size.to_string(),
+                "--node-rank",
+                &r.to_string(),
+                "--master-addr",
+                LEADER,
+                "--master-port",
+                "29501",
+            ]);
+            if r > 0 {
+                want.push("--headless".into());
+            }
+            want.extend(v(&["--tensor-parallel-size", "8", "--pipeline-parallel-size", &size.to_string()]));
+            want.extend(v(&["--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"]));
+            assert_eq!(added, &want, "{size} nodes, rank {r}");
+            // Ranks > 0 wait for the leader's name; the leader never waits.
+            let waits = steps.as_array().unwrap().iter().filter(|s| s["kind"] == "await-leader").count();
+            assert_eq!(waits, usize::from(r > 0), "rank {r}: {steps}");
+            assert_eq!(digest, &all[0].2, "every rank shares the engine args but its rank flags");
+        }
+    }
+}
+
+#[test]
+fn vllm_tp16_over_two_nodes_and_sglang_tp16() {
+    let ov = shipped_overlay();
+    let img = image("vllm-rocm10");
+    let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "-tp", "16"];
+    let all = ranks(&img, &ov, &cmd, 2);
+    assert_eq!(
+        all[0].0,
+        v(&[
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--master-addr",
+            LEADER,
+            "--master-port",
+            "29501",
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto"
+        ])
+    );
+    assert_eq!(
+        all[1].0,
+        v(&[
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--master-addr",
+            LEADER,
+            "--master-port",
+            "29501",
+            "--headless",
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto"
+        ])
+    );
+    assert_eq!(all[0].2, all[1].2);
+
+    let img = image("sglang-rocm724");
+    let cmd = ["python3", "-m", "infera.engine.sglang", "--model-path", "/models/kimi-k3", "--tp-size", "16"];
+    let all = ranks(&img, &ov, &cmd, 2);
+    assert_eq!(
+        all[0].0,
+        v(&[
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--dist-init-addr",
+            "kimi-0.kimi.infera:20000",
+            "--host",
+            "0.0.0.0",
+            "--kv-cache-dtype",
+            "auto"
+        ])
+    );
+    assert_eq!(
+        all[1].0,
+        v(&[
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--dist-init-addr",
+            "kimi-0.kimi.infera:20000",
+            "--kv-cache-dtype",
+            "auto"
+        ])
+    );
+    assert_eq!(all[0].2, all[1].2, "--host on the serving rank only is a rank flag");
+    // The user's own flags that agree with the group are kept, not repeated.
+    let cmd = [
+        "python3",
+        "-m",
+        "infera.engine.sglang",
+        "--model-path",
+        "/models/kimi-k3",
+        "--tp-size",
+        "16",
+        "--nnodes",
+        "2",
+        "--host",
+        "10.0.0.9",
+    ];
+    let out = plan(&img, &ov, &cmd, &rank_env(2, 0));
+    assert_eq!(
+        strs(&out.json()["exec"]["added_args"]),
+        v(&["--node-rank", "0", "--dist-init-addr", "kimi-0.kimi.infera:20000", "--kv-cache-dtype", "auto"])
+    );
+}
+
+#[test]
+fn pd_prefill_and_decode_say_what_the_router_needs() {
+    let ov = shipped_overlay();
+    let img = image("vllm-rocm10");
+    for (role, kv_role) in [("prefill", "kv_producer"), ("decode", "kv_consumer")] {
+        let kv = format!(r#"{{"kv_connector":"MooncakeConnector","kv_role":"{kv_role}"}}"#);
+        let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "--kv-transfer-config", &kv];
+        let j = plan(&img, &ov, &cmd, &rank_env(2, 1)).json();
+        assert!(j.get("error").is_none(), "{j}");
+        let mut want = serde_json::json!({"role": role, "transfer": "mooncake"});
+        if role == "prefill" {
+            want["bootstrap_host"] = LEADER.into();
+            want["bootstrap_port"] = 8998.into();
+        }
+        assert_eq!(j["pd"], want);
+        let mc = j["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "mooncake").unwrap().clone();
+        assert_eq!(mc["requested_by"], "--kv-transfer-config kv_connector=MooncakeConnector");
+    }
+    // vLLM's dotted form of the same config.
+    let cmd = [
+        "python3",
+        "-m",
+        "infera.engine.vllm",
+        "--model",
+        "/models/kimi-k3",
+        "--kv-transfer-config.kv_connector",
+        "MooncakeConnector",
+        "--kv-transfer-config.kv_role=kv_producer",
+    ];
+    let j = plan(&img, &ov, &cmd, &[("POD_IP".into(), "10.4.0.7".into())]).json();
+    assert_eq!(
+        j["pd"],
+        serde_json::json!({"role": "prefill", "bootstrap_host": "10.4.0.7", "bootstrap_port": 8998, "transfer": "mooncake"})
+    );
+    // sglang: --disaggregation-mode; a 2-node prefill's bootstrap is the rendezvous host.
+    let img = image("sglang-rocm724");
+    let cmd = [
+        "python3",
+        "-m",
+        "infera.engine.sglang",
+        "--model-path",
+        "/models/kimi-k3",
+        "--tp-size",
+        "16",
+        "--disaggregation-mode",
+        "prefill",
+    ];
+    let j = plan(&img, &ov, &cmd, &rank_env(2, 0)).json();
+    assert_eq!(
+        j["pd"],
+        serde_json::json!({"role": "prefill", "bootstrap_host": LEADER, "bootstrap_port": 8998, "transfer": "mooncake"})
+    );
+}
+
+#[test]
+fn refusals_before_anything_loads() {
+    let ov = shipped_overlay();
+    let vllm = image("vllm-rocm10");
+    let sglang = image("sglang-rocm724");
+    let vcmd = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut c = vec!["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3"];
+        c.extend(extra);
+        c
+    };
+    let scmd = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut c = vec!["python3", "-m", "infera.engine.sglang", "--model-path", "/models/kimi-k3"];
+        c.extend(extra);
+        c
+    };
+    let e = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    type Case<'a> = (&'a Fx, Vec<&'a str>, Vec<(String, String)>, i32, &'a str);
+    let cases: Vec<Case> = vec![
+        (&vllm, vcmd(&[]), e(&[("LWS_GROUP_SIZE", "2")]), 2,
+         "error[group-partial]: a multi-node group needs its size and this node's rank: LWS_GROUP_SIZE is set but the node rank (LWS_WORKER_INDEX, --node-rank) is not"),
+        (&vllm, vcmd(&[]), e(&[("LWS_GROUP_SIZE", "two"), ("LWS_WORKER_INDEX", "0"), ("LWS_LEADER_ADDRESS", LEADER)]), 2,
+         "error[group-invalid]: LWS_GROUP_SIZE=`two` is not a whole number"),
+        (&vllm, vcmd(&[]), rank_env(2, 2), 2,
+         "error[group-rank-out-of-range]: node rank 2 (LWS_GROUP_SIZE=2, LWS_WORKER_INDEX=2) is outside the group of 2 nodes (0 to 1)"),
+        (&vllm, vcmd(&[]), e(&[("LWS_GROUP_SIZE", "2"), ("LWS_WORKER_INDEX", "1")]), 2, "error[group-no-leader]"),
+        (&vllm, vcmd(&["--node-rank", "1"]), rank_env(2, 0), 78,
+         "error[rank-flag-contradicts]: --node-rank 1 in the engine args, but this pod is rank 0 of the group"),
+        (&vllm, vcmd(&["--nnodes", "3"]), rank_env(2, 1), 78, "--nnodes 3 in the engine args, but this pod is a group of 2 nodes"),
+        (&vllm, vcmd(&["-tp", "3"]), rank_env(2, 0), 78,
+         "error[world-not-divisible]: --data-parallel-size 1 × --pipeline-parallel-size 1 × --tensor-parallel-size 3 = 3 processes do not divide over 2 nodes"),
+        (&vllm, vcmd(&["-tp", "8", "-pp", "4"]), rank_env(2, 0), 78,
+         "error[node-share-exceeds-gpus]: --data-parallel-size 1 × --pipeline-parallel-size 4 × --tensor-parallel-size 8 = 32 processes over 2 nodes is 16 per node, but a node has 8 GPUs"),
+        (&sglang, scmd(&["--dp-size", "2"]), rank_env(2, 0), 78,
+         "error[sglang-dp-across-nodes]: --dp-size 2 across 2 nodes"),
+        (&vllm, vcmd(&["--data-parallel-start-rank", "0"]), rank_env(2, 0), 78, "error[dp-start-rank-on-leader]"),
+        (&vllm, vcmd(&["--distributed-executor-backend", "ray", "--nnodes", "2"]), rank_env(2, 0), 78, "error[ray-with-nnodes]"),
+        (&vllm, vcmd(&["--data-parallel-backend", "ray"]), rank_env(2, 0), 78, "error[dp-backend-not-mp]"),
+        (&vllm, vcmd(&["--master-addr", "127.0.0.1"]), rank_env(2, 1), 78,
+         "error[rendezvous-unreachable]: --master-addr `127.0.0.1` is not an address other nodes can reach"),
+        (&sglang, scmd(&["--dist-init-addr", "0.0.0.0:5000", "--tp-size", "16"]), rank_env(2, 0), 78,
+         "--dist-init-addr `0.0.0.0` is not an address other nodes can reach"),
+        (&vllm, vcmd(&[]), e(&[("VLLM_PORT", "tcp://10.96.4.2:8000")]), 78,
+         "error[vllm-port-invalid]: VLLM_PORT=`tcp://10.96.4.2:8000` is not a port number"),
+        (&vllm, vcmd(&[]), e(&[("CUDA_VISIBLE_DEVICES", "0,1")]), 78,
+         "error[visible-devices-disagree]: HIP_VISIBLE_DEVICES=`0,1,2,3,4,5,6,7` and CUDA_VISIBLE_DEVICES=`0,1` select different GPUs"),
+        (&vllm, vcmd(&["--kv-transfer-config", r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}"#]),
+         [rank_env(2, 0), e(&[("VLLM_HOST_IP", "0.0.0.0")])].concat(), 78,
+         "error[bootstrap-unreachable]: the prefill's bootstrap address VLLM_HOST_IP `0.0.0.0` is a wildcard or loopback"),
+        (&vllm, vcmd(&["--kv-transfer-config", r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_producer","kv_connector_extra_config":{"bootstrap_server_address":"127.0.0.1:8998"}}"#]),
+         rank_env(2, 0), 78, "kv_connector_extra_config.bootstrap_server_address `127.0.0.1`"),
+    ];
+    for (img, cmd, env, code, msg) in cases {
+        plan(img, &ov, &cmd, &env).assert(code, msg);
+    }
+}
+
+#[test]
+fn rdma_devices_and_the_gid_mooncake_would_use() {
+    let ov = shipped_overlay();
+    let img = image("sglang-rocm724");
+    let gid =
+        |idx: u32, v: &str| img.file(&format!("/sys/class/infiniband/mlx5_0/ports/1/gids/{idx}"), format!("{v}\n"));
+    gid(0, "fe80:0000:0000:0000:0225:9dff:fe36:f7ff");
+    gid(3, "0000:0000:0000:0000:0000:ffff:0a04:0007");
+    img.dir("/sys/class/infiniband/mlx5_1/ports/1/gids");
+    img.file("/sys/class/infiniband/mlx5_1/ports/1/gids/3", "0000:0000:0000:0000:0000:ffff:0a04:0107\n");
+    let cmd = |dev: &'static str| {
+        vec![
+            "python3",
+            "-m",
+            "infera.engine.sglang",
+            "--model-path",
+            "/models/kimi-k3",
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-ib-device",
+            dev,
+        ]
+    };
+    let e = |idx: &str| vec![("MC_GID_INDEX".to_string(), idx.to_string())];
+    assert_eq!(plan(&img, &ov, &cmd("mlx5_0,mlx5_1"), &e("3")).code, 0);
+    plan(&img, &ov, &cmd("mlx5_0,mlx5_9"), &e("3")).assert(78,
+        "error[ib-device-missing]: --disaggregation-ib-device: `mlx5_9` is not an RDMA device of this node (under /sys/class/infiniband: mlx5_0, mlx5_1)");
+    plan(&img, &ov, &cmd(r#"{"0": "mlx5_0", "1": "mlx5_7"}"#), &e("3")).assert(78, "`mlx5_7` is not an RDMA device");
+    plan(&img, &ov, &cmd("mlx5_0"), &e("0")).assert(78,
+        "error[gid-unusable]: MC_GID_INDEX=0: the GID of mlx5_0 port 1 is link-local (fe80:0000:0000:0000:0225:9dff:fe36:f7ff)");
+    plan(&img, &ov, &cmd("mlx5_1"), &e("0"))
+        .assert(78, "error[gid-index-missing]: MC_GID_INDEX=0: mlx5_1 port 1 has no GID at that index");
+    plan(&img, &ov, &cmd("mlx5_0"), &e("x")).assert(78, "error[gid-index-invalid]");
+}
+
+/// A nameserver on a loopback address of its own: NXDOMAIN for `name` until `after`, then
+/// an A record; `None`: never.
+fn nameserver(ip: &str, name: &'static str, after: Option<Duration>) -> std::thread::JoinHandle<()> {
+    let sock = UdpSocket::bind((ip, 53)).expect("bind :53 on a loopback address (the tests run as root)");
+    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let start = Instant::now();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let q = &buf[..n];
+            // The question's name, as dotted text.
+            let mut at = 12;
+            let mut labels = Vec::new();
+            while at < q.len() && q[at] != 0 {
+                let l = q[at] as usize;
+                labels.push(String::from_utf8_lossy(&q[at + 1..at + 1 + l]).into_owned());
+                at += 1 + l;
+            }
+            let qname = labels.join(".");
+            let qtype = u16::from_be_bytes([q[at + 1], q[at + 2]]);
+            let ready = after.is_some_and(|a| start.elapsed() >= a);
+            let mut r = q[..at + 5].to_vec();
+            r[2] = 0x81;
+            if qname == name && ready && qtype == 1 {
+                r[3] = 0x80;
+                r[7] = 1;
+                r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 10, 4, 0, 9]);
+            } else if qname == name && ready {
+                r[3] = 0x80; // no AAAA: NOERROR, no answer
+            } else {
+                r[3] = 0x83; // NXDOMAIN
+            }
+            let _ = sock.send_to(&r, from);
+        }
+    })
+}
+
+/// A real rank 1 exec: it waits for the leader's name through the image's resolv.conf.
+fn rank1(img: &Fx, ov: &Fx, wait: &str) -> (Out, Duration) {
+    let start = Instant::now();
+    let out = infera(&["python3", "-m", "infera.server"])
+        .root(img)
+        .overlay(&ov.overlay())
+        .env("LWS_GROUP_SIZE", "2")
+        .env("LWS_WORKER_INDEX", "1")
+        .env("LWS_LEADER_ADDRESS", LEADER)
+        .env("INFERA_LEADER_WAIT", wait)
+        .env("INFERA_LOG", "info")
+        .run();
+    (out, start.elapsed())
+}
+
+#[test]
+fn a_rank_waits_for_the_leader_then_runs_or_gives_up_in_time() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let ov = shipped_overlay();
+    // A pod's resolv.conf: the search list first (ndots:5), as kubelet writes it.
+    img.file(
+        "/etc/resolv.conf",
+        "search infera.svc.cluster.local svc.cluster.local cluster.local\nnameserver 127.0.53.7\noptions ndots:5 timeout:1\n",
+    )
+    .file("/etc/hosts", "127.0.0.1 localhost\n");
+    let _ns = nameserver("127.0.53.7", "kimi-0.kimi.infera.svc.cluster.local", Some(Duration::from_millis(1500)));
+    let (out, took) = rank1(&img, &ov, "20");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.standin()["standin"], "infera.server");
+    assert!(out.stderr.contains("[leader-wait] waiting for the leader `kimi-0.kimi.infera` to resolve (NXDOMAIN for `kimi-0.kimi.infera` from 127.0.53.7)"), "{}", out.stderr);
+    assert!(out.stderr.contains("[leader-resolved] `kimi-0.kimi.infera` is 10.4.0.9"), "{}", out.stderr);
+    assert!(took >= Duration::from_millis(1400), "it waited: {took:?}");
+
+    // A name that never resolves: refused once the wait is over, not after a weight load.
+    img.file("/etc/resolv.conf", "nameserver 127.0.53.8\noptions ndots:5 timeout:1\n");
+    let _never = nameserver("127.0.53.8", "nothing", None);
+    let (out, took) = rank1(&img, &ov, "2");
+    out.assert(66, "error[leader-unresolvable]: the leader `kimi-0.kimi.infera` did not resolve within 2 s (NXDOMAIN for `kimi-0.kimi.infera` from 127.0.53.8)");
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(15), "{took:?}");
+    assert!(!out.stdout.contains("INFERA-STANDIN"), "nothing ran");
+    // The dry run shows the wait it would take; the leader itself never waits.
+    let j = infera(&["python3", "-m", "infera.server"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("LWS_GROUP_SIZE", "2")
+        .env("LWS_WORKER_INDEX", "1")
+        .env("LWS_LEADER_ADDRESS", LEADER)
+        .env("INFERA_DRY_RUN", "1")
+        .env("INFERA_OUTPUT", "json")
+        .run()
+        .json();
+    assert_eq!(j["exec"]["steps"][0]["kind"], "await-leader");
+    assert_eq!(j["exec"]["steps"][0]["timeout_seconds"], 300);
+}
+
+#[test]
+fn socket_interfaces_are_checked_in_the_pods_network() {
+    // A network namespace of the test's own: only `lo`, down, without an address.
+    let run = |env: &[(&str, &str)], up: bool| -> Out {
+        let mut c = Command::new("unshare");
+        c.arg("-n").arg("sh").arg("-c");
+        let script = format!("{}exec \"$0\" \"$@\"", if up { "ip link set lo up; " } else { "" });
+        c.arg(script).arg(BIN).args(["worker", "--dry-run", "--engine", "vllm"]);
+        c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").env("INFERA_OVERLAY", "/nonexistent");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    };
+    run(&[("GLOO_SOCKET_IFNAME", "eth0")], true).assert(78,
+        "error[socket-ifname-missing]: GLOO_SOCKET_IFNAME=`eth0`: there is no interface `eth0`; this pod's interfaces: lo (127.0.0.1, ::1)");
+    run(&[("NCCL_SOCKET_IFNAME", "lo")], false).assert(
+        78,
+        "NCCL_SOCKET_IFNAME=`lo`: the matching interfaces have no address; this pod's interfaces: lo (no address)",
+    );
+    // With the interface up, the check passes and the run goes on to what this host lacks.
+    let out = run(&[("NCCL_SOCKET_IFNAME", "lo")], true);
+    assert!(!out.stderr.contains("socket-ifname-missing"), "{}", out.stderr);
+}
