@@ -452,3 +452,72 @@ fn socket_interfaces_are_checked_in_the_pods_network() {
     let out = run(&[("NCCL_SOCKET_IFNAME", "lo")], true);
     assert!(!out.stderr.contains("socket-ifname-missing"), "{}", out.stderr);
 }
+
+/// The LeaderWorkerSet examples: valid (LWS schema + every pod template as a strict 1.33 Pod),
+/// and every rank of every group plans with exit 0 on the stand-in image of its engine, the
+/// ranks of one group sharing their args digest.
+#[test]
+fn lws_examples_validate_and_every_rank_plans() {
+    let files: Vec<std::path::PathBuf> = ["kimi-k3-vllm.yaml", "kimi-k3-sglang.yaml", "kimi-k3-pd.yaml"]
+        .iter()
+        .map(|f| repo().join("examples/k8s/lws").join(f))
+        .collect();
+    let validate = repo().join("tests/k8s/validate-lws");
+    let o = Command::new(&validate).args(&files).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{text}");
+    for res in [
+        "leaderworkerset/kimi-k3\n",
+        "leaderworkerset/kimi-k3-sglang",
+        "leaderworkerset/kimi-k3-prefill",
+        "leaderworkerset/kimi-k3-decode",
+        "resource pod/kimi-k3-leader",
+        "resource pod/kimi-k3-worker",
+        "resource pod/kimi-k3-prefill-worker",
+        "resource service/kimi-k3-server",
+    ] {
+        assert!(text.contains(&format!("passed for {res}")), "{res}: {text}");
+    }
+    // Strict: a misspelt LWS field fails.
+    let bad = Fx::new();
+    let t = std::fs::read_to_string(&files[0]).unwrap().replace("    size: 2", "    sizes: 2");
+    bad.file("bad.yaml", t);
+    let o = Command::new(&validate).arg(bad.p("bad.yaml")).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Additional properties are not allowed ('sizes' was unexpected)"));
+
+    let o = Command::new(&validate).arg("--commands").args(&files).output().unwrap();
+    assert!(o.status.success());
+    let templates: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ov = shipped_overlay();
+    let (vllm, sglang) = (image("vllm-rocm10"), image("sglang-rocm724"));
+    for img in [&vllm, &sglang] {
+        for dev in ["mlx5_0", "mlx5_1"] {
+            img.file(&format!("/sys/class/infiniband/{dev}/ports/1/gids/3"), "0000:0000:0000:0000:0000:ffff:0a04:0007\n");
+        }
+    }
+    let mut digests: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for t in templates.as_array().unwrap() {
+        let cmd: Vec<String> = strs(&t["command"]);
+        assert_eq!(cmd[0], "/overlay/bin/infera-exec", "the launcher is the container command");
+        let img = if cmd.iter().any(|a| a == "infera.engine.sglang") { &sglang } else { &vllm };
+        let size = t["size"].as_u64().unwrap() as u32;
+        for rank in t["ranks"].as_array().unwrap().iter().map(|r| r.as_u64().unwrap() as u32) {
+            let mut env = rank_env(size, rank);
+            for (k, v) in t["env"].as_object().unwrap() {
+                env.push((k.clone(), v.as_str().unwrap().to_string()));
+            }
+            let args: Vec<&str> = cmd[1..].iter().map(String::as_str).collect();
+            let out = plan(img, &ov, &args, &env);
+            assert_eq!(out.code, 0, "{} rank {rank}: {}", t["lws"], out.stderr);
+            let j = out.json();
+            assert_eq!((j["group"]["size"].as_u64(), j["group"]["rank"].as_u64()), (Some(size.into()), Some(rank.into())));
+            digests.entry(t["lws"].as_str().unwrap().to_string()).or_default().push(j["exec"]["args_digest"].as_str().unwrap().into());
+        }
+    }
+    assert_eq!(digests.len(), 4);
+    for (lws, d) in digests {
+        assert_eq!(d.len(), 2, "{lws}");
+        assert!(d.windows(2).all(|w| w[0] == w[1]), "{lws}: ranks differ: {d:?}");
+    }
+}
