@@ -484,7 +484,9 @@ fn lws_examples_validate_and_every_rank_plans() {
     bad.file("bad.yaml", t);
     let o = Command::new(&validate).arg(bad.p("bad.yaml")).output().unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("Additional properties are not allowed ('sizes' was unexpected)"));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("Additional properties are not allowed ('sizes' was unexpected)")
+    );
 
     let o = Command::new(&validate).arg("--commands").args(&files).output().unwrap();
     assert!(o.status.success());
@@ -493,7 +495,10 @@ fn lws_examples_validate_and_every_rank_plans() {
     let (vllm, sglang) = (image("vllm-rocm10"), image("sglang-rocm724"));
     for img in [&vllm, &sglang] {
         for dev in ["mlx5_0", "mlx5_1"] {
-            img.file(&format!("/sys/class/infiniband/{dev}/ports/1/gids/3"), "0000:0000:0000:0000:0000:ffff:0a04:0007\n");
+            img.file(
+                &format!("/sys/class/infiniband/{dev}/ports/1/gids/3"),
+                "0000:0000:0000:0000:0000:ffff:0a04:0007\n",
+            );
         }
     }
     let mut digests: std::collections::BTreeMap<String, Vec<String>> = Default::default();
@@ -511,8 +516,14 @@ fn lws_examples_validate_and_every_rank_plans() {
             let out = plan(img, &ov, &args, &env);
             assert_eq!(out.code, 0, "{} rank {rank}: {}", t["lws"], out.stderr);
             let j = out.json();
-            assert_eq!((j["group"]["size"].as_u64(), j["group"]["rank"].as_u64()), (Some(size.into()), Some(rank.into())));
-            digests.entry(t["lws"].as_str().unwrap().to_string()).or_default().push(j["exec"]["args_digest"].as_str().unwrap().into());
+            assert_eq!(
+                (j["group"]["size"].as_u64(), j["group"]["rank"].as_u64()),
+                (Some(size.into()), Some(rank.into()))
+            );
+            digests
+                .entry(t["lws"].as_str().unwrap().to_string())
+                .or_default()
+                .push(j["exec"]["args_digest"].as_str().unwrap().into());
         }
     }
     assert_eq!(digests.len(), 4);
