@@ -142,18 +142,7 @@ fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
 }
 
 fn not_regular(m: &fs::Metadata) -> String {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    let kind = if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    };
-    format!("is {kind} where a file is recorded")
+    format!("is {} where a file is recorded", crate::rootfs::kind(m.file_type()))
 }
 
 /// The integrity record of a tree: sizes and digests, hashed in parallel.

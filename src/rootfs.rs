@@ -191,30 +191,8 @@ impl Root {
     /// them: a site-packages of thousands of entries costs one pass and no allocation per
     /// entry. Missing directory → no call.
     pub fn each_name(&self, cpath: &Path, mut f: impl FnMut(&OsStr)) {
-        use nix::libc;
-        use std::os::unix::ffi::{OsStrExt, OsStringExt};
-        let Ok((_, h)) = self.locate(cpath) else { return };
-        let Ok(c) = std::ffi::CString::new(h.into_os_string().into_vec()) else { return };
-        // libc's readdir hands out each name in its own buffer: std's `read_dir` would
-        // allocate a copy of every name, and nix's `Dir` copies every entry (readdir_r).
-        // SAFETY: `dir` is a valid stream from opendir until closedir; each entry's name is a
-        // NUL-terminated string valid until the next readdir, and is only borrowed until then.
-        unsafe {
-            let dir = libc::opendir(c.as_ptr());
-            if dir.is_null() {
-                return;
-            }
-            loop {
-                let e = libc::readdir64(dir);
-                if e.is_null() {
-                    break;
-                }
-                let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_bytes();
-                if name != b"." && name != b".." {
-                    f(OsStr::from_bytes(name));
-                }
-            }
-            libc::closedir(dir);
+        if let Ok((_, h)) = self.locate(cpath) {
+            let _ = each_entry(&h, |name, _| f(name));
         }
     }
 
@@ -254,12 +232,21 @@ pub fn open_regular(path: &Path) -> io::Result<fs::File> {
 }
 
 fn regular(m: &fs::Metadata) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    let kind = if t.is_file() {
+    if m.is_file() {
         return Ok(());
+    }
+    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {}, not a regular file", kind(m.file_type()))))
+}
+
+/// What a file is, for messages: `a FIFO`, `a directory`, …
+pub fn kind(t: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_file() {
+        "a regular file"
     } else if t.is_dir() {
         "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
     } else if t.is_fifo() {
         "a FIFO"
     } else if t.is_socket() {
@@ -270,8 +257,38 @@ fn regular(m: &fs::Metadata) -> io::Result<()> {
         "a block device"
     } else {
         "not a file"
-    };
-    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {kind}, not a regular file")))
+    }
+}
+
+/// Call `f` with each name of the host directory `dir` and its type as the directory
+/// records it (`DT_*`; `DT_UNKNOWN` where the filesystem does not say), `.` and `..` left
+/// out. libc's readdir hands out each name in its own buffer: std's `read_dir` would
+/// allocate a copy of every name, and nix's `Dir` copies every entry (readdir_r).
+pub fn each_entry(dir: &Path, mut f: impl FnMut(&OsStr, u8)) -> io::Result<()> {
+    use nix::libc;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let c = std::ffi::CString::new(dir.as_os_str().to_os_string().into_vec())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))?;
+    // SAFETY: `d` is a valid stream from opendir until closedir; each entry's name is a
+    // NUL-terminated string valid until the next readdir, and is only borrowed until then.
+    unsafe {
+        let d = libc::opendir(c.as_ptr());
+        if d.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        loop {
+            let e = libc::readdir64(d);
+            if e.is_null() {
+                break;
+            }
+            let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_bytes();
+            if name != b"." && name != b".." {
+                f(OsStr::from_bytes(name), (*e).d_type);
+            }
+        }
+        libc::closedir(d);
+    }
+    Ok(())
 }
 
 /// Read at most `limit` bytes; a longer file is an error, not a truncated read.

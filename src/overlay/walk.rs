@@ -11,9 +11,9 @@
 //! Names are read with their type from the directory (d_type), so a read-only `nosuid`
 //! mount (an image volume) costs one directory read per directory and a `stat` per link.
 
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -87,7 +87,6 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
 }
 
 fn kind_of(path: &Path) -> Result<Kind, OverlayError> {
-    use std::os::unix::fs::FileTypeExt;
     let t = fs::symlink_metadata(path)
         .map_err(|e| OverlayError::Unreadable { path: path.to_path_buf(), reason: e.to_string() })?
         .file_type();
@@ -97,47 +96,26 @@ fn kind_of(path: &Path) -> Result<Kind, OverlayError> {
         Kind::Dir
     } else if t.is_file() {
         Kind::File
-    } else if t.is_fifo() {
-        Kind::Other("a FIFO")
-    } else if t.is_socket() {
-        Kind::Other("a socket")
     } else {
-        Kind::Other("a device")
+        Kind::Other(crate::rootfs::kind(t))
     })
 }
 
 /// Each name in `dir` with its type when the directory records it (None: look it up).
 fn names(dir: &Path, mut f: impl FnMut(&OsStr, Option<Kind>)) -> Result<(), String> {
     use nix::libc;
-    let c = CString::new(dir.as_os_str().to_os_string().into_vec()).map_err(|e| e.to_string())?;
-    // SAFETY: `d` is a valid stream from opendir until closedir; each entry is read before
-    // the next readdir call, and its name is a NUL-terminated string in it.
-    unsafe {
-        let d = libc::opendir(c.as_ptr());
-        if d.is_null() {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        loop {
-            let e = libc::readdir64(d);
-            if e.is_null() {
-                break;
-            }
-            let name = CStr::from_ptr((*e).d_name.as_ptr()).to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            let kind = match (*e).d_type {
-                libc::DT_DIR => Some(Kind::Dir),
-                libc::DT_REG => Some(Kind::File),
-                libc::DT_LNK => Some(Kind::Link),
-                libc::DT_FIFO => Some(Kind::Other("a FIFO")),
-                libc::DT_SOCK => Some(Kind::Other("a socket")),
-                libc::DT_CHR | libc::DT_BLK => Some(Kind::Other("a device")),
-                _ => None,
-            };
-            f(OsStr::from_bytes(name), kind);
-        }
-        libc::closedir(d);
-    }
-    Ok(())
+    crate::rootfs::each_entry(dir, |name, t| {
+        let kind = match t {
+            libc::DT_DIR => Some(Kind::Dir),
+            libc::DT_REG => Some(Kind::File),
+            libc::DT_LNK => Some(Kind::Link),
+            libc::DT_FIFO => Some(Kind::Other("a FIFO")),
+            libc::DT_SOCK => Some(Kind::Other("a socket")),
+            libc::DT_CHR => Some(Kind::Other("a character device")),
+            libc::DT_BLK => Some(Kind::Other("a block device")),
+            _ => None,
+        };
+        f(name, kind);
+    })
+    .map_err(|e| e.to_string())
 }
