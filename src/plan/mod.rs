@@ -243,7 +243,12 @@ fn workdir(req: &Request, facts: &Facts) -> Result<(Option<PathBuf>, Option<Path
 }
 
 /// The step that makes a rank > 0 wait until the leader's name resolves.
+/// (The engine's ranks only: a sidecar of the same pod, `python3 -m infera.kvd`, does not
+/// need the leader.)
 fn await_leader(req: &Request, facts: &Facts) -> Option<crate::spec::Step> {
+    if !req.role.runs_engine() {
+        return None;
+    }
     let g = req.group.as_ref().filter(|g| g.size > 1 && g.rank > 0 && g.leader_wait > 0)?;
     let leader = g.leader.as_ref()?;
     if leader.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok() {

@@ -69,14 +69,9 @@ pub fn noexec(tree: &Tree) -> Result<(), SafetyError> {
 /// Nothing the child imports from the tree may replace a package of the image, except what
 /// the manifest says may: a capability whose tree copy is preferred, or `allow_shadow`.
 pub fn shadowing(tree: &Tree, facts: &Facts, copies: &BTreeMap<String, Import>) -> Result<(), SafetyError> {
-    // Capability directories the child gets, with their modules.
+    // The site directories and the capability directories the child gets.
     let own = tree.facts.cap_modules.iter().filter(|(c, _)| copies.get(*c).is_some_and(|i| i.copy == Copy::Tree));
-    let on_path = tree
-        .facts
-        .top_modules
-        .keys()
-        .map(|m| (m, None))
-        .chain(own.flat_map(|(c, ms)| ms.iter().map(move |m| (m, Some(c)))));
+    let on_path = tree.facts.top_modules.keys().chain(own.flat_map(|(_, ms)| ms));
     let preferred = |m: &str| {
         tree.manifest
             .capabilities
@@ -85,7 +80,7 @@ pub fn shadowing(tree: &Tree, facts: &Facts, copies: &BTreeMap<String, Import>) 
     };
     let mut clashes: Vec<String> = Vec::new();
     let mut hint_caps: Vec<String> = Vec::new();
-    for (m, _cap) in on_path {
+    for m in on_path {
         let Some(base) = facts.site.modules.get(m) else { continue };
         if tree.manifest.allow_shadow.contains(m) || preferred(m) {
             continue;

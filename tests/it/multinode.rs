@@ -370,7 +370,7 @@ fn nameserver(ip: &str, name: &'static str, after: Option<Duration>) -> std::thr
 /// A real rank 1 exec: it waits for the leader's name through the image's resolv.conf.
 fn rank1(img: &Fx, ov: &Fx, wait: &str) -> (Out, Duration) {
     let start = Instant::now();
-    let out = infera(&["python3", "-m", "infera.server"])
+    let out = infera(&["python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
         .root(img)
         .overlay(&ov.overlay())
         .env("LWS_GROUP_SIZE", "2")
@@ -378,6 +378,7 @@ fn rank1(img: &Fx, ov: &Fx, wait: &str) -> (Out, Duration) {
         .env("LWS_LEADER_ADDRESS", LEADER)
         .env("INFERA_LEADER_WAIT", wait)
         .env("INFERA_LOG", "info")
+        .env(GPUS8.0, GPUS8.1)
         .run();
     (out, start.elapsed())
 }
@@ -396,7 +397,8 @@ fn a_rank_waits_for_the_leader_then_runs_or_gives_up_in_time() {
     let _ns = nameserver("127.0.53.7", "kimi-0.kimi.infera.svc.cluster.local", Some(Duration::from_millis(1500)));
     let (out, took) = rank1(&img, &ov, "20");
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert_eq!(out.standin()["standin"], "infera.server");
+    assert_eq!(out.standin()["standin"], "infera.engine.vllm");
+    assert!(out.standin()["argv"].to_string().contains("\"--headless\""), "rank 1 of vLLM is headless");
     assert!(out.stderr.contains("[leader-wait] waiting for the leader `kimi-0.kimi.infera` to resolve (NXDOMAIN for `kimi-0.kimi.infera` from 127.0.53.7)"), "{}", out.stderr);
     assert!(out.stderr.contains("[leader-resolved] `kimi-0.kimi.infera` is 10.4.0.9"), "{}", out.stderr);
     assert!(took >= Duration::from_millis(1400), "it waited: {took:?}");
@@ -409,7 +411,21 @@ fn a_rank_waits_for_the_leader_then_runs_or_gives_up_in_time() {
     assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(15), "{took:?}");
     assert!(!out.stdout.contains("INFERA-STANDIN"), "nothing ran");
     // The dry run shows the wait it would take; the leader itself never waits.
-    let j = infera(&["python3", "-m", "infera.server"])
+    let j = infera(&["python3", "-m", "infera.engine.vllm"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("LWS_GROUP_SIZE", "2")
+        .env("LWS_WORKER_INDEX", "1")
+        .env("LWS_LEADER_ADDRESS", LEADER)
+        .env(GPUS8.0, GPUS8.1)
+        .env("INFERA_DRY_RUN", "1")
+        .env("INFERA_OUTPUT", "json")
+        .run()
+        .json();
+    assert_eq!(j["exec"]["steps"][0]["kind"], "await-leader");
+    assert_eq!(j["exec"]["steps"][0]["timeout_seconds"], 300);
+    // A sidecar of the same pod (kvd) does not wait for the leader.
+    let j = infera(&["python3", "-m", "infera.kvd"])
         .root(&img)
         .overlay(&ov.overlay())
         .env("LWS_GROUP_SIZE", "2")
@@ -419,8 +435,7 @@ fn a_rank_waits_for_the_leader_then_runs_or_gives_up_in_time() {
         .env("INFERA_OUTPUT", "json")
         .run()
         .json();
-    assert_eq!(j["exec"]["steps"][0]["kind"], "await-leader");
-    assert_eq!(j["exec"]["steps"][0]["timeout_seconds"], 300);
+    assert!(!j["exec"]["steps"].to_string().contains("await-leader"), "{}", j["exec"]["steps"]);
 }
 
 #[test]
