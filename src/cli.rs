@@ -13,41 +13,62 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use clap::builder::{BoolishValueParser, TypedValueParser};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::engines::Engine;
 use crate::envvars as ev;
+use crate::request::Role;
 
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
 const EXIT_CODES: &str = "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, \
                           78 engine configuration refused, 126 cannot execute, 127 not found.";
 
+/// The variables that are not an option's (the options show theirs as `[env: ...]`).
+pub const ENVIRONMENT: &str = "Environment (besides each option's [env: ...]):\n  \
+    INFERA_GPUS=N               GPUs this container may use (default: HIP/CUDA/ROCR_VISIBLE_DEVICES, then /dev/dri)\n  \
+    INFERA_VERIFY=size|digest   check the selected tree against its integrity record before exec (default off)\n  \
+    INFERA_DEFAULT_KV_FP8=0     do not add --kv-cache-dtype fp8_e4m3 to non-MLA models\n  \
+    INFERA_LOG=DIRECTIVES       log filter in tracing's syntax: a level (error, warn, info, debug, trace, off) or\n                              \
+    target=level pairs, comma-separated, e.g. `debug` or `info,infera_exec::exec=debug` (default info)\n  \
+    INFERA_LOG_FORMAT=json      one JSON object per log line on stderr, for log collectors (default text)\n  \
+    INFERA_TERMINATION_LOG=FILE where a refusal is also written for `kubectl describe pod`\n                              \
+    (default /dev/termination-log, only when it exists and is writable; empty: never)\n  \
+    LWS_GROUP_SIZE, LWS_WORKER_INDEX, LWS_LEADER_ADDRESS  a LeaderWorkerSet pod's group (see --nnodes)\n\
+Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), INFERA_ARGS_DIGEST (multi-node ranks).";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "infera-exec",
-    version,
     about = ABOUT,
+    disable_version_flag = true,
+    arg_required_else_help = true,
     override_usage = "infera-exec [OPTIONS] PROGRAM [ARGS]...\n       infera-exec <COMMAND> [OPTIONS] [-- ARGS...]",
     after_help = "PROGRAM [ARGS]: the command form of the pod specs, e.g. `infera-exec python3 -m infera.engine.vllm \
                   --model /models/m`: `-m infera.engine.<engine>` runs as `worker --engine <engine>`, `-m infera.server` \
                   as `server`, anything else with the selected tree's environment. The OPTIONS of `worker` go before \
-                  PROGRAM, or in INFERA_* variables.\n\n\
+                  PROGRAM, or in INFERA_* variables (`infera-exec worker --help` lists them).\n\n\
                   Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, \
                   78 engine configuration refused, 126 cannot execute, 127 not found."
 )]
 pub struct Cli {
+    /// Print the version, the commit it was built from and the overlay's families.
+    #[arg(short = 'V', long)]
+    pub version: bool,
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Exec the engine worker (`python -m <engine module> ENGINE_ARGS...`).
-    Worker(RunArgs),
+    #[command(after_help = ENVIRONMENT)]
+    Worker(WorkerArgs),
     /// Exec the router (`python -m infera.server ROUTER_ARGS...`).
-    Server(RunArgs),
+    #[command(after_help = ENVIRONMENT)]
+    Server(ServerArgs),
     /// Capability dry run: print the facts and the capability table, exec nothing.
-    Check(RunArgs),
+    #[command(after_help = ENVIRONMENT)]
+    Check(CheckArgs),
     /// Copy this overlay into DEST (the initContainer fallback for clusters without image volumes).
     Install {
         /// Where to put the overlay (an emptyDir mount).
@@ -132,18 +153,19 @@ pub enum Output {
     Json,
 }
 
-/// The launcher's options, shared by both forms.
+/// The options every role takes.
 #[derive(Debug, Clone, Args)]
-pub struct Options {
+pub struct CommonArgs {
     /// The overlay directory (default: the overlay this binary is in, else /opt/infera).
     #[arg(long, env = ev::INFERA_OVERLAY, value_name = "DIR")]
     pub overlay: Option<PathBuf>,
     /// Read every container path under DIR (an unpacked image); the plan still names container paths.
     #[arg(long, env = ev::INFERA_ROOT, default_value = "/", value_name = "DIR")]
     pub root: PathBuf,
-    /// The engine to run; `auto` picks the one installed in the image.
-    #[arg(long, env = ev::INFERA_ENGINE, value_parser = EngineChoiceParser, default_value = "auto")]
-    pub engine: EngineChoice,
+    /// With --root: the image's environment (its PATH, ROCM_PATH, ...), repeatable: a file
+    /// (`podman image inspect` JSON, an OCI image config, or KEY=VALUE lines) or one KEY=VALUE.
+    #[arg(long, env = ev::INFERA_IMAGE_ENV, value_name = "FILE|KEY=VALUE")]
+    pub image_env: Vec<OsString>,
     /// The image's interpreter to run (default: the one the command names, else python3 on PATH).
     #[arg(long, env = ev::INFERA_PYTHON, value_name = "PYTHON")]
     pub python: Option<OsString>,
@@ -157,40 +179,37 @@ pub struct Options {
     /// Force an overlay tree (with a warning) instead of matching the image's ABI.
     #[arg(long, env = ev::INFERA_FAMILY, value_name = "NAME")]
     pub family: Option<String>,
-    /// Override a refusal rule knowingly (comma-separated rule codes, repeatable).
+    /// Override a refusal knowingly (comma-separated rule codes, or engine-version; repeatable).
     #[arg(long, env = ev::INFERA_ALLOW, value_delimiter = ',', value_name = "CODE[,CODE]")]
     pub allow: Vec<String>,
     /// The working directory of the program (default `/`, so the image's WORKDIR cannot
     /// shadow the engine or the overlay; empty: keep the launcher's).
     #[arg(long, env = ev::INFERA_EXEC_CHDIR, value_name = "DIR", value_parser = clap::value_parser!(OsString))]
     pub chdir: Option<OsString>,
-    /// Do not run the overlay's engine patches (`patches/<engine>/*.py`).
-    #[arg(long, env = ev::INFERA_SKIP_ENGINE_PATCHES, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
-    pub skip_engine_patches: bool,
-    /// Kill an engine patch that runs longer than this (1 to 3600 seconds).
-    #[arg(long, env = ev::INFERA_ENGINE_PATCH_TIMEOUT, default_value = "60", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub engine_patch_timeout: u64,
-    /// Print the plan the real run would exec, and exit with the code it would refuse with.
-    #[arg(long, env = ev::INFERA_DRY_RUN, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
-    pub dry_run: bool,
     /// Output format of the plan (dry run, check, refusals).
     #[arg(long, env = ev::INFERA_OUTPUT, value_enum, default_value = "text")]
     pub output: Output,
-    /// Stay as a tiny init (reap, forward signals) instead of exec'ing.
-    #[arg(long, env = ev::INFERA_INIT, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
-    pub init: bool,
-    /// In --init mode, forward signals to the child's process group.
-    #[arg(long, env = ev::INFERA_INIT_GROUP, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
-    pub init_group: bool,
-    /// In --init mode, SIGKILL what is left this many seconds after a forwarded SIGTERM.
-    #[arg(long, env = ev::INFERA_INIT_GRACE, value_name = "SECONDS")]
-    pub init_grace: Option<f64>,
     /// Drop every Linux capability but these before exec (comma-separated; `none` keeps nothing).
     #[arg(long, env = ev::INFERA_DROP_CAPS, value_delimiter = ',', value_name = "CAP[,CAP]")]
     pub drop_caps: Option<Vec<String>>,
     /// Set no_new_privs before exec.
     #[arg(long, env = ev::INFERA_NO_NEW_PRIVS, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub no_new_privs: bool,
+}
+
+/// The options of a role that runs an engine (`worker`, `check`, the command form).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Engine options")]
+pub struct EngineArgs {
+    /// The engine to run; `auto` picks the one installed in the image.
+    #[arg(long, env = ev::INFERA_ENGINE, value_parser = EngineChoiceParser, default_value = "auto")]
+    pub engine: EngineChoice,
+    /// Do not run the overlay's engine patches (`patches/<engine>/*.py`).
+    #[arg(long, env = ev::INFERA_SKIP_ENGINE_PATCHES, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
+    pub skip_engine_patches: bool,
+    /// Kill an engine patch that runs longer than this (1 to 3600 seconds).
+    #[arg(long, env = ev::INFERA_ENGINE_PATCH_TIMEOUT, default_value = "60", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub engine_patch_timeout: u64,
     /// Nodes in this multi-node group (default: LWS_GROUP_SIZE, which LeaderWorkerSet injects).
     #[arg(long, env = ev::INFERA_NNODES, value_name = "N")]
     pub nnodes: Option<String>,
@@ -205,56 +224,316 @@ pub struct Options {
     pub leader_wait: u64,
 }
 
+impl Default for EngineArgs {
+    /// What clap gives when nothing is said (a role without these options).
+    fn default() -> Self {
+        EngineArgs {
+            engine: EngineChoice::Auto,
+            skip_engine_patches: false,
+            engine_patch_timeout: 60,
+            nnodes: None,
+            node_rank: None,
+            leader_address: None,
+            leader_wait: 300,
+        }
+    }
+}
+
+/// The options of a role that execs (`worker`, `server`, the command form; `check` never does).
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Run options")]
+pub struct ExecArgs {
+    /// Print the plan the real run would exec, and exit with the code it would refuse with.
+    #[arg(long, env = ev::INFERA_DRY_RUN, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
+    pub dry_run: bool,
+    /// Stay as a tiny init (reap, forward signals) instead of exec'ing.
+    #[arg(long, env = ev::INFERA_INIT, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
+    pub init: bool,
+    /// In --init mode, forward signals to the child's process group.
+    #[arg(long, env = ev::INFERA_INIT_GROUP, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
+    pub init_group: bool,
+    /// In --init mode, SIGKILL what is left this many seconds after a forwarded SIGTERM.
+    #[arg(long, env = ev::INFERA_INIT_GRACE, value_name = "SECONDS")]
+    pub init_grace: Option<f64>,
+}
+
+/// Everything a role may set, with the defaults of the options it does not take, and which
+/// values came from the environment (so that an error names the variable, not the flag).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub common: CommonArgs,
+    pub engine: EngineArgs,
+    pub exec: ExecArgs,
+    /// `(long option, variable)` for each value read from an `INFERA_*` variable.
+    pub from_env: Vec<(String, String)>,
+}
+
+impl Options {
+    /// How the user set `long`: `INFERA_X` when the value came from the environment, else `--long`.
+    pub fn said(&self, long: &str) -> String {
+        match self.from_env.iter().find(|(l, _)| l == long) {
+            Some((_, var)) => var.clone(),
+            None => format!("--{long}"),
+        }
+    }
+}
+
+/// `worker`: every option.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct WorkerArgs {
     #[command(flatten)]
-    pub options: Options,
-    /// Arguments for the engine or router, passed byte for byte and in order.
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+    /// Arguments for the engine, passed byte for byte and in order.
+    #[arg(last = true, value_name = "ARGS", value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
+}
+
+/// `server`: no engine options (the router runs no engine).
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+    /// Arguments for the router, passed byte for byte and in order.
+    #[arg(last = true, value_name = "ARGS", value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
+}
+
+/// `check`: plans the worker and execs nothing, so no run options.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// The engine arguments the worker would get (for the rules and the defaults).
     #[arg(last = true, value_name = "ARGS", value_parser = clap::value_parser!(OsString))]
     pub args: Vec<OsString>,
 }
 
 /// The options alone, for the command form (`infera-exec [OPTIONS] PROGRAM ...`).
 #[derive(Debug, Parser)]
-#[command(name = "infera-exec", version, about = ABOUT, after_help = EXIT_CODES)]
+#[command(
+    name = "infera-exec",
+    about = ABOUT,
+    after_help = EXIT_CODES,
+    disable_version_flag = true,
+    override_usage = "infera-exec [OPTIONS] PROGRAM [ARGS]..."
+)]
 struct CommandForm {
     #[command(flatten)]
-    options: Options,
+    common: CommonArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
+    #[command(flatten)]
+    exec: ExecArgs,
 }
 
 /// What argv asked for.
 #[derive(Debug)]
 pub enum Invocation {
-    Subcommand(Command),
+    /// `--version`.
+    Version,
+    /// `worker`, `server`, `check`: the options, and the args after `--`.
+    Role {
+        role: Role,
+        options: Options,
+        args: Vec<OsString>,
+    },
     /// The command form: the options, and the command (PROGRAM ARGS...), byte for byte.
     Program {
         options: Options,
         command: Vec<OsString>,
     },
+    Install {
+        dest: PathBuf,
+        from: Option<PathBuf>,
+    },
+    Manifest(ManifestCommand),
 }
 
-/// Find which form argv is and parse it.
+/// Find which form argv is and parse it. Errors are clap's, with a value that came from a
+/// variable named as that variable.
 pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
-    match command_start(&argv) {
-        Some(at) => {
-            // `infera-exec [OPTIONS] [--] PROGRAM ...`: clap reads the options only.
-            let end = if argv[at - 1] == "--" { at - 1 } else { at };
-            let form = CommandForm::try_parse_from(&argv[..end])?;
-            Ok(Invocation::Program { options: form.options, command: argv[at..].to_vec() })
-        }
-        None => Ok(Invocation::Subcommand(Cli::try_parse_from(argv)?.command)),
+    let first = argv.get(1).map(|a| a.as_bytes());
+    let subcommand_form = first.is_none_or(|a| {
+        SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) || [&b"-h"[..], b"--help", b"-V", b"--version"].contains(&a)
+    });
+    if subcommand_form {
+        let mut cmd = Cli::command();
+        let m = cmd.try_get_matches_from_mut(&argv).map_err(|e| explain(e, &argv, &cmd))?;
+        let cli = Cli::from_arg_matches(&m)?;
+        let from_env = |name: &str| {
+            let sub = cmd.find_subcommand(name);
+            let sm = m.subcommand_matches(name);
+            sub.zip(sm).map(|(c, sm)| env_sourced(c, sm)).unwrap_or_default()
+        };
+        return Ok(match cli.command {
+            None => Invocation::Version,
+            Some(Command::Worker(a)) => Invocation::Role {
+                role: Role::Worker,
+                options: Options { common: a.common, engine: a.engine, exec: a.exec, from_env: from_env("worker") },
+                args: a.args,
+            },
+            Some(Command::Server(a)) => Invocation::Role {
+                role: Role::Server,
+                options: Options {
+                    common: a.common,
+                    engine: EngineArgs::default(),
+                    exec: a.exec,
+                    from_env: from_env("server"),
+                },
+                args: a.args,
+            },
+            Some(Command::Check(a)) => Invocation::Role {
+                role: Role::Check,
+                options: Options {
+                    common: a.common,
+                    engine: a.engine,
+                    exec: ExecArgs::default(),
+                    from_env: from_env("check"),
+                },
+                args: a.args,
+            },
+            Some(Command::Install { dest, from }) => Invocation::Install { dest, from },
+            Some(Command::Manifest(m)) => Invocation::Manifest(m),
+        });
     }
+    // `infera-exec [OPTIONS] [--] PROGRAM ...`: clap reads the options only.
+    let mut cmd = CommandForm::command();
+    if let Some(e) = mistyped_subcommand(&argv, &mut cmd) {
+        return Err(e);
+    }
+    let (options_end, command) = match command_start(&argv) {
+        Some(at) => (if argv[at - 1] == "--" { at - 1 } else { at }, Some(argv[at..].to_vec())),
+        // An option that is not ours, or no PROGRAM: the parser says which.
+        None => (argv.len(), None),
+    };
+    let m = cmd.try_get_matches_from_mut(&argv[..options_end]).map_err(|e| explain(e, &argv, &cmd))?;
+    let form = CommandForm::from_arg_matches(&m)?;
+    let Some(command) = command else {
+        return Err(cmd.error(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "no PROGRAM after the options: give the command to run (`infera-exec [OPTIONS] python3 -m \
+             infera.engine.vllm ARGS...`) or a subcommand (`infera-exec worker [OPTIONS] -- ARGS...`)",
+        ));
+    };
+    let from_env = env_sourced(&cmd, &m);
+    Ok(Invocation::Program {
+        options: Options { common: form.common, engine: form.engine, exec: form.exec, from_env },
+        command,
+    })
+}
+
+/// `infera-exec wroker`: a bare word one or two edits from a subcommand is a typo, not a
+/// program (none of the launcher's programs is spelled like its subcommands).
+fn mistyped_subcommand(argv: &[OsString], cmd: &mut clap::Command) -> Option<clap::Error> {
+    let word = argv.get(1)?.to_str()?;
+    if word.starts_with('-') || word.contains('/') || word.len() < 4 {
+        return None;
+    }
+    let near = SUBCOMMANDS.iter().find(|s| strsim::damerau_levenshtein(word, s) <= 2 && **s != "help")?;
+    Some(cmd.error(
+        clap::error::ErrorKind::InvalidSubcommand,
+        format!(
+            "`{word}` is not a subcommand, and a PROGRAM this close to `{near}` is taken for a typo\n\n  \
+             tip: did you mean `infera-exec {near}`? A program of that name runs as `infera-exec -- {word} ...`"
+        ),
+    ))
+}
+
+/// `(long option, variable)` of each value clap took from the environment.
+fn env_sourced(cmd: &clap::Command, m: &clap::ArgMatches) -> Vec<(String, String)> {
+    cmd.get_arguments()
+        .filter(|a| m.try_contains_id(a.get_id().as_str()).unwrap_or(false))
+        .filter(|a| m.value_source(a.get_id().as_str()) == Some(clap::parser::ValueSource::EnvVariable))
+        .filter_map(|a| Some((a.get_long()?.to_string(), a.get_env()?.to_string_lossy().into_owned())))
+        .collect()
+}
+
+/// clap's errors, said for this launcher: a value from a variable names the variable; an
+/// option of another role says whose it is; a typo gets its suggestion without the advice to
+/// pass it to the engine.
+fn explain(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::Error {
+    if e.kind() == clap::error::ErrorKind::UnknownArgument {
+        return other_roles(e, argv, cmd);
+    }
+    name_the_variable(e, argv, cmd)
+}
+
+fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else { return e };
+    let long = shown.strip_prefix("--").map(|l| l.split('=').next().unwrap_or(l));
+    let role = argv.get(1).and_then(|a| a.to_str()).and_then(|n| cmd.find_subcommand(n).map(|c| (n, c)));
+    let owners: Vec<&str> = match (long, role) {
+        (Some(long), Some((_, _))) => ["worker", "server", "check"]
+            .into_iter()
+            .filter(|r| cmd.find_subcommand(r).is_some_and(|c| c.get_arguments().any(|a| a.get_long() == Some(long))))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let similar = e.get(ContextKind::SuggestedArg).is_some();
+    if owners.is_empty() && !similar {
+        return e; // not ours at all: clap's advice (`-- ARG` passes it to the engine) stands
+    }
+    let mut n = clap::Error::new(e.kind()).with_cmd(role.map_or(cmd, |(_, c)| c));
+    for (k, v) in e.context() {
+        if k != ContextKind::Suggested {
+            n.insert(k, v.clone());
+        }
+    }
+    if let (false, Some((name, _))) = (owners.is_empty(), role) {
+        let why = match name {
+            "server" => "; the router runs no engine",
+            "check" => "; check execs nothing",
+            _ => "",
+        };
+        let tip = format!("`{shown}` is an option of {}, not of `{name}`{why}", owners.join(" and "));
+        n.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+    }
+    n
+}
+
+/// clap names the option whose value it rejects (`invalid value 'x' for '--engine <ENGINE>'`);
+/// when the value came from its variable, say the variable: that is what the pod spec sets.
+fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(e.kind(), ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::InvalidUtf8) {
+        return e;
+    }
+    let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else { return e };
+    let long = shown.trim_start_matches('-').split([' ', '=']).next().unwrap_or_default();
+    // The options region of argv: up to `--`.
+    let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    let on_command_line = argv[..end].iter().any(|a| {
+        let a = a.as_bytes();
+        a.strip_prefix(b"--").is_some_and(|r| r == long.as_bytes() || r.starts_with(format!("{long}=").as_bytes()))
+    });
+    let sub = argv.get(1).and_then(|a| a.to_str()).and_then(|n| cmd.find_subcommand(n));
+    let arg = sub.unwrap_or(cmd).get_arguments().find(|a| a.get_long() == Some(long));
+    let Some(var) = arg.and_then(|a| a.get_env()).filter(|_| !on_command_line) else { return e };
+    let text = e.render().to_string();
+    let text =
+        text.replacen(&format!("'{shown}'"), &format!("{} (the variable of '{shown}')", var.to_string_lossy()), 1);
+    clap::Error::raw(e.kind(), text.strip_prefix("error: ").unwrap_or(&text).to_string())
 }
 
 /// The subcommands (`help` is clap's).
 const SUBCOMMANDS: [&str; 6] = ["worker", "server", "check", "install", "manifest", "help"];
 
-/// The long options of [`Options`] that take a separate value (`--overlay DIR`); the others
-/// are flags (`--dry-run`) or clap's own (`--help`, `--version`). Kept as data so finding
-/// the command costs no clap parser; a test checks it against the parser.
-const VALUE_OPTIONS: [&str; 17] = [
+/// The long options of the command form that take a separate value (`--overlay DIR`); the
+/// others are flags (`--dry-run`) or clap's own (`--help`). Kept as data so finding the
+/// command costs no clap parser; a test checks it against the parser.
+const VALUE_OPTIONS: [&str; 18] = [
     "overlay",
     "root",
+    "image-env",
     "engine",
     "python",
     "require",
@@ -273,7 +552,8 @@ const VALUE_OPTIONS: [&str; 17] = [
 ];
 
 /// Where the command of the command form starts: the first word after the launcher's own
-/// options that is not a subcommand (`--` ends the options explicitly).
+/// options that is not a subcommand (`--` ends the options explicitly). None when an option
+/// is not the launcher's (the parser then says so) or there is no command.
 fn command_start(argv: &[OsString]) -> Option<usize> {
     let mut i = 1;
     while i < argv.len() {
@@ -291,7 +571,7 @@ fn command_start(argv: &[OsString]) -> Option<usize> {
             match (value, flag) {
                 (true, _) if !inline => i += 2,
                 (true, _) | (_, true) => i += 1,
-                // Not ours (or --help/--version): clap says what it is.
+                // Not ours (or --help): clap says what it is.
                 _ => return None,
             }
             continue;
@@ -333,7 +613,7 @@ pub fn wants_json(argv: &[OsString], env: &crate::envvars::Env) -> bool {
     }
 }
 
-/// The long options of [`Options`] that take no separate value.
+/// The long options of the command form that take no separate value.
 const FLAG_OPTIONS: [&str; 6] = ["skip-engine-patches", "dry-run", "init", "init-group", "no-new-privs", "help"];
 
 #[cfg(test)]
@@ -347,14 +627,13 @@ mod tests {
     /// The option tables `command_start` uses are the parser's.
     #[test]
     fn option_tables_match_the_parser() {
-        use clap::CommandFactory;
         let mut cmd = CommandForm::command();
         cmd.build();
         let mut values = Vec::new();
         let mut flags = vec!["help".to_string()];
         for a in cmd.get_arguments() {
             let Some(long) = a.get_long() else { continue };
-            if long == "version" || long == "help" {
+            if long == "help" {
                 continue;
             }
             if a.get_num_args().map_or(a.get_action().takes_values(), |n| n.max_values() > 0) {
@@ -371,7 +650,8 @@ mod tests {
         want_flags.sort();
         assert_eq!(values, want_values);
         assert_eq!(flags, want_flags);
-        let subs: Vec<String> = Cli::command().get_subcommands().map(|s| s.get_name().to_string()).collect();
+        let subs: Vec<String> =
+            <Cli as CommandFactory>::command().get_subcommands().map(|s| s.get_name().to_string()).collect();
         assert_eq!(subs.iter().chain(["help".to_string()].iter()).cloned().collect::<Vec<_>>(), SUBCOMMANDS);
     }
 
@@ -379,22 +659,69 @@ mod tests {
     fn the_two_forms() {
         match parse(argv(&["python3", "-m", "infera.engine.vllm", "--dry-run"])).unwrap() {
             Invocation::Program { options, command } => {
-                assert!(!options.dry_run, "options after PROGRAM belong to the command");
+                assert!(!options.exec.dry_run, "options after PROGRAM belong to the command");
                 assert_eq!(command, argv(&["python3", "-m", "infera.engine.vllm", "--dry-run"])[1..]);
             }
             other => panic!("{other:?}"),
         }
         match parse(argv(&["--dry-run", "--output", "json", "--family=x", "--", "bash", "-c", "true"])).unwrap() {
             Invocation::Program { options, command } => {
-                assert!(options.dry_run);
-                assert_eq!(options.output, Output::Json);
-                assert_eq!(options.family.as_deref(), Some("x"));
+                assert!(options.exec.dry_run);
+                assert_eq!(options.common.output, Output::Json);
+                assert_eq!(options.common.family.as_deref(), Some("x"));
                 assert_eq!(command, argv(&["bash", "-c", "true"])[1..]);
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(parse(argv(&["worker", "--dry-run"])).unwrap(), Invocation::Subcommand(Command::Worker(_))));
+        assert!(matches!(parse(argv(&["worker", "--dry-run"])).unwrap(), Invocation::Role { role: Role::Worker, .. }));
+        assert!(matches!(parse(argv(&["--version"])).unwrap(), Invocation::Version));
         assert!(parse(argv(&["--frobnicate", "python3"])).is_err());
+        assert!(parse(argv(&["--dry-run"])).is_err(), "no PROGRAM");
         assert!(parse(argv(&[])).is_err());
+    }
+
+    /// Each role takes its own options only.
+    #[test]
+    fn options_per_role() {
+        use clap::error::ErrorKind;
+        for (args, ok) in [
+            (&["check", "--init"][..], false),
+            (&["check", "--dry-run"], false),
+            (&["server", "--engine", "vllm"], false),
+            (&["server", "--nnodes", "2"], false),
+            (&["server", "--init", "--dry-run", "--drop-caps", "none"], true),
+            (&["check", "--engine", "sglang", "--nnodes", "2"], true),
+            (&["worker", "--engine", "vllm", "--init", "--dry-run"], true),
+        ] {
+            match parse(argv(args)) {
+                Ok(_) => assert!(ok, "{args:?} parsed"),
+                Err(e) => {
+                    assert!(!ok, "{args:?}: {e}");
+                    assert_eq!(e.kind(), ErrorKind::UnknownArgument, "{args:?}");
+                }
+            }
+        }
+    }
+
+    /// A role without the engine or run options gets clap's defaults for them.
+    #[test]
+    fn defaults_of_missing_options_are_clap_defaults() {
+        let Invocation::Role { options: w, .. } = parse(argv(&["worker"])).unwrap() else { panic!() };
+        let Invocation::Role { options: s, .. } = parse(argv(&["server"])).unwrap() else { panic!() };
+        let Invocation::Role { options: c, .. } = parse(argv(&["check"])).unwrap() else { panic!() };
+        // Unless the test's own environment sets them.
+        if std::env::vars().any(|(k, _)| k.starts_with("INFERA_")) {
+            return;
+        }
+        assert_eq!(format!("{:?}", w.engine), format!("{:?}", s.engine));
+        assert_eq!(format!("{:?}", w.exec), format!("{:?}", c.exec));
+    }
+
+    #[test]
+    fn typos_get_suggestions() {
+        let e = parse(argv(&["worker", "--dryrun"])).unwrap_err().render().to_string();
+        assert!(e.contains("a similar argument exists: '--dry-run'"), "{e}");
+        let e = parse(argv(&["--dryrun", "python3", "-m", "infera.engine.vllm"])).unwrap_err().render().to_string();
+        assert!(e.contains("a similar argument exists: '--dry-run'"), "{e}");
     }
 }

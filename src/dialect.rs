@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 
-use crate::engines::{Engine, Normalise, Opt, Spelling};
+use crate::engines::{Engine, Normalise, Opt, OptionList, Spelling};
 
 /// Every long spelling the launcher knows for an engine.
 fn long_names(engine: Engine) -> Vec<&'static str> {
@@ -18,21 +18,39 @@ fn long_names(engine: Engine) -> Vec<&'static str> {
     v
 }
 
+/// What an abbreviated long option means.
+enum Abbrev {
+    /// The name as written (exact, unknown, or not an abbreviation at all).
+    AsIs,
+    /// An unambiguous prefix of this option; `checked`: against the engine's full list.
+    Of { full: String, checked: bool },
+    /// A prefix of several of the engine's options: its parser exits 2.
+    Ambiguous(Vec<&'static str>),
+}
+
 /// argparse accepts an unambiguous prefix of a long option (`--tp` for `--tp-size`, as
-/// sglang's docs write it). A prefix of exactly one known spelling reads as that option.
-fn unabbreviate(engine: Engine, name: String) -> String {
-    if !name.starts_with("--") || name.len() < 4 {
-        return name;
+/// sglang's docs write it), resolved against every option the parser has. With the
+/// engine's recorded list that is exactly the engine's answer (ambiguous included); without
+/// one, the launcher's own spellings are all it can use (`checked: false`).
+fn unabbreviate(engine: Engine, list: Option<&OptionList>, name: &str) -> Abbrev {
+    if !name.starts_with("--") || name.len() < 3 || name.contains('.') {
+        return Abbrev::AsIs;
     }
-    let names = long_names(engine);
-    if names.contains(&name.as_str()) {
-        return name;
+    let names: Vec<&'static str> = match list {
+        Some(l) => l.names().collect(),
+        None => long_names(engine),
+    };
+    if names.contains(&name) {
+        return Abbrev::AsIs;
     }
-    let mut hits: Vec<&str> = names.into_iter().filter(|n| n.starts_with(name.as_str())).collect();
+    let mut hits: Vec<&'static str> = names.into_iter().filter(|n| n.starts_with(name)).collect();
+    hits.sort_unstable();
     hits.dedup();
     match hits.as_slice() {
-        [one] => one.to_string(),
-        _ => name,
+        [] => Abbrev::AsIs,
+        [one] => Abbrev::Of { full: one.to_string(), checked: list.is_some() },
+        _ if list.is_none() => Abbrev::AsIs,
+        _ => Abbrev::Ambiguous(hits),
     }
 }
 
@@ -48,6 +66,26 @@ pub fn model_refs(args: &[OsString]) -> Vec<OsString> {
         }
     }
     out
+}
+
+/// The model `engine` would read from these args.
+pub fn model_refs_of(engine: Engine, args: &[OsString]) -> Option<OsString> {
+    match read(engine, args).get(Opt::Model) {
+        Some(Setting::Value(m)) => Some(m.clone()),
+        _ => None,
+    }
+}
+
+/// The `--config FILE` pairs of the args, as both engines find them: the exact token
+/// `--config` (no `=` form, no abbreviation), before a `--`. (index of `--config`, FILE);
+/// FILE is None when `--config` is the last arg.
+pub fn config_pairs(args: &[OsString]) -> Vec<(usize, Option<OsString>)> {
+    args.iter()
+        .take_while(|a| a.as_bytes() != b"--")
+        .enumerate()
+        .filter(|(_, a)| a.as_bytes() == b"--config")
+        .map(|(i, _)| (i, args.get(i + 1).cloned()))
+        .collect()
 }
 
 /// An integer option's value as the engine's parser reads it: argparse `type=int`, which is
@@ -112,13 +150,21 @@ pub struct Occurrence {
     pub setting: Setting,
     /// The spelling the user wrote (after vLLM's `_` → `-` rewrite).
     pub spelled: String,
-    /// Index of the flag in the args.
+    /// Index of the flag in the args (of `--config` when it came from the config file).
     pub index: usize,
+    /// Set in the engine's `--config` file, not on the command line.
+    pub from_config: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Parsed {
     pub opts: BTreeMap<Opt, Occurrence>,
+    /// Abbreviations read as a full option: (arg index, as written, the option, checked
+    /// against the engine's full list).
+    pub abbreviations: Vec<(usize, String, String, bool)>,
+    /// Abbreviations the engine's parser finds ambiguous: (arg index, as written, the
+    /// options it could be).
+    pub ambiguous: Vec<(usize, String, Vec<&'static str>)>,
 }
 
 impl Parsed {
@@ -142,21 +188,73 @@ fn normalise(engine: Engine, name: &[u8]) -> String {
     }
 }
 
-/// Read the args. Unknown options are skipped (their values are not ours to judge).
+/// Read the args with the launcher's own spellings (no engine version known).
 pub fn read(engine: Engine, args: &[OsString]) -> Parsed {
+    read_in(engine, None, args)
+}
+
+/// Read the args. Unknown options are skipped (their values are not ours to judge).
+/// `list`: the engine's full option list for its version, for abbreviations.
+pub fn read_in(engine: Engine, list: Option<&OptionList>, args: &[OsString]) -> Parsed {
     let mut parsed = Parsed::default();
     let mut i = 0;
     while i < args.len() {
         if args[i].as_bytes() == b"--" {
             break;
         }
-        let (hit, consumed) = match_at(engine, args, i);
+        let (hit, consumed, abbrev) = match_at(engine, list, args, i);
+        match abbrev {
+            Abbrev::AsIs => {}
+            Abbrev::Of { full, checked } => {
+                let written =
+                    String::from_utf8_lossy(args[i].as_bytes()).split('=').next().unwrap_or_default().to_string();
+                parsed.abbreviations.push((i, written, full, checked));
+            }
+            Abbrev::Ambiguous(c) => {
+                let written =
+                    String::from_utf8_lossy(args[i].as_bytes()).split('=').next().unwrap_or_default().to_string();
+                parsed.ambiguous.push((i, written, c));
+            }
+        }
         if let Some((opt, setting, spelled)) = hit {
-            parsed.opts.insert(opt, Occurrence { setting, spelled, index: i });
+            parsed.opts.insert(opt, Occurrence { setting, spelled, index: i, from_config: false });
         }
         i += consumed;
     }
     parsed
+}
+
+/// Read the args as the engine does with `--config FILE` at `at`: the file's args first,
+/// then the command line's without the pair (so the command line wins). Indices are the
+/// command line's; an option from the file has the index of `--config`.
+pub fn read_with_config(
+    engine: Engine,
+    list: Option<&OptionList>,
+    config_args: &[OsString],
+    args: &[OsString],
+    at: usize,
+) -> Parsed {
+    let n = config_args.len();
+    let mut all = config_args.to_vec();
+    all.extend_from_slice(&args[..at.min(args.len())]);
+    all.extend_from_slice(args.get(at + 2..).unwrap_or_default());
+    let mut p = read_in(engine, list, &all);
+    let back = |i: usize| match i {
+        i if i < n => at,
+        i if i - n >= at => i - n + 2,
+        i => i - n,
+    };
+    for occ in p.opts.values_mut() {
+        occ.from_config = occ.index < n;
+        occ.index = back(occ.index);
+    }
+    for a in &mut p.abbreviations {
+        a.0 = back(a.0);
+    }
+    for a in &mut p.ambiguous {
+        a.0 = back(a.0);
+    }
+    p
 }
 
 /// The args without every occurrence of `opts` (each flag with its value): what ranks of a
@@ -169,7 +267,7 @@ pub fn strip(engine: Engine, args: &[OsString], opts: &[Opt]) -> Vec<OsString> {
             out.extend_from_slice(&args[i..]);
             break;
         }
-        let (hit, consumed) = match_at(engine, args, i);
+        let (hit, consumed, _) = match_at(engine, None, args, i);
         let end = (i + consumed).min(args.len());
         if !hit.is_some_and(|(o, _, _)| opts.contains(&o)) {
             out.extend_from_slice(&args[i..end]);
@@ -181,17 +279,26 @@ pub fn strip(engine: Engine, args: &[OsString], opts: &[Opt]) -> Vec<OsString> {
 
 /// The canonical option the flag at `i` sets (with its setting and spelling), and how many
 /// args it takes (the flag, and its value when separate).
-fn match_at(engine: Engine, args: &[OsString], i: usize) -> (Option<(Opt, Setting, String)>, usize) {
+fn match_at(
+    engine: Engine,
+    list: Option<&OptionList>,
+    args: &[OsString],
+    i: usize,
+) -> (Option<(Opt, Setting, String)>, usize, Abbrev) {
     let raw = args[i].as_bytes();
     if !raw.starts_with(b"-") || raw.len() < 2 {
-        return (None, 1);
+        return (None, 1, Abbrev::AsIs);
     }
     let (name_bytes, inline): (&[u8], Option<&[u8]>) = match raw.iter().position(|b| *b == b'=') {
         Some(p) => (&raw[..p], Some(&raw[p + 1..])),
         None => (raw, None),
     };
     let written = normalise(engine, name_bytes);
-    let name = unabbreviate(engine, written.clone());
+    let abbrev = unabbreviate(engine, list, &written);
+    let name = match &abbrev {
+        Abbrev::Of { full, .. } => full.clone(),
+        _ => written.clone(),
+    };
     let mut consumed = 1;
     for &opt in Opt::ALL {
         let Some(sp) = engine.spelling(opt) else {
@@ -219,10 +326,10 @@ fn match_at(engine: Engine, args: &[OsString], i: usize) -> (Option<(Opt, Settin
             _ => None,
         };
         if let Some(setting) = hit {
-            return (Some((opt, setting, written)), consumed);
+            return (Some((opt, setting, written)), consumed, abbrev);
         }
     }
-    (None, consumed)
+    (None, consumed, abbrev)
 }
 
 /// vLLM's dotted form of a JSON option (`--kv-transfer-config.kv_role kv_producer`, or with

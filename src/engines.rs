@@ -251,6 +251,52 @@ fn sglang(o: Opt) -> Option<Spelling> {
     }
 }
 
+/// An engine's complete list of long options, recorded from its own argument parser
+/// (`scripts/check-engine-parsers --options` prints them), for the versions it holds for:
+/// argparse resolves an abbreviation (`--max-num`) against every option it has, so the
+/// launcher can only say what an abbreviation means with the same list.
+pub struct OptionList {
+    pub engine: Engine,
+    /// The versions the list is taken for (a version spec, as in the manifests).
+    pub versions: &'static str,
+    /// The version it was recorded from.
+    pub recorded: &'static str,
+    text: &'static str,
+}
+
+impl OptionList {
+    pub fn names(&self) -> impl Iterator<Item = &'static str> {
+        self.text.lines().map(str::trim).filter(|l| l.starts_with("--"))
+    }
+}
+
+/// Recorded lists. A later release of the same minor may add options (an abbreviation the
+/// list calls unique may then be ambiguous to the engine, which exits 2 at once); it never
+/// removes the meaning of an unambiguous one without a deprecation cycle.
+pub static OPTION_LISTS: &[OptionList] = &[
+    OptionList {
+        engine: Engine::Vllm,
+        versions: ">=0.33, <0.34",
+        recorded: "0.33.0",
+        text: include_str!("engine_options/vllm-0.33.0.txt"),
+    },
+    OptionList {
+        engine: Engine::Sglang,
+        versions: ">=0.5.23, <0.6",
+        recorded: "0.5.23",
+        text: include_str!("engine_options/sglang-0.5.23.txt"),
+    },
+];
+
+/// The recorded option list for this engine version, if one covers it.
+pub fn option_list(engine: Engine, version: Option<&str>) -> Option<&'static OptionList> {
+    let v = crate::version::Version::parse(version?)?;
+    OPTION_LISTS
+        .iter()
+        .filter(|l| l.engine == engine)
+        .find(|l| crate::version::Spec::parse(l.versions).is_ok_and(|s| s.contains(&v)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,10 @@ pub const INFERA_NO_NEW_PRIVS: &str = "INFERA_NO_NEW_PRIVS";
 pub const INFERA_ALLOW: &str = "INFERA_ALLOW";
 pub const INFERA_GPUS: &str = "INFERA_GPUS";
 pub const INFERA_LOG: &str = "INFERA_LOG";
+pub const INFERA_LOG_FORMAT: &str = "INFERA_LOG_FORMAT";
+/// Where a refusal is also written (default `/dev/termination-log`; empty: nowhere).
+pub const INFERA_TERMINATION_LOG: &str = "INFERA_TERMINATION_LOG";
+pub const INFERA_IMAGE_ENV: &str = "INFERA_IMAGE_ENV";
 pub const INFERA_DEFAULT_KV_FP8: &str = "INFERA_DEFAULT_KV_FP8";
 pub const INFERA_VERIFY: &str = "INFERA_VERIFY";
 /// The Infera stack's knobs (FACTS.md, "The real Infera deployment").

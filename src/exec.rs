@@ -164,10 +164,9 @@ fn await_leader(x: &ExecSpec) -> Result<(), ExecError> {
         if let Step::AwaitLeader { host, timeout_seconds, resolv_conf, hosts } = step {
             let t = std::time::Duration::from_secs(*timeout_seconds);
             match crate::resolve::wait(host, resolv_conf, hosts, t) {
-                Ok((ip, took)) => tracing::info!(
-                    "infera-exec: [leader-resolved] `{host}` is {ip} (after {:.1} s)",
-                    took.as_secs_f64()
-                ),
+                Ok((ip, took)) => {
+                    tracing::info!(code = "leader-resolved", "`{host}` is {ip} (after {:.1} s)", took.as_secs_f64())
+                }
                 Err(why) => {
                     return Err(ExecError::LeaderUnresolvable { host: host.clone(), seconds: *timeout_seconds, why })
                 }
@@ -193,9 +192,10 @@ fn steps(x: &ExecSpec) {
             Step::Replace { from, to, host_from, host_to, .. } => {
                 let (src, dst) = (host_from.as_deref().unwrap_or(from), host_to.as_deref().unwrap_or(to));
                 match replace(src, dst) {
-                    Ok(()) => tracing::info!("infera-exec: [replaced] `{}` with `{}`", to.display(), from.display()),
+                    Ok(()) => tracing::info!(code = "replaced", "`{}` with `{}`", to.display(), from.display()),
                     Err(e) => tracing::warn!(
-                        "infera-exec: [replace-failed] cannot put `{}` in place of `{}`: {e}; RDMA may be unavailable",
+                        code = "replace-failed",
+                        "cannot put `{}` in place of `{}`: {e}; RDMA may be unavailable",
                         from.display(),
                         to.display()
                     ),
@@ -224,24 +224,25 @@ fn patch(x: &ExecSpec, program: &Path, file: &Path, argv: &[std::ffi::OsString],
     let mut child = match c.spawn() {
         Ok(ch) => ch,
         Err(e) => {
-            tracing::warn!("infera-exec: [engine-patch-failed] `{name}` could not be started: {e}; continuing");
+            tracing::warn!(code = "engine-patch-failed", "`{name}` could not be started: {e}; continuing");
             return;
         }
     };
     match wait_for(&mut child, limit) {
-        Ok(Some(st)) if st.success() => tracing::info!("infera-exec: [engine-patch] `{name}` applied"),
+        Ok(Some(st)) if st.success() => tracing::info!(code = "engine-patch", "`{name}` applied"),
         Ok(Some(st)) => {
-            tracing::warn!("infera-exec: [engine-patch-failed] `{name}` exited with {st}; continuing without it");
+            tracing::warn!(code = "engine-patch-failed", "`{name}` exited with {st}; continuing without it");
         }
         Ok(None) => {
             let _ = child.kill();
             let _ = child.wait();
             tracing::warn!(
-                "infera-exec: [engine-patch-timeout] `{name}` ran longer than {} s and was killed; continuing",
+                code = "engine-patch-timeout",
+                "`{name}` ran longer than {} s and was killed; continuing",
                 limit.as_secs()
             );
         }
-        Err(e) => tracing::warn!("infera-exec: [engine-patch-failed] `{name}`: {e}; continuing"),
+        Err(e) => tracing::warn!(code = "engine-patch-failed", "`{name}`: {e}; continuing"),
     }
 }
 

@@ -40,7 +40,7 @@ fn blocked_set() -> SigSet {
 /// would lose a SIGTERM). Called before anything else in an init-mode run.
 pub fn block_signals() {
     if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked_set()), None) {
-        tracing::warn!("infera-exec: [init-sigmask] cannot block signals ({e})");
+        tracing::warn!(code = "init-sigmask", "cannot block signals ({e})");
     }
 }
 
@@ -52,13 +52,16 @@ pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::
     let pid1 = std::process::id() == 1;
     if !pid1 {
         if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-            tracing::warn!("infera-exec: [init-subreaper] cannot become a child subreaper ({e}); orphans of the engine will not be reaped here");
+            tracing::warn!(
+                code = "init-subreaper",
+                "cannot become a child subreaper ({e}); orphans of the engine will not be reaped here"
+            );
         }
     }
     let set = blocked_set();
     let mut old = SigSet::empty();
     if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old)) {
-        tracing::warn!("infera-exec: [init-sigmask] cannot block signals ({e})");
+        tracing::warn!(code = "init-sigmask", "cannot block signals ({e})");
     }
 
     let mut cmd = prepared.command();
@@ -103,9 +106,7 @@ pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::
             }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            tracing::warn!(
-                "infera-exec: [init-grace] the engine outlived the grace period after SIGTERM; sending SIGKILL"
-            );
+            tracing::warn!(code = "init-grace", "the engine outlived the grace period after SIGTERM; sending SIGKILL");
             let _ = kill(target, Signal::SIGKILL);
             if pid1 {
                 // As the container's PID 1, everything else in the namespace is a leftover.

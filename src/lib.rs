@@ -8,6 +8,7 @@ pub mod error;
 pub mod exec;
 pub mod facts;
 pub mod finding;
+pub mod imageenv;
 pub mod init;
 pub mod install;
 pub mod logging;
@@ -23,12 +24,14 @@ pub mod resolve;
 pub mod rootfs;
 pub mod rules;
 pub mod spec;
+pub mod suggest;
+pub mod termination;
 pub mod version;
 
 use std::ffi::OsString;
 use std::io::Write;
 
-use cli::{Command, Invocation, Output};
+use cli::{Invocation, Output};
 use error::{Exit, Refusal};
 use request::{Request, Role, Verify};
 
@@ -37,31 +40,41 @@ pub use envvars::Env;
 /// Parse, plan, print or exec. Returns the exit code when it does not exec.
 pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
     let json = cli::wants_json(&argv, &env);
+    if let Err(e) = logging::init(&env) {
+        let r = Refusal::from(e);
+        if json {
+            print_json_error(&r);
+        }
+        return refuse(&r, &env);
+    }
     let invocation = match cli::parse(argv) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
             if !e.use_stderr() {
-                return 0; // --help, --version
+                return 0; // --help
             }
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+            let r = Refusal { code: "usage".into(), message: first, hint: None, exit: Exit::Usage };
             if json {
                 // The parser's message, as the `error` object every JSON answer carries.
-                let text = e.render().to_string();
-                let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
-                print_json_error(&Refusal { code: "usage".into(), message: first, hint: None, exit: Exit::Usage });
+                print_json_error(&r);
             }
+            termination::write(&r, &env);
             return Exit::Usage.code();
         }
     };
     let outcome = match invocation {
+        Invocation::Version => Ok(Done::Print(version_text(&env))),
         Invocation::Program { options, command } => {
             Request::from_command(options, command, &env).map_err(Refusal::from).map(|r| Done::Exit(launch(&r, &env)))
         }
-        Invocation::Subcommand(Command::Worker(a)) => resolve(Role::Worker, a, &env),
-        Invocation::Subcommand(Command::Server(a)) => resolve(Role::Server, a, &env),
-        Invocation::Subcommand(Command::Check(a)) => resolve(Role::Check, a, &env),
-        Invocation::Subcommand(Command::Manifest(m)) => manifest_cmd::run(&m).map(Done::Print),
-        Invocation::Subcommand(Command::Install { dest, from }) => install::run(&dest, from).map(Done::Print),
+        Invocation::Role { role, options, args } => {
+            Request::resolve(role, options, args, &env).map_err(Refusal::from).map(|r| Done::Exit(launch(&r, &env)))
+        }
+        Invocation::Manifest(m) => manifest_cmd::run(&m).map(Done::Print),
+        Invocation::Install { dest, from } => install::run(&dest, from).map(Done::Print),
     };
     match outcome {
         Ok(Done::Print(text)) => {
@@ -75,9 +88,45 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
             if json {
                 print_json_error(&r);
             }
-            refuse(&r)
+            refuse(&r, &env)
         }
     }
+}
+
+/// `--version`: the launcher, the commit it was built from, and the overlay it would use
+/// with the families (ABI trees) that overlay carries.
+fn version_text(env: &Env) -> String {
+    let dir = envvars::get_nonempty(env, envvars::INFERA_OVERLAY)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| request::discover_overlay(std::env::current_exe().ok().as_deref()));
+    let trees = match overlay::load(&dir, &overlay::LoadOptions::default()) {
+        Ok(ov) => {
+            let fams: Vec<String> = ov
+                .trees
+                .iter()
+                .map(|t| {
+                    let engines: Vec<&str> = t.manifest.engines.keys().map(String::as_str).collect();
+                    if engines.is_empty() {
+                        t.family.clone()
+                    } else {
+                        format!("{} ({})", t.family, engines.join(", "))
+                    }
+                })
+                .collect();
+            if fams.is_empty() {
+                "no trees".to_string()
+            } else {
+                fams.join(", ")
+            }
+        }
+        Err(e) => format!("none ({})", Refusal::from(e).message),
+    };
+    format!(
+        "infera-exec {} (commit {})\noverlay {}: {trees}\n",
+        env!("CARGO_PKG_VERSION"),
+        env!("INFERA_COMMIT"),
+        dir.display()
+    )
 }
 
 fn print_json_error(r: &Refusal) {
@@ -92,14 +141,10 @@ enum Done {
     Exit(i32),
 }
 
-fn resolve(role: Role, a: cli::RunArgs, env: &Env) -> Result<Done, Refusal> {
-    let req = Request::resolve(role, a.options, a.args, env)?;
-    Ok(Done::Exit(launch(&req, env)))
-}
-
-/// The one place a refusal is printed.
-fn refuse(r: &Refusal) -> i32 {
+/// The one place a refusal is printed (and written where Kubernetes shows it).
+fn refuse(r: &Refusal, env: &Env) -> i32 {
     let _ = std::io::stderr().write_all(r.render().as_bytes());
+    termination::write(r, env);
     r.exit.code()
 }
 
@@ -107,15 +152,30 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     if req.init.is_some() && !req.dry_run {
         init::block_signals();
     }
+    // With --image-env, the environment the image's containers start with.
+    let with_image;
+    let env = if req.image_env.is_empty() {
+        env
+    } else {
+        let mut e = env.clone();
+        e.extend(req.image_env.iter().cloned());
+        with_image = e;
+        &with_image
+    };
     let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
     if let Err(e) = root.check() {
         let r = Refusal::from(e);
         if req.output == Output::Json {
             print_json_error(&r);
         }
-        return refuse(&r);
+        return refuse(&r, env);
     }
     let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
+    let configs: Vec<std::ffi::OsString> = if req.role.runs_engine() {
+        dialect::config_pairs(&req.args).into_iter().filter_map(|(_, f)| f).collect()
+    } else {
+        Vec::new()
+    };
     let modules = match &req.target {
         request::Target::Module { module, .. } => vec![module.clone()],
         _ => Vec::new(),
@@ -134,6 +194,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     };
     let wanted = facts::Wanted {
         models: &models,
+        configs: &configs,
         probe: Some(&probe),
         interpreter: req.interpreter(),
         program,
@@ -170,30 +231,32 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         };
         let _ = std::io::stdout().write_all(text.as_bytes());
         return match &plan.error {
-            Some(e) => refuse(e),
+            Some(e) => refuse(e, env),
             None => Exit::Ok.code(),
         };
     }
-    // The findings first: on a refusal they are what explains it.
+    // The findings first: on a refusal they are what explains it. The warnings are each
+    // worth a line; the rest is summed up in the start line (and shown at debug).
     for f in &plan.findings {
         match f.level {
-            finding::Level::Warn => tracing::warn!("infera-exec: [{}] {}", f.code, f.message),
-            finding::Level::Info => tracing::info!("infera-exec: [{}] {}", f.code, f.message),
+            finding::Level::Warn => tracing::warn!(code = f.code.as_str(), "{}", f.message),
+            finding::Level::Info => tracing::debug!(code = f.code.as_str(), "{}", f.message),
         }
     }
     if let Some(e) = &plan.error {
         if req.output == Output::Json {
             let _ = std::io::stdout().write_all((report::json(&plan) + "\n").as_bytes());
         }
-        return refuse(e);
+        return refuse(e, env);
     }
     let Some(x) = &plan.exec else {
         return Exit::Ok.code();
     };
+    tracing::info!(code = "start", "{}", report::start_line(&plan, x));
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     match exec::run(x) {
         Ok(code) => code,
-        Err(r) => refuse(&r),
+        Err(r) => refuse(&r, env),
     }
 }

@@ -1,26 +1,220 @@
 //! Logs go to stderr through `tracing`; stdout carries only the plan.
+//!
+//! Every event carries a `code` (the finding's or the step's) and a message. `INFERA_LOG`
+//! filters them in tracing's directive syntax (a level, or `target=level` pairs; default
+//! `info`: the warnings and the one line that says what a start does). `INFERA_LOG_FORMAT=json`
+//! writes one JSON object per line for log collectors.
 
-use std::ffi::OsStr;
+use std::fmt::{self, Write as _};
+use std::str::FromStr;
 
-use tracing::Level;
+use infera_exec_derive::Refuse;
+use thiserror::Error;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
 
-use crate::envvars::INFERA_LOG;
-use crate::Env;
+use crate::envvars::{self as ev, Env};
 
-/// `INFERA_LOG=error|warn|info|debug|trace` (default `warn`).
-pub fn init(env: &Env) {
-    let level = match env.get(OsStr::new(INFERA_LOG)).and_then(|v| v.to_str()).map(str::to_ascii_lowercase).as_deref() {
-        Some("error") => Level::ERROR,
-        Some("info") => Level::INFO,
-        Some("debug") => Level::DEBUG,
-        Some("trace") => Level::TRACE,
-        _ => Level::WARN,
+/// What `INFERA_LOG` is when unset or empty.
+pub const DEFAULT_FILTER: &str = "info";
+/// The launcher's events are all under this target (its module paths).
+const TARGET: &str = "infera_exec";
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+#[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
+pub enum LogError {
+    #[error("{}=`{value}`: {reason}", ev::INFERA_LOG)]
+    #[refuse(
+        code = "log-filter-invalid",
+        exit = Usage,
+        hint = "give a level (off, error, warn, info, debug, trace) or target=level directives, comma-separated, e.g. `debug` or `info,infera_exec::exec=debug`"
+    )]
+    Filter { value: String, reason: String },
+    #[error("{}=`{value}`: expected text or json", ev::INFERA_LOG_FORMAT)]
+    #[refuse(code = "log-format-invalid", exit = Usage, hint = "unset it for text lines, or set json")]
+    Format { value: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// `INFERA_LOG` checked and read. Each directive is a level, a target of the launcher's
+/// (`infera_exec` or one of its modules) or `target=level`; anything else is refused rather
+/// than read as a target that matches nothing and silences every log.
+pub fn filter(value: &str) -> Result<Targets, LogError> {
+    let bad = |reason: String| LogError::Filter { value: value.to_string(), reason };
+    let mut kept = Vec::new();
+    for d in value.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if d.contains('[') || d.contains('{') {
+            return Err(bad(format!("`{d}`: span and field filters select nothing here (the launcher logs no spans)")));
+        }
+        let (target, level) = match d.split_once('=') {
+            Some((t, l)) => (Some(t.trim()), Some(l.trim())),
+            None if LevelFilter::from_str(d).is_ok() => (None, Some(d)),
+            None => (Some(d), None),
+        };
+        if let Some(l) = level {
+            if LevelFilter::from_str(l).is_err() || l.is_empty() {
+                let hint = crate::suggest::did_you_mean(&l.to_ascii_lowercase(), LEVELS)
+                    .map_or_else(String::new, |h| format!("; {h}"));
+                return Err(bad(format!("`{l}` is not a level (off, error, warn, info, debug, trace){hint}")));
+            }
+        }
+        if let Some(t) = target {
+            if !(t == TARGET || t.starts_with("infera_exec::")) {
+                let hint = crate::suggest::did_you_mean(&t.to_ascii_lowercase(), LEVELS)
+                    .map_or_else(|| format!("the launcher's logs are under `{TARGET}`; the engine's own logging has its own variables (VLLM_LOGGING_LEVEL, SGLANG_LOG_LEVEL)"), |h| format!("not a level either; {h}"));
+                return Err(bad(format!("`{t}` is not a target of infera-exec's logs: {hint}")));
+            }
+        }
+        kept.push(d);
+    }
+    let text = if kept.is_empty() { DEFAULT_FILTER.to_string() } else { kept.join(",") };
+    Targets::from_str(&text).map_err(|e| bad(e.to_string()))
+}
+
+pub fn format(env: &Env) -> Result<Format, LogError> {
+    match ev::get(env, ev::INFERA_LOG_FORMAT).map(|v| v.to_string_lossy()) {
+        None => Ok(Format::Text),
+        Some(v) if v.is_empty() || v.eq_ignore_ascii_case("text") => Ok(Format::Text),
+        Some(v) if v.eq_ignore_ascii_case("json") => Ok(Format::Json),
+        Some(v) => Err(LogError::Format { value: v.into_owned() }),
+    }
+}
+
+/// Install the logger. On a bad `INFERA_LOG`/`INFERA_LOG_FORMAT` the default logger is
+/// installed (so the refusal itself is logged as usual) and the error returned.
+pub fn init(env: &Env) -> Result<(), LogError> {
+    let value = ev::get(env, ev::INFERA_LOG).map(|v| v.to_string_lossy().into_owned()).unwrap_or_default();
+    let (targets, fmt) = match (filter(&value), format(env)) {
+        (Ok(t), Ok(f)) => (Ok(t), f),
+        (Err(e), f) => (Err(e), f.unwrap_or(Format::Text)),
+        (Ok(_), Err(e)) => (Err(e), Format::Text),
     };
-    let _ = tracing_subscriber::fmt()
+    let installed = targets.clone().unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO));
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .without_time()
-        .with_target(false)
-        .with_ansi(false)
-        .try_init();
+        .event_format(Line { json: fmt == Format::Json })
+        .with_filter(installed);
+    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer));
+    targets.map(|_| ())
+}
+
+/// One log line: `WARN infera-exec: [code] message`, or a JSON object.
+struct Line {
+    json: bool,
+}
+
+#[derive(Default)]
+struct Fields {
+    code: String,
+    message: String,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "code" => self.code = value.to_string(),
+            "message" => self.message = value.to_string(),
+            _ => {}
+        }
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        match field.name() {
+            "code" => self.code = format!("{value:?}").trim_matches('"').to_string(),
+            "message" => {
+                let _ = write!(self.message, "{value:?}");
+            }
+            _ => {}
+        }
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for Line
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(&self, _: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+        let mut f = Fields::default();
+        event.record(&mut f);
+        let level = event.metadata().level();
+        if self.json {
+            let line = serde_json::json!({
+                "time": rfc3339(std::time::SystemTime::now()),
+                "level": level.as_str().to_ascii_lowercase(),
+                "code": f.code,
+                "message": f.message,
+                "target": event.metadata().target(),
+            });
+            writeln!(w, "{line}")
+        } else {
+            writeln!(w, "{level:>5} infera-exec: [{}] {}", f.code, f.message)
+        }
+    }
+}
+
+/// `2026-12-03T10:41:07.123Z`.
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_in_tracing_syntax() {
+        for ok in ["", "info", "DEBUG", "warn,infera_exec::exec=debug", "infera_exec=trace", "3", "off", " info , "] {
+            assert!(filter(ok).is_ok(), "{ok}");
+        }
+        for (bad, why) in [
+            ("debgu", "`debgu` is not a target of infera-exec's logs: not a level either; did you mean `debug`?"),
+            ("vllm=debug", "`vllm` is not a target of infera-exec's logs: the launcher's logs are under `infera_exec`"),
+            ("infera_exec=loud", "`loud` is not a level (off, error, warn, info, debug, trace)"),
+            ("info,[span]=debug", "`[span]=debug`: span and field filters select nothing here"),
+            ("a=b=c", "is not"),
+        ] {
+            let e = filter(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("INFERA_LOG=`{bad}`: ")), "{e}");
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn timestamps() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_796_291_267_123);
+        assert_eq!(rfc3339(t), "2026-12-03T09:47:47.123Z");
+        assert_eq!(rfc3339(std::time::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let leap = std::time::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
 }

@@ -78,13 +78,42 @@ pub fn text(plan: &Plan, check: bool) -> String {
         let _ = writeln!(o, "  caps      effective {}", list(&h.caps.effective));
         let _ = writeln!(o, "            bounding  {}", list(&h.caps.bounding));
         let _ = writeln!(o, "            ambient   {}", list(&h.caps.ambient));
+        let d = &h.devices;
+        let groups: Vec<String> = d.groups.iter().map(u32::to_string).collect();
         let _ = writeln!(
             o,
-            "  devices   /dev/kfd {}, {} render nodes, {} RDMA devices",
+            "  devices   /dev/kfd {}, {} render nodes, {} RDMA devices; this process: uid {}, groups {}",
             if h.kfd { "present" } else { "absent" },
             h.render_nodes,
-            h.rdma_devices.len()
+            h.rdma_devices.len(),
+            d.uid,
+            if groups.is_empty() { "none".to_string() } else { groups.join(",") }
         );
+        for n in &d.nodes {
+            let state = match &n.reason {
+                None => "can open (read-write)".to_string(),
+                Some(r) => format!("CANNOT OPEN: {r}"),
+            };
+            let _ = writeln!(o, "            {:<20} {:<18} {state}", n.path.display(), n.mode);
+        }
+        if !d.gpus.is_empty() {
+            let list: Vec<String> = d
+                .gpus
+                .iter()
+                .map(|g| {
+                    let render = g.render_minor.map(|m| format!(" renderD{m}")).unwrap_or_default();
+                    format!("node {} {}{render}", g.node, g.gfx.as_deref().unwrap_or("gfx?"))
+                })
+                .collect();
+            let _ = writeln!(o, "  gpu arch  {}", list.join(", "));
+        }
+        let kernel = d.kernel.as_deref().unwrap_or("?");
+        let driver = match (&d.driver, d.driver_loaded) {
+            (Some(v), _) => format!("amdgpu {v} (/sys/module/amdgpu/version), kernel {kernel}"),
+            (None, true) => format!("the kernel's own amdgpu (kernel {kernel}; no /sys/module/amdgpu/version)"),
+            (None, false) => format!("no amdgpu driver loaded on this node (no /sys/module/amdgpu; kernel {kernel})"),
+        };
+        let _ = writeln!(o, "  driver    {driver}");
     } else if check {
         let _ = writeln!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)");
     }
@@ -145,6 +174,39 @@ pub fn text(plan: &Plan, check: bool) -> String {
     }
     if let Some(e) = &plan.error {
         let _ = writeln!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
+    }
+    o
+}
+
+/// The one line a start logs at the default level: what runs, from where, with which
+/// interpreter, and what the launcher added to the args and why (the findings that say
+/// `added ...`).
+pub fn start_line(plan: &Plan, x: &ExecSpec) -> String {
+    let mut o = String::new();
+    let _ = match &plan.engine {
+        Some(e) => write!(o, "{} {} ({})", e.name, e.version.as_deref().unwrap_or("?"), e.module),
+        None => write!(o, "{}", plan.role),
+    };
+    if let (Some(fam), Some(tree)) = (&plan.family, &plan.tree) {
+        let _ = write!(o, " from tree {fam} ({})", tree.display());
+    }
+    if let Some(py) = plan.facts.python {
+        let _ = write!(o, " with {} {}", py.executable.display(), py.version);
+    }
+    if let Some(g) = &plan.group {
+        let _ = write!(o, ", rank {} of {}", g.rank, g.size);
+    }
+    if x.added_args.is_empty() {
+        o.push_str("; nothing added to the args");
+    } else {
+        let added: Vec<String> = x.added_args.iter().map(|a| shell_quote(a)).collect();
+        let why: Vec<String> = plan
+            .findings
+            .iter()
+            .filter(|f| f.message.starts_with("added "))
+            .map(|f| format!("[{}] {}", f.code, f.message))
+            .collect();
+        let _ = write!(o, "; added {} ({})", added.join(" "), why.join("; "));
     }
     o
 }

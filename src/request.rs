@@ -108,6 +108,8 @@ pub struct Request {
     /// The args after the module or program (`--` ARGS of the subcommands).
     pub args: Vec<OsString>,
     pub root: PathBuf,
+    /// `--image-env`: the image's own environment, over the launcher's (with --root).
+    pub image_env: Vec<(OsString, OsString)>,
     pub overlay: PathBuf,
     /// `INFERA_PYTHON`: the interpreter, overriding the command's.
     pub python: Option<OsString>,
@@ -124,25 +126,31 @@ pub struct Request {
     pub group: Option<Group>,
 }
 
+/// Who requires a capability given with `--require`.
+pub const REQUIRE_FLAG: &str = "--require";
+
+/// `--allow engine-version`: run an engine version no tree is built for, knowingly.
+pub const ENGINE_VERSION: &str = "engine-version";
+
 /// A day: longer grace periods are a typo, and would overflow time arithmetic.
 pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
 
 /// Values the argument parser accepted but that do not mean anything.
 #[derive(Debug, Clone, PartialEq, Error, Refuse)]
 pub enum UsageError {
-    #[error("--init-grace {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
+    #[error("{said} {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
     #[refuse(code = "init-grace-invalid", exit = Usage)]
-    InitGrace { value: f64 },
-    #[error("--drop-caps: `{name}` is not a Linux capability")]
+    InitGrace { said: String, value: f64 },
+    #[error("{said}: `{name}` is not a Linux capability")]
     #[refuse(
         code = "drop-caps-invalid",
         exit = Usage,
         hint = "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK"
     )]
-    DropCaps { name: String },
-    #[error("INFERA_ALLOW / --allow names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
-    #[refuse(code = "allow-unknown", exit = Usage)]
-    AllowUnknown { name: String, rules: Vec<String> },
+    DropCaps { said: String, name: String },
+    #[error("{said} names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
+    #[refuse(code = "allow-unknown", exit = Usage, hint_opt = crate::suggest::did_you_mean(name, rules.iter().map(String::as_str)))]
+    AllowUnknown { said: String, name: String, rules: Vec<String> },
     #[error("{}=`{value}`: expected size, digest or off", ev::INFERA_VERIFY)]
     #[refuse(code = "verify-invalid", exit = Usage)]
     Verify { value: String },
@@ -152,26 +160,43 @@ pub enum UsageError {
     #[error("the command runs `-m {module}` (the {module_engine} engine) but --engine / INFERA_ENGINE says {engine}")]
     #[refuse(code = "engine-conflict", exit = Usage, hint = "drop INFERA_ENGINE, or run the module of that engine")]
     EngineConflict { module: String, module_engine: &'static str, engine: &'static str },
-    #[error("INFERA_EXEC_CHDIR / --chdir `{}` is not an absolute path", dir.display())]
+    #[error("{said} `{}` is not an absolute path", dir.display())]
     #[refuse(code = "chdir-invalid", exit = Usage, hint = "give an absolute directory of the image, e.g. /")]
-    ChdirRelative { dir: PathBuf },
+    ChdirRelative { said: String, dir: PathBuf },
     #[error("{var}=`{value}` is not a whole number")]
     #[refuse(
         code = "group-invalid",
         exit = Usage,
         hint = "LeaderWorkerSet sets LWS_GROUP_SIZE and LWS_WORKER_INDEX itself; without it give --nnodes and --node-rank (INFERA_NNODES, INFERA_NODE_RANK) as numbers"
     )]
-    GroupValue { var: &'static str, value: String },
+    GroupValue { var: String, value: String },
     #[error("a multi-node group needs its size and this node's rank: {have} is set but {missing} is not")]
     #[refuse(
         code = "group-partial",
         exit = Usage,
         hint = "a pod of a LeaderWorkerSet gets LWS_GROUP_SIZE, LWS_WORKER_INDEX and LWS_LEADER_ADDRESS together; set all of them (or --nnodes, --node-rank, --leader-address) or none"
     )]
-    GroupPartial { have: &'static str, missing: &'static str },
+    GroupPartial { have: String, missing: &'static str },
     #[error("node rank {rank} ({source_}) is outside the group of {size} nodes (0 to {})", size.saturating_sub(1))]
     #[refuse(code = "group-rank-out-of-range", exit = Usage, hint = "the rank is the pod's 0-based index in its group (LWS_WORKER_INDEX)")]
     RankOutOfRange { rank: u32, size: u32, source_: String },
+    #[error("{said} describes an image read with --root, but the root is `/`: inside the container the environment already is the image's")]
+    #[refuse(code = "image-env-without-root", exit = Usage, hint = "give --root DIR (the unpacked image) with it, or drop it")]
+    ImageEnvWithoutRoot { said: String },
+    #[error("{said} `{}` does not exist", path.display())]
+    #[refuse(
+        code = "image-env-missing",
+        exit = Missing,
+        hint = "write the image's environment there first: `podman image inspect IMAGE > FILE`, or give KEY=VALUE"
+    )]
+    ImageEnvMissing { said: String, path: PathBuf },
+    #[error("{said} `{}`: {reason}", path.display())]
+    #[refuse(
+        code = "image-env-invalid",
+        exit = Usage,
+        hint = "give `podman image inspect IMAGE` output, an OCI image config, KEY=VALUE lines, or one KEY=VALUE"
+    )]
+    ImageEnvInvalid { said: String, path: PathBuf, reason: String },
     #[error("a group of {size} nodes ({source_}) needs the leader's address")]
     #[refuse(code = "group-no-leader", exit = Usage, hint = "set LWS_LEADER_ADDRESS (LeaderWorkerSet does) or --leader-address / INFERA_LEADER_ADDRESS")]
     NoLeader { size: u32, source_: String },
@@ -179,13 +204,15 @@ pub enum UsageError {
 
 /// The group from the launcher's options, else LeaderWorkerSet's variables.
 fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
-    let lws = |k: &'static str| ev::get(env, k).map(|v| (k, v.to_string_lossy().into_owned()));
-    let size = o.nnodes.clone().map(|v| ("--nnodes / INFERA_NNODES", v)).or_else(|| lws(ev::LWS_GROUP_SIZE));
-    let rank = o.node_rank.clone().map(|v| ("--node-rank / INFERA_NODE_RANK", v)).or_else(|| lws(ev::LWS_WORKER_INDEX));
-    let leader = o
+    let lws = |k: &'static str| ev::get(env, k).map(|v| (k.to_string(), v.to_string_lossy().into_owned()));
+    let said = |long: &str, v: String| (o.said(long), v);
+    let e = &o.engine;
+    let size = e.nnodes.clone().map(|v| said("nnodes", v)).or_else(|| lws(ev::LWS_GROUP_SIZE));
+    let rank = e.node_rank.clone().map(|v| said("node-rank", v)).or_else(|| lws(ev::LWS_WORKER_INDEX));
+    let leader = e
         .leader_address
         .clone()
-        .map(|v| ("--leader-address / INFERA_LEADER_ADDRESS", v))
+        .map(|v| said("leader-address", v))
         .or_else(|| lws(ev::LWS_LEADER_ADDRESS))
         .filter(|(_, v)| !v.trim().is_empty());
     let ((size_var, size), (rank_var, rank)) = match (size, rank) {
@@ -198,20 +225,21 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
             return Err(UsageError::GroupPartial { have, missing: "the group size (LWS_GROUP_SIZE, --nnodes)" })
         }
         (None, None) => {
-            let have = leader.map_or("the leader's address", |(k, _)| k);
+            let have = leader.map_or_else(|| "the leader's address".to_string(), |(k, _)| k);
             return Err(UsageError::GroupPartial {
                 have,
                 missing: "the group size and the node rank (LWS_GROUP_SIZE, LWS_WORKER_INDEX)",
             });
         }
     };
-    let num = |var: &'static str, v: &str| -> Result<u32, UsageError> {
+    let num = |var: &str, v: &str| -> Result<u32, UsageError> {
+        let bad = || UsageError::GroupValue { var: var.to_string(), value: v.to_string() };
         match crate::dialect::py_int(v) {
-            Ok(Some(n)) => u32::try_from(n).map_err(|_| UsageError::GroupValue { var, value: v.to_string() }),
-            _ => Err(UsageError::GroupValue { var, value: v.to_string() }),
+            Ok(Some(n)) => u32::try_from(n).map_err(|_| bad()),
+            _ => Err(bad()),
         }
     };
-    let (n, r) = (num(size_var, &size)?, num(rank_var, &rank)?);
+    let (n, r) = (num(&size_var, &size)?, num(&rank_var, &rank)?);
     let source_ = format!("{size_var}={size}, {rank_var}={rank}");
     if n == 0 {
         return Err(UsageError::GroupValue { var: size_var, value: size });
@@ -223,16 +251,16 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
     if n > 1 && leader.is_none() {
         return Err(UsageError::NoLeader { size: n, source_ });
     }
-    Ok(Some(Group { size: n, rank: r, leader, source: source_, leader_wait: o.leader_wait }))
+    Ok(Some(Group { size: n, rank: r, leader, source: source_, leader_wait: e.leader_wait }))
 }
 
 /// `net_bind_service,CAP_KILL` → the set, sorted; `none` (or empty) → keep nothing.
-pub fn parse_caps(list: &[String]) -> Result<Vec<caps::Capability>, UsageError> {
+pub fn parse_caps(list: &[String], said: &str) -> Result<Vec<caps::Capability>, UsageError> {
     use std::str::FromStr;
     let mut keep = Vec::new();
     for name in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none")) {
         let cap = caps::Capability::from_str(&caps::to_canonical(name))
-            .map_err(|_| UsageError::DropCaps { name: name.to_string() })?;
+            .map_err(|_| UsageError::DropCaps { said: said.to_string(), name: name.to_string() })?;
         if !keep.contains(&cap) {
             keep.push(cap);
         }
@@ -265,7 +293,7 @@ fn clean(v: Vec<String>) -> Vec<String> {
 impl Request {
     /// A subcommand (`worker`, `server`, `check`) and its `--` args.
     pub fn resolve(role: Role, o: Options, args: Vec<OsString>, env: &Env) -> Result<Request, UsageError> {
-        Request::build(role, Target::RoleModule, o.engine, o, args, env)
+        Request::build(role, Target::RoleModule, o.engine.engine, o, args, env)
     }
 
     /// The command form: PROGRAM ARGS as the pod spec wrote them.
@@ -274,17 +302,17 @@ impl Request {
         let program = words.next().unwrap_or_default();
         let rest: Vec<OsString> = words.collect();
         let Some((options, module, args)) = python_module(&program, &rest) else {
-            return Request::build(Role::Run, Target::Program { program }, o.engine, o, rest, env);
+            return Request::build(Role::Run, Target::Program { program }, o.engine.engine, o, rest, env);
         };
         let (role, engine) = match crate::engines::TABLE.iter().find(|i| i.module == module) {
             Some(info) => {
-                if let EngineChoice::One(e) = o.engine.filter_other(info.engine) {
+                if let EngineChoice::One(e) = o.engine.engine.filter_other(info.engine) {
                     return Err(UsageError::EngineConflict { module, module_engine: info.name, engine: e.name() });
                 }
                 (Role::Worker, EngineChoice::One(info.engine))
             }
-            None if module == SERVER_MODULE => (Role::Server, o.engine),
-            None => (Role::Run, o.engine),
+            None if module == SERVER_MODULE => (Role::Server, o.engine.engine),
+            None => (Role::Run, o.engine.engine),
         };
         Request::build(role, Target::Module { interpreter: program, options, module }, engine, o, args, env)
     }
@@ -297,20 +325,22 @@ impl Request {
         args: Vec<OsString>,
         env: &Env,
     ) -> Result<Request, UsageError> {
-        if let Some(g) = o.init_grace.filter(|g| !(0.0..=MAX_GRACE_SECONDS).contains(g)) {
-            return Err(UsageError::InitGrace { value: g });
+        let x = &o.exec;
+        if let Some(g) = x.init_grace.filter(|g| !(0.0..=MAX_GRACE_SECONDS).contains(g)) {
+            return Err(UsageError::InitGrace { said: o.said("init-grace"), value: g });
         }
-        let init = o.init.then_some(InitSpec { group: o.init_group, grace_seconds: o.init_grace });
+        let init = x.init.then_some(InitSpec { group: x.init_group, grace_seconds: x.init_grace });
         let group = group(&o, env)?;
-        let keep_caps = o.drop_caps.as_deref().map(parse_caps).transpose()?;
-        let allow = clean(o.allow);
+        let c = &o.common;
+        let keep_caps = c.drop_caps.as_deref().map(|l| parse_caps(l, &o.said("drop-caps"))).transpose()?;
+        let allow = clean(c.allow.clone());
         // (The rules are parsed only when something names one.)
-        if let Some(name) = allow.iter().find(|x| !crate::rules::codes().contains(&x.as_str())) {
-            let rules = crate::rules::codes();
-            return Err(UsageError::AllowUnknown {
-                name: name.clone(),
-                rules: rules.iter().map(|r| r.to_string()).collect(),
-            });
+        if let Some(name) =
+            allow.iter().find(|x| !crate::rules::codes().contains(&x.as_str()) && x.as_str() != ENGINE_VERSION)
+        {
+            let mut rules: Vec<String> = crate::rules::codes().iter().map(|r| r.to_string()).collect();
+            rules.push(ENGINE_VERSION.to_string());
+            return Err(UsageError::AllowUnknown { said: o.said("allow"), name: name.clone(), rules });
         }
         let verify = match ev::get(env, ev::INFERA_VERIFY).map(|v| v.to_string_lossy()).as_deref() {
             None | Some("" | "off" | "0") => Verify::Off,
@@ -320,39 +350,44 @@ impl Request {
         };
         // The image's WORKDIR (/app, /sgl-workspace) can hold a copy of infera or of the
         // engine that `python -m` would put first on sys.path: run in `/` unless told otherwise.
-        let chdir = match o.chdir.map(PathBuf::from) {
+        let chdir = match c.chdir.clone().map(PathBuf::from) {
             None => Some(PathBuf::from("/")),
             Some(d) if d.as_os_str().is_empty() => None,
             Some(d) if d.is_absolute() => Some(d),
-            Some(dir) => return Err(UsageError::ChdirRelative { dir }),
+            Some(dir) => return Err(UsageError::ChdirRelative { said: o.said("chdir"), dir }),
         };
+        let require_said: &'static str =
+            if o.said("require") == REQUIRE_FLAG { REQUIRE_FLAG } else { ev::INFERA_REQUIRE };
         let mut require: Vec<Required> =
-            clean(o.require).into_iter().map(|name| Required { name, by: "--require" }).collect();
-        let (native, require_all_native) = parse_require_native(o.require_native.as_deref());
+            clean(c.require.clone()).into_iter().map(|name| Required { name, by: require_said }).collect();
+        let (native, require_all_native) = parse_require_native(c.require_native.as_deref());
         for name in native {
             if !require.iter().any(|r| r.name == name) {
                 require.push(Required { name, by: ev::INFERA_REQUIRE_NATIVE });
             }
         }
+        let image_env = crate::imageenv::resolve(&c.image_env, &c.root, &o.said("image-env"))?;
+        let Options { common: c, engine: e, exec: x, .. } = o;
         Ok(Request {
             role,
             target,
             engine,
             require,
             require_all_native,
-            family: o.family.filter(|f| !f.is_empty()),
+            family: c.family.filter(|f| !f.is_empty()),
             allow,
             args,
-            root: o.root,
-            overlay: o.overlay.unwrap_or_else(|| discover_overlay(std::env::current_exe().ok().as_deref())),
-            python: o.python.filter(|p| !p.is_empty()),
+            root: c.root,
+            image_env,
+            overlay: c.overlay.unwrap_or_else(|| discover_overlay(std::env::current_exe().ok().as_deref())),
+            python: c.python.filter(|p| !p.is_empty()),
             chdir,
-            skip_engine_patches: o.skip_engine_patches,
-            engine_patch_timeout: o.engine_patch_timeout,
-            dry_run: o.dry_run || role == Role::Check,
-            output: o.output,
+            skip_engine_patches: e.skip_engine_patches,
+            engine_patch_timeout: e.engine_patch_timeout,
+            dry_run: x.dry_run || role == Role::Check,
+            output: c.output,
             init,
-            privileges: Privileges { keep_caps, no_new_privs: o.no_new_privs },
+            privileges: Privileges { keep_caps, no_new_privs: c.no_new_privs },
             verify,
             group,
         })

@@ -235,7 +235,8 @@ pub fn wait(name: &str, resolv_conf: &Path, hosts: &Path, timeout: Duration) -> 
                 }
                 if logged.elapsed() >= Duration::from_secs(5) {
                     tracing::warn!(
-                        "infera-exec: [leader-wait] waiting for the leader `{name}` to resolve ({why}); {} s of {} s",
+                        code = "leader-wait",
+                        "waiting for the leader `{name}` to resolve ({why}); {} s of {} s",
                         waited.as_secs(),
                         timeout.as_secs()
                     );

@@ -18,6 +18,8 @@ pub struct Host {
     pub rdma_devices: Vec<String>,
     pub kfd: bool,
     pub render_nodes: usize,
+    /// Whether this uid can open them, the GPUs' architecture, the driver.
+    pub devices: super::devices::Devices,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -68,6 +70,7 @@ pub fn gather(root: &Root) -> Option<Host> {
         .collect();
     rdma.sort();
     Some(Host {
+        devices: super::devices::gather(root),
         pid1: std::process::id() == 1,
         memlock,
         caps: cap_sets(),

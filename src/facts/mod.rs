@@ -1,6 +1,8 @@
 //! Facts: what is true of the container, read from files under a root.
 //! Reading only; never importing torch, never writing, no Python spawned on the normal path.
 
+pub mod devices;
+pub mod engine_config;
 pub mod exe;
 pub mod gpus;
 pub mod host;
@@ -41,8 +43,10 @@ pub struct Facts {
     pub gpus: Result<Gpus, GpuError>,
     /// The running process and the node's devices (root `/` only).
     pub host: Option<host::Host>,
-    /// Model facts per model reference named in the args.
+    /// Model facts per model reference named in the args (or in a `--config` file).
     pub models: BTreeMap<OsString, model::ModelFacts>,
+    /// The engine's `--config` files, per reference as written after `--config`.
+    pub engine_configs: BTreeMap<OsString, engine_config::ConfigFacts>,
     /// The interpreter file the run would exec (when the interpreter was found).
     pub interpreter_file: Option<ExecFile>,
     /// The program of the command form, when it is not a Python module run.
@@ -79,6 +83,8 @@ pub enum Program {
 pub struct Wanted<'a> {
     /// Model references named in the engine args.
     pub models: &'a [OsString],
+    /// Files named after `--config` in the engine args.
+    pub configs: &'a [OsString],
     /// Top-level module names to look for in the image (the overlay trees' own), so
     /// shadowing is judged without listing every package of the image.
     pub probe: Option<&'a BTreeSet<String>>,
@@ -116,7 +122,22 @@ impl Facts {
         let gpus = gpus::detect(&root, env, &mut findings);
         let s = |k: &str| get(env, k).and_then(|v| v.to_str());
         let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };
-        let models = w.models.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();
+        let engine_configs: BTreeMap<OsString, engine_config::ConfigFacts> =
+            w.configs.iter().map(|c| (c.clone(), engine_config::detect(&root, c, w.chdir))).collect();
+        // A model named in a config file is a model of the run too.
+        let mut refs = w.models.to_vec();
+        for c in engine_configs.values() {
+            if let engine_config::ConfigFacts::Known { entries, .. } = c {
+                for e in crate::engines::Engine::all() {
+                    let args: Vec<OsString> =
+                        engine_config::to_args(e, entries, &|_| false).into_iter().map(OsString::from).collect();
+                    if let Some(m) = crate::dialect::model_refs_of(e, &args).filter(|m| !refs.contains(m)) {
+                        refs.push(m);
+                    }
+                }
+            }
+        }
+        let models = refs.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();
         let host = host::gather(&root);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(&root, &p.executable));
         let program = w.program.map(|name| find_program(&root, env, name, w.chdir));
@@ -139,6 +160,7 @@ impl Facts {
             gpus,
             host,
             models,
+            engine_configs,
             interpreter_file,
             program,
             workdir,

@@ -44,6 +44,12 @@ pub enum ArgsError {
     )]
     #[refuse(code = "arg-not-an-int", exit = Usage, hint = "give a whole number (Python's int(): `8`, ` 8`, `1_6`)")]
     NotAnInt { flag: String, value: String, engine: &'static str },
+    #[error(
+        "`{written}` (arg {index}) is ambiguous for {engine} {version}'s parser: it could be {}; the engine exits 2 with `ambiguous option`",
+        candidates.join(", ")
+    )]
+    #[refuse(code = "arg-ambiguous", exit = Usage, hint = "write the option in full")]
+    Ambiguous { written: String, index: usize, engine: &'static str, version: String, candidates: Vec<&'static str> },
     #[error("{flag} {value}: a {what} must be at least 1; the engine would fail only after it starts")]
     #[refuse(code = "parallel-size-invalid", exit = Refused, hint = "give a positive size, or leave it out for the launcher's default")]
     NotPositive { flag: String, value: i64, what: &'static str },
@@ -55,6 +61,8 @@ pub struct Ctx<'a> {
     pub engine: Engine,
     pub parsed: &'a Parsed,
     pub env: &'a Env,
+    /// False when a `--config` file could not be read: a default could override it.
+    pub defaults: bool,
 }
 
 /// What the engine will run with: the user's settings plus the launcher's defaults.
@@ -86,7 +94,18 @@ pub fn apply(ctx: &Ctx, findings: &mut Vec<Finding>) -> Result<Vec<OsString>, Re
         }
         None => None,
     };
-    let mut eff = defaults(ctx, gpus, model, &ints, multi.as_ref(), &mut added, findings);
+    let mut eff = if ctx.defaults {
+        defaults(ctx, gpus, model, &ints, multi.as_ref(), &mut added, findings)
+    } else {
+        let mut none = Vec::new();
+        let eff = defaults(ctx, gpus, model, &ints, multi.as_ref(), &mut none, &mut Vec::new());
+        // What the engine runs with is the user's (and the file's, unknown) settings only.
+        Effective {
+            tp: multi.as_ref().map_or(ints.tp, |m| m.tp),
+            kv: ctx.parsed.value(Opt::KvCacheDtype).map(str::to_string),
+            ..eff
+        }
+    };
     if let Some(m) = multi {
         eff.nnodes = m.nnodes;
     }
@@ -114,13 +133,26 @@ fn defaults<'a>(
     match (layout, gpus) {
         _ if multi.is_some() => {}
         (None, Some(n)) if n > 0 => {
-            add(e, Opt::TensorParallelSize, &n.to_string(), added);
-            tp = Some(n.into());
+            // The largest size the GPUs allow that the model's heads accept: the engine
+            // refuses a TP that does not divide num_attention_heads.
+            let heads = model.and_then(|m| m.attention_heads);
+            let size = default_tp(n.into(), heads);
+            add(e, Opt::TensorParallelSize, &size.to_string(), added);
+            tp = Some(size);
             let src = ctx.facts.gpus.as_ref().map(|g| g.source.to_string()).unwrap_or_default();
-            findings.push(Finding::info(
-                "tp-default",
-                format!("added {} {n}: the GPUs visible to this container ({src})", e.flag(Opt::TensorParallelSize)),
-            ));
+            let flag = e.flag(Opt::TensorParallelSize);
+            let why = match heads {
+                Some(h) if size == u64::from(n) => {
+                    format!("the GPUs visible to this container ({src}), which the model's {h} attention heads divide")
+                }
+                Some(h) => format!(
+                    "{n} GPUs are visible ({src}) but the model's {h} attention heads divide into at most {size} of them; \
+                     {} stay idle (set {flag} or --pipeline-parallel-size to use them otherwise)",
+                    u64::from(n) - size
+                ),
+                None => format!("the GPUs visible to this container ({src})"),
+            };
+            findings.push(Finding::info("tp-default", format!("added {flag} {size}: {why}")));
         }
         (Some(o), _) if o != Opt::TensorParallelSize => findings.push(Finding::info(
             "tp-default-skipped",
@@ -175,6 +207,61 @@ fn defaults<'a>(
         load_format: p.value(Opt::LoadFormat).map(str::to_string),
         max_seqs: ints.max_seqs,
         model,
+    }
+}
+
+/// Abbreviated options: ambiguous ones refused as the engine's parser refuses them; the
+/// others said, with whether the engine's full option list confirmed them.
+pub fn abbreviations(
+    e: Engine,
+    version: Option<&str>,
+    list: Option<&crate::engines::OptionList>,
+    parsed: &Parsed,
+    findings: &mut Vec<Finding>,
+) -> Result<(), ArgsError> {
+    if let Some((i, written, c)) = parsed.ambiguous.first() {
+        return Err(ArgsError::Ambiguous {
+            written: written.clone(),
+            index: i + 1,
+            engine: e.name(),
+            version: version.unwrap_or("?").to_string(),
+            candidates: c.clone(),
+        });
+    }
+    for (i, written, full, checked) in &parsed.abbreviations {
+        if *checked {
+            let l = list.map_or("?", |l| l.recorded);
+            findings.push(Finding::info(
+                "arg-abbreviation",
+                format!("`{written}` (arg {}) read as {full}, as {} {l}'s parser reads it", i + 1, e.name()),
+            ));
+        } else {
+            let recorded: Vec<String> = crate::engines::OPTION_LISTS
+                .iter()
+                .filter(|l| l.engine == e)
+                .map(|l| format!("{} {}", l.engine.name(), l.versions))
+                .collect();
+            findings.push(Finding::warn(
+                "arg-abbreviation-unchecked",
+                format!(
+                    "`{written}` (arg {}) read as {full} from the launcher's own options: {} {}'s full option list is not recorded (recorded: {}), so whether its parser finds it ambiguous is not checked; write options in full",
+                    i + 1,
+                    e.name(),
+                    version.unwrap_or("?"),
+                    recorded.join("; ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The largest tensor parallel size ≤ `gpus` that divides `heads` (all the GPUs when the
+/// head count is unknown).
+pub(crate) fn default_tp(gpus: u64, heads: Option<u64>) -> u64 {
+    match heads {
+        Some(h) if h > 0 => (1..=gpus).rev().find(|t| h % t == 0).unwrap_or(1),
+        _ => gpus,
     }
 }
 
@@ -304,7 +391,11 @@ fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a 
 /// Evidence for each condition when all hold; None when any does not (or cannot be known).
 fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>> {
     let mut ev = Vec::new();
-    let src = |o: Opt| if p.is_set(o) { "set in the args" } else { "infera's default" };
+    let src = |o: Opt| match p.opts.get(&o) {
+        Some(occ) if occ.from_config => "set in the --config file",
+        Some(_) => "set in the args",
+        None => "infera's default",
+    };
     if let Some(traits) = &w.model {
         let m = eff.model?;
         for t in traits {
@@ -351,7 +442,11 @@ fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>
             if is != want {
                 return None;
             }
-            ev.push(format!("{} (arg {})", occ.spelled, occ.index + 1));
+            if occ.from_config {
+                ev.push(format!("{} (in the --config file, arg {})", occ.spelled, occ.index + 1));
+            } else {
+                ev.push(format!("{} (arg {})", occ.spelled, occ.index + 1));
+            }
         }
     }
     if let Some(want) = w.tp_over_gpus {

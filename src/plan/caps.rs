@@ -68,6 +68,9 @@ pub enum CapError {
         }
     )]
     Unavailable { name: String, by: String, reason: String, providers: Vec<String>, known: Vec<String> },
+    #[error("{by} names the capability `{name}`, which no tree of this overlay knows; known: {}", known.join(", "))]
+    #[refuse(code = "capability-unknown", exit = Usage, hint_opt = hint.clone())]
+    Unknown { name: String, by: String, known: Vec<String>, hint: Option<String> },
     #[error("capability `{name}` is provided by the tree but cannot work on this node: {reason}")]
     #[refuse(code = "capability-unusable", exit = Unsupported, hint_opt = hint.clone())]
     Unusable { name: String, reason: String, hint: Option<String> },
@@ -200,6 +203,17 @@ pub fn rows(
 }
 
 fn unavailable(overlay: &Overlay, tree: &Tree, name: &str, by: &str, reason: String) -> CapError {
+    let known: BTreeSet<&String> = overlay.trees.iter().flat_map(|t| t.manifest.capabilities.keys()).collect();
+    // A name the pod spec wrote that no tree knows at all: a typo, said as one.
+    let written = [crate::request::REQUIRE_FLAG, crate::envvars::INFERA_REQUIRE, crate::envvars::INFERA_REQUIRE_NATIVE];
+    if !known.contains(&name.to_string()) && written.contains(&by) {
+        return CapError::Unknown {
+            name: name.to_string(),
+            by: by.to_string(),
+            hint: crate::suggest::did_you_mean(name, known.iter().map(|k| k.as_str())),
+            known: known.into_iter().cloned().collect(),
+        };
+    }
     let providers = overlay
         .trees
         .iter()
@@ -213,7 +227,6 @@ fn unavailable(overlay: &Overlay, tree: &Tree, name: &str, by: &str, reason: Str
             }
         })
         .collect();
-    let known: BTreeSet<&String> = overlay.trees.iter().flat_map(|t| t.manifest.capabilities.keys()).collect();
     CapError::Unavailable {
         name: name.to_string(),
         by: by.to_string(),

@@ -2,8 +2,9 @@
 //! the Request, the Facts (the image's and the trees') and the overlay's manifests: no
 //! module under `plan/` reads a file. `--dry-run` prints it, the real run carries it out.
 
-mod args;
+pub(crate) mod args;
 mod caps;
+mod config;
 mod env;
 mod node;
 pub mod pd;
@@ -145,7 +146,17 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     }
     let engine = run.engine();
 
-    let parsed = engine.map(|e| crate::dialect::read(e, &req.args)).unwrap_or_default();
+    // The engine's full option list for its version, when recorded: abbreviations are then
+    // resolved exactly as its parser resolves them.
+    let list = engine.and_then(|e| crate::engines::option_list(e, facts.engine(e).map(|i| i.version.as_str())));
+    let read = match engine {
+        Some(e) => config::read(e, list, &req.args, facts, &mut p.findings)?,
+        None => config::Read { parsed: Default::default(), defaults: true },
+    };
+    let parsed = read.parsed;
+    if let Some(e) = engine {
+        args::abbreviations(e, facts.engine(e).map(|i| i.version.as_str()), list, &parsed, &mut p.findings)?;
+    }
     if let Some(e) = engine {
         p.pd = pd::plan(e, &req.args, &parsed, req.group.as_ref(), facts, inp.env, &mut p.findings)?;
     }
@@ -161,11 +172,15 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     safety::noexec(tree)?;
     if req.role.runs_engine() {
         gpu_presence(facts, &mut p.findings);
+        node::devices(facts)?;
     }
     safety::shadowing(tree, facts, &copies)?;
 
     let added = match engine {
-        Some(e) => args::apply(&args::Ctx { req, facts, engine: e, parsed: &parsed, env: inp.env }, &mut p.findings)?,
+        Some(e) => args::apply(
+            &args::Ctx { req, facts, engine: e, parsed: &parsed, env: inp.env, defaults: read.defaults },
+            &mut p.findings,
+        )?,
         None => Vec::new(),
     };
     let own: Vec<PathBuf> = tree

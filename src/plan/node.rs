@@ -32,6 +32,36 @@ pub enum NodeError {
         hint = "name an interface this pod has (with hostNetwork: the node's), or unset it to let Gloo/RCCL choose"
     )]
     Ifname { var: &'static str, value: String, why: String, have: String },
+    #[error(
+        "this process cannot open {path}: {reason}{more}; the engine would fail with no usable GPU after it starts"
+    )]
+    #[refuse(
+        code = "gpu-device-denied",
+        exit = Unsupported,
+        hint = "run the container with the device nodes' group (pod securityContext.supplementalGroups: the `video` and `render` gids of the node, as the mode shows), or as the uid that owns them"
+    )]
+    GpuDeviceDenied { path: String, reason: String, more: String },
+}
+
+/// The engine needs read-write access to /dev/kfd and its GPUs' render nodes: a node present
+/// that this uid cannot open is refused now rather than as "no ROCm-capable device" later.
+pub fn devices(facts: &Facts) -> Result<(), NodeError> {
+    let Some(h) = &facts.host else { return Ok(()) };
+    let denied: Vec<_> = h.devices.denied().collect();
+    let Some(first) = denied.first() else { return Ok(()) };
+    let more = match denied.len() {
+        1 => String::new(),
+        n => format!(
+            " (and {} more: {})",
+            n - 1,
+            denied[1..].iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    Err(NodeError::GpuDeviceDenied {
+        path: first.path.display().to_string(),
+        reason: first.reason.clone().unwrap_or_default(),
+        more,
+    })
 }
 
 /// `engine`: the one the request names; with `auto`, vLLM's variable is checked when the

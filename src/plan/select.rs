@@ -62,7 +62,7 @@ pub enum SelectError {
     #[refuse(
         code = "engine-version",
         exit = Unsupported,
-        hint = "use an overlay release that supports this engine version, or the engine image the overlay was released with"
+        hint = "use an overlay release that supports this engine version, or the engine image the overlay was released with; or set INFERA_ALLOW=engine-version to run it anyway"
     )]
     EngineVersion { engine: &'static str, version: String, record: PathBuf, family: String, spec: String },
     #[error("tree {family} has no [server] module")]
@@ -195,6 +195,7 @@ pub fn engine_module<'t>(
     overlay: &Overlay,
     engine: Engine,
     facts: &Facts,
+    allow_version: bool,
     findings: &mut Vec<Finding>,
 ) -> Result<&'t str, SelectError> {
     let entry = tree.manifest.engines.get(engine.name()).ok_or_else(|| SelectError::EngineNotInTree {
@@ -210,13 +211,20 @@ pub fn engine_module<'t>(
     if let (Some(spec), Some(inst)) = (&entry.versions, facts.engine(engine)) {
         match (Spec::parse(spec), Version::parse(&inst.version)) {
             (Ok(s), Some(v)) if !s.contains(&v) => {
-                return Err(SelectError::EngineVersion {
+                let e = SelectError::EngineVersion {
                     engine: engine.name(),
                     version: inst.version.clone(),
                     record: inst.record.clone(),
                     family: tree.family.clone(),
                     spec: spec.clone(),
-                });
+                };
+                if !allow_version {
+                    return Err(e);
+                }
+                findings.push(Finding::warn(
+                    crate::request::ENGINE_VERSION,
+                    format!("allowed by INFERA_ALLOW/--allow: {e}; the tree was not built against this version"),
+                ));
             }
             (Ok(_), None) => findings.push(Finding::warn(
                 "engine-version-unknown",
@@ -309,7 +317,8 @@ pub fn target<'a>(
     let (engine, module) = match req.role {
         Role::Worker | Role::Check => {
             let e = engine(req.engine, facts)?;
-            let module = engine_module(tree, overlay, e, facts, findings)?;
+            let allow = req.allow.iter().any(|a| a == crate::request::ENGINE_VERSION);
+            let module = engine_module(tree, overlay, e, facts, allow, findings)?;
             (Some(e), written.unwrap_or(module))
         }
         Role::Server => (None, written.map_or_else(|| server_module(tree), Ok)?),

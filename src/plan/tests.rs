@@ -83,6 +83,7 @@ fn facts() -> Facts {
         }),
         host: None,
         models: BTreeMap::from([(OsString::from("/models/kimi-k3"), kimi())]),
+        engine_configs: BTreeMap::new(),
         interpreter_file: Some(ExecFile::Ok { mode: 0o755, header: Header::Elf }),
         program: None,
         workdir: Some(Ok("/".into())),
@@ -145,6 +146,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         allow: Vec::new(),
         args: args.iter().map(OsString::from).collect(),
         root: "/image".into(),
+        image_env: Vec::new(),
         overlay: "/opt/infera".into(),
         python: None,
         chdir: Some("/".into()),
@@ -303,9 +305,22 @@ fn capabilities_requested_implied_and_unavailable() {
     req.require = vec![Required { name: "nixl".into(), by: "--require" }];
     let p = run(&req, &f, &ov, &e);
     let err = p.error.unwrap();
-    assert_eq!((err.exit.code(), err.code.as_str()), (69, "capability-unavailable"));
-    assert_eq!(err.hint.as_deref(), Some("known capabilities: hipfile, mooncake"));
+    // A name no tree knows is a usage error listing the known ones, not "unavailable".
+    assert_eq!((err.exit.code(), err.code.as_str()), (2, "capability-unknown"));
+    assert_eq!(
+        err.message,
+        "--require names the capability `nixl`, which no tree of this overlay knows; known: hipfile, mooncake"
+    );
+    assert_eq!(err.hint, None);
     assert_eq!(p.capabilities.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["hipfile", "mooncake", "nixl"]);
+    req.require = vec![Required { name: "moonckae".into(), by: "INFERA_REQUIRE" }];
+    let err = run(&req, &f, &ov, &e).error.unwrap();
+    assert_eq!((err.exit.code(), err.code.as_str()), (2, "capability-unknown"));
+    assert_eq!(
+        err.message,
+        "INFERA_REQUIRE names the capability `moonckae`, which no tree of this overlay knows; known: hipfile, mooncake"
+    );
+    assert_eq!(err.hint.as_deref(), Some("did you mean `mooncake`?"));
     // A Mooncake connector implies mooncake; the tree provides it; usability is unknown
     // without the node's facts.
     let req = request(Role::Worker, &["--kv-transfer-config", r#"{"kv_connector":"MooncakeConnector"}"#]);
@@ -453,4 +468,41 @@ fn odd_head_counts_are_said_not_skipped() {
     assert!(p.error.is_none(), "{:?}", p.error);
     let w = p.findings.iter().find(|x| x.code == "model-heads-unusable").unwrap();
     assert!(w.message.starts_with("num_attention_heads = -8 in `/models/kimi-k3/config.json` is not a positive count"));
+}
+
+/// The TP default is the largest size the visible GPUs allow that the heads accept: never a
+/// default the launcher then refuses.
+#[test]
+fn tp_default_fits_the_heads() {
+    use crate::plan::args::default_tp;
+    assert_eq!(default_tp(8, Some(64)), 8);
+    assert_eq!(default_tp(6, Some(16)), 4);
+    assert_eq!(default_tp(6, Some(12)), 6);
+    assert_eq!(default_tp(7, Some(28)), 7);
+    assert_eq!(default_tp(5, Some(7)), 1);
+    assert_eq!(default_tp(6, None), 6);
+    let (mut f, ov, e) = (facts(), overlay(), env());
+    if let Some(ModelFacts::Known(m)) = f.models.get_mut(&OsString::from("/models/kimi-k3")) {
+        m.attention_heads = Some(16);
+    }
+    f.gpus = Ok(Gpus {
+        count: Some(6),
+        source: GpuSource::VisibleDevices { var: "HIP_VISIBLE_DEVICES", value: "0,1,2,3,4,5".into() },
+    });
+    let req = request(Role::Worker, &["--model", "/models/kimi-k3"]);
+    let p = run(&req, &f, &ov, &e);
+    assert!(p.error.is_none(), "{:?}", p.error);
+    let x = p.exec.as_ref().unwrap();
+    assert_eq!(x.added_args[..2], [OsString::from("--tensor-parallel-size"), OsString::from("4")]);
+    let tp = p.findings.iter().find(|x| x.code == "tp-default").unwrap();
+    assert_eq!(
+        tp.message,
+        "added --tensor-parallel-size 4: 6 GPUs are visible (HIP_VISIBLE_DEVICES=0,1,2,3,4,5) but the model's 16 \
+         attention heads divide into at most 4 of them; 2 stay idle (set --tensor-parallel-size or \
+         --pipeline-parallel-size to use them otherwise)"
+    );
+    // Set by the user: the user's size, and the rule refuses it as before.
+    let req = request(Role::Worker, &["--model", "/models/kimi-k3", "-tp", "6"]);
+    let err = run(&req, &f, &ov, &e).error.unwrap();
+    assert_eq!(err.code, "tp-does-not-divide-heads");
 }

@@ -85,6 +85,7 @@ mod tests {
             rdma_devices: if rdma { vec!["/dev/infiniband/uverbs0".into()] } else { vec![] },
             kfd,
             render_nodes: 0,
+            devices: Default::default(),
         }
     }
 

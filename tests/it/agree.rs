@@ -143,7 +143,7 @@ fn every_option_dry_run_equals_real_run() {
         case("init-group", &["server", "--init", "--init-group", "--init-grace", "2", "--", "--port", "8000"], &[], 0),
         case("no-new-privs", &["server", "--no-new-privs"], &[], 0),
         // Refused the same way by both.
-        case("refuse-capability", &with_seed(&["worker", "--require", "nixl"]), &[gpus], 69),
+        case("refuse-capability", &with_seed(&["worker", "--require", "nixl"]), &[gpus], 2),
         case("refuse-rule", &["worker", "--", "--model", "/models/kimi-k3", "-tp", "16"], &[gpus], 78),
         case("refuse-family", &["server", "--family", "rocm9-py399"], &[], 69),
         case("refuse-verify", &["server"], &[("INFERA_VERIFY", "sometimes")], 2),

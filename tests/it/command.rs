@@ -81,7 +81,7 @@ fn refusals_carry_the_same_codes_and_messages() {
             &[],
             78,
         ),
-        (&["python3", "-m", "infera.server"], &["server"], &[("INFERA_REQUIRE", "nixl")], 69),
+        (&["python3", "-m", "infera.server"], &["server"], &[("INFERA_REQUIRE", "nixl")], 2),
         (&["python3", "-m", "infera.engine.vllm"], &["worker"], &[("INFERA_FAMILY", "nope")], 69),
     ];
     for (command, sub, env, code) in cases {

@@ -230,15 +230,82 @@ fn sglang_image_selects_py310_and_refuses_hipfile() {
     o.assert(69, "capability `hipfile` (requested by --require) cannot be supplied: tree rocm7-py310 does not declare it; trees that provide it: rocm7-py312 (for vllm)");
 }
 
+/// `kubectl kustomize` of an overlay of examples/k8s (the base plus how the overlay reaches
+/// the pods).
+fn kustomize(overlay: &str) -> String {
+    let mut c = Command::new("kubectl");
+    c.args(["kustomize"]).arg(repo().join("examples/k8s/overlays").join(overlay));
+    let o = out(c);
+    assert_eq!(o.code, 0, "kubectl kustomize {overlay}: {}", o.stderr);
+    o.stdout
+}
+
+/// One document of a multi-document YAML text, by kind and name.
+fn document(text: &str, kind: &str, name: &str) -> String {
+    let o = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, yaml\nfor d in yaml.safe_load_all(sys.stdin):\n  if d and d['kind'] == sys.argv[1] and d['metadata']['name'] == sys.argv[2]: print(yaml.safe_dump(d))",
+            kind,
+            name,
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(text.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let doc = String::from_utf8(o.stdout).unwrap();
+    assert!(!doc.trim().is_empty(), "{kind}/{name} not in the kustomize output");
+    doc
+}
+
+/// Both overlays build, and what they build is valid for Kubernetes 1.33 (strict), follows the
+/// seed's topology, and is deployable on a single-node k3s as written.
 #[test]
-fn k8s_manifests_validate_against_kubernetes_1_33() {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("examples/k8s"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
+fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for overlay in ["image-volume", "initcontainer"] {
+        let text = kustomize(overlay);
+        let f = dir.path().join(format!("{overlay}.yaml"));
+        std::fs::write(&f, &text).unwrap();
+        files.push(f);
+        let server = document(&text, "Deployment", "kimi-k3-server");
+        let router = document(&text, "Deployment", "kimi-k3-router");
+        for (what, want) in [
+            ("strategy", "  strategy:\n    type: Recreate\n"),
+            ("startup probe", "        startupProbe:\n          failureThreshold: 120\n          httpGet:\n            path: /health\n            port: http\n          periodSeconds: 10\n"),
+            ("termination message", "        terminationMessagePolicy: FallbackToLogsOnError\n"),
+            ("service links", "      enableServiceLinks: false\n"),
+            ("shm", "      - emptyDir:\n          medium: Memory\n          sizeLimit: 64Gi\n        name: dshm\n"),
+            ("model cache read-only", "      - name: models\n        persistentVolumeClaim:\n          claimName: model-cache\n          readOnly: true\n"),
+            ("capabilities", "          capabilities:\n            add:\n            - IPC_LOCK\n            drop:\n            - ALL\n"),
+        ] {
+            assert!(server.contains(want), "{overlay}: {what}:\n{server}");
+        }
+        assert!(router.contains("- http://kimi-k3-server:8000\n"), "{router}");
+        assert!(router.contains("      enableServiceLinks: false\n"));
+        let svc = document(&text, "Service", "kimi-k3-server");
+        assert!(svc.contains("  - name: http\n    port: 8000\n    targetPort: http\n"), "{svc}");
+        let pvc = document(&text, "PersistentVolumeClaim", "model-cache");
+        assert!(pvc.contains("  accessModes:\n  - ReadWriteOnce\n"), "{pvc}");
+        let job = document(&text, "Job", "model-download");
+        assert!(job.contains("hf download") && job.contains("--local-dir /models/kimi-k3"), "{job}");
+        for d in [&server, &router] {
+            let infera = if overlay == "image-volume" {
+                "      - image:\n          pullPolicy: IfNotPresent\n          reference: registry.example.com/infera/overlay:0.1.0\n        name: infera\n"
+            } else {
+                "      - emptyDir:\n          sizeLimit: 4Gi\n        name: infera\n"
+            };
+            assert!(d.contains(infera), "{overlay}: the infera volume:\n{d}");
+            assert_eq!(d.contains("initContainers:"), overlay == "initcontainer", "{d}");
+        }
+    }
     files.push(repo().join("examples/k8s/stack-form/worker.yaml"));
-    assert!(files.len() >= 5);
     let o = out({
         let mut c = Command::new("python3");
         c.args(["-m", "kubernetes_validate", "--strict", "-k", "1.33.0"]).args(&files);
@@ -246,22 +313,23 @@ fn k8s_manifests_validate_against_kubernetes_1_33() {
     });
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let text = o.stdout + &o.stderr;
-    for res in [
-        "deployment/kimi-k3-worker",
-        "deployment/kimi-k3-stack-worker",
-        "deployment/kimi-k3-router",
-        "service/kimi-k3",
-        "persistentvolumeclaim/model-cache",
-    ] {
-        assert!(text.contains(&format!("passed for resource {res}")), "{res}: {text}");
+    for f in &files[..2] {
+        for res in [
+            "deployment/kimi-k3-server",
+            "deployment/kimi-k3-router",
+            "service/kimi-k3-server",
+            "service/kimi-k3",
+            "persistentvolumeclaim/model-cache",
+            "job/model-download",
+        ] {
+            assert!(text.contains(&format!("{} passed for resource {res}", f.display())), "{res}: {text}");
+        }
     }
+    assert!(text.contains("passed for resource deployment/kimi-k3-stack-worker"), "{text}");
     // The validator is strict: an unknown field fails (so the pass above means something).
-    let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");
-    let text = std::fs::read_to_string(repo().join("examples/k8s/worker.yaml"))
-        .unwrap()
-        .replace("startupProbe:", "startupProbes:");
-    std::fs::write(&bad, text).unwrap();
+    std::fs::write(&bad, std::fs::read_to_string(&files[1]).unwrap().replace("startupProbe:", "startupProbes:"))
+        .unwrap();
     let mut c = Command::new("python3");
     c.args(["-m", "kubernetes_validate", "--strict", "-k", "1.33.0"]).arg(&bad);
     assert_ne!(out(c).code, 0);
@@ -273,13 +341,13 @@ fn k8s_manifests_validate_against_kubernetes_1_33() {
 #[test]
 fn kube_play_runs_the_worker_pod_spec() {
     images();
-    let spec = std::fs::read_to_string(repo().join("examples/k8s/worker-initcontainer.yaml")).unwrap();
+    let spec = document(&kustomize("initcontainer"), "Deployment", "kimi-k3-server");
     let spec = spec
         .replace("docker.io/rocm/vllm:rocm7.0.0_vllm_0.11.0", VLLM)
         .replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
     // The init container (removed by podman once it succeeded) copied the overlay: the
     // worker found and imported it from the emptyDir mounted at /opt/infera.
-    let r = kube_play(&spec, "kimi-k3-worker-worker");
+    let r = kube_play(&spec, "kimi-k3-server-worker");
     assert_eq!(r["pid"], 1);
     assert_eq!(r["standin"], "infera.engine.vllm");
     assert_eq!(r["env"]["MC_FORCE_TCP"], "1");

@@ -8,6 +8,7 @@ mod command;
 mod containers;
 mod detect;
 mod exec;
+mod first_contact;
 mod hardening;
 mod infera_layout;
 mod init;

@@ -39,9 +39,18 @@ fn missing_capability_names_the_providers() {
     let out = infera(&["worker", "--dry-run", "--require", "hipfile"]).root(&img).overlay(&ov.overlay()).run();
     out.assert(69, "capability `hipfile` (requested by --require) cannot be supplied: tree rocm7-py310 does not declare it; trees that provide it: rocm7-py312 (for vllm)");
 
+    // A name no tree knows is a usage error (2) listing the known names, with a suggestion
+    // for a misspelling.
     let out = infera(&["worker", "--dry-run", "--require", "nixl"]).root(&img).overlay(&ov.overlay()).run();
-    out.assert(69, "capability `nixl`");
-    assert!(out.stderr.contains("known capabilities: hipfile, kvd, mooncake"), "{}", out.stderr);
+    out.assert(2, "refused   [capability-unknown] exit 2: --require names the capability `nixl`, which no tree of this overlay knows; known: hipfile, kvd, mooncake\n");
+    assert_eq!(out.stderr, "error[capability-unknown]: --require names the capability `nixl`, which no tree of this overlay knows; known: hipfile, kvd, mooncake\n");
+    let out =
+        infera(&["worker", "--dry-run"]).env("INFERA_REQUIRE", "moonckae").root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        "error[capability-unknown]: INFERA_REQUIRE names the capability `moonckae`, which no tree of this overlay knows; known: hipfile, kvd, mooncake\nhint: did you mean `mooncake`?\n"
+    );
 }
 
 #[test]

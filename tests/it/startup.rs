@@ -51,7 +51,7 @@ fn the_working_directory_cannot_shadow_the_overlay_or_the_engine() {
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(out.stderr.contains("SHADOW: infera imported from the working directory"), "{}", out.stderr);
     // A relative working directory is a usage error; a missing one is 66.
-    run(Some("work")).assert(2, "INFERA_EXEC_CHDIR / --chdir `work` is not an absolute path");
+    run(Some("work")).assert(2, "error[chdir-invalid]: INFERA_EXEC_CHDIR `work` is not an absolute path\nhint: give an absolute directory of the image, e.g. /\n");
     run(Some("/nowhere"))
         .assert(66, "the working directory `/nowhere` (INFERA_EXEC_CHDIR) is not a directory in the image");
 }

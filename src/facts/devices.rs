@@ -1,0 +1,192 @@
+//! The GPU device nodes as this process can use them: whether this uid may open `/dev/kfd`
+//! and each `/dev/dri/renderD*` (and why not: mode, owner, group, our uid and groups), the
+//! GPUs' architecture (gfx target) from the KFD topology, and the amdgpu driver's version.
+//! A device node that exists but cannot be opened is among the most common reasons a ROCm
+//! container fails ("HIP error: no ROCm-capable device"), long after start.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::rootfs::Root;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceAccess {
+    pub path: PathBuf,
+    /// Read and write allowed for this process (the kernel's own check, effective ids).
+    pub usable: bool,
+    /// `crw-rw---- 0:109` (mode, owner uid, group gid).
+    pub mode: String,
+    /// Why not, in words; None when usable.
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gpu {
+    /// KFD topology node number.
+    pub node: u32,
+    /// `gfx942` from `gfx_target_version 90402`.
+    pub gfx: Option<String>,
+    pub render_minor: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Devices {
+    pub uid: u32,
+    pub groups: Vec<u32>,
+    pub nodes: Vec<DeviceAccess>,
+    pub gpus: Vec<Gpu>,
+    /// `/sys/module/amdgpu` exists: the driver is loaded on this node.
+    pub driver_loaded: bool,
+    /// `/sys/module/amdgpu/version` (the DKMS driver); None for the kernel's own driver.
+    pub driver: Option<String>,
+    /// The kernel release (`/proc/sys/kernel/osrelease`), which names the in-tree driver.
+    pub kernel: Option<String>,
+}
+
+impl Devices {
+    /// Device nodes present that this process cannot open.
+    pub fn denied(&self) -> impl Iterator<Item = &DeviceAccess> {
+        self.nodes.iter().filter(|d| !d.usable)
+    }
+}
+
+/// `gfx_target_version` as the KFD writes it (major*10000 + minor*100 + stepping) → the
+/// LLVM target name: 90402 → gfx942, 90010 → gfx90a, 110000 → gfx1100, 120001 → gfx1201.
+pub fn gfx_name(v: u64) -> Option<String> {
+    if v == 0 {
+        return None;
+    }
+    let (major, minor, stepping) = (v / 10000, (v / 100) % 100, v % 100);
+    (minor < 16 && stepping < 16).then(|| format!("gfx{major}{minor:x}{stepping:x}"))
+}
+
+/// `crw-rw----` from st_mode.
+fn mode_string(mode: u32, char_dev: bool) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(if char_dev { 'c' } else { '-' });
+    for (bit, c) in [
+        (0o400, 'r'),
+        (0o200, 'w'),
+        (0o100, 'x'),
+        (0o40, 'r'),
+        (0o20, 'w'),
+        (0o10, 'x'),
+        (0o4, 'r'),
+        (0o2, 'w'),
+        (0o1, 'x'),
+    ] {
+        s.push(if mode & bit != 0 { c } else { '-' });
+    }
+    s
+}
+
+/// The kernel's answer for read+write with the effective ids (`faccessat(AT_EACCESS)`).
+fn can_read_write(path: &Path) -> bool {
+    use nix::fcntl::AtFlags;
+    use nix::unistd::AccessFlags;
+    nix::unistd::faccessat(None, path, AccessFlags::R_OK | AccessFlags::W_OK, AtFlags::AT_EACCESS).is_ok()
+}
+
+fn access(path: &Path, uid: u32, groups: &[u32]) -> Option<DeviceAccess> {
+    let md = std::fs::metadata(path).ok()?;
+    let mode = md.mode() & 0o7777;
+    let shown = format!("{} {}:{}", mode_string(mode, md.file_type().is_char_device()), md.uid(), md.gid());
+    let usable = can_read_write(path);
+    let reason = (!usable).then(|| {
+        let rw = |shift: u32| (mode >> shift) & 0o6 == 0o6;
+        let who = if md.uid() == uid {
+            "its owner".to_string()
+        } else if groups.contains(&md.gid()) {
+            format!("in its group {}", md.gid())
+        } else {
+            format!("neither its owner ({}) nor in its group ({})", md.uid(), md.gid())
+        };
+        let grants = match (rw(6), rw(3), rw(0)) {
+            (_, _, true) => "read-write to everyone".to_string(),
+            (true, true, false) => format!("read-write to uid {} and group {} only", md.uid(), md.gid()),
+            (true, false, false) => format!("read-write to uid {} only", md.uid()),
+            (false, true, false) => format!("read-write to group {} only", md.gid()),
+            (false, false, false) => "read-write to no one".to_string(),
+        };
+        if !md.file_type().is_char_device() {
+            format!("not a character device ({shown})")
+        } else {
+            format!(
+                "mode {shown} grants {grants}; this process (uid {uid}, groups {}) is {who}, or a security module denies it",
+                if groups.is_empty() { "none".to_string() } else { groups.iter().map(u32::to_string).collect::<Vec<_>>().join(",") }
+            )
+        }
+    });
+    Some(DeviceAccess { path: path.to_path_buf(), usable, mode: shown, reason })
+}
+
+/// The process's own devices (root `/`: the caller only gathers host facts there).
+pub fn gather(root: &Root) -> Devices {
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut groups: Vec<u32> = nix::unistd::getgroups().unwrap_or_default().into_iter().map(|g| g.as_raw()).collect();
+    let egid = nix::unistd::getegid().as_raw();
+    if !groups.contains(&egid) {
+        groups.push(egid);
+    }
+    groups.sort_unstable();
+    groups.dedup();
+    let mut nodes: Vec<DeviceAccess> = access(Path::new("/dev/kfd"), uid, &groups).into_iter().collect();
+    let mut renders: Vec<String> = root
+        .list(Path::new("/dev/dri"))
+        .into_iter()
+        .filter_map(|n| n.to_str().filter(|n| n.starts_with("renderD")).map(str::to_string))
+        .collect();
+    renders.sort_by_key(|n| (n.len(), n.clone()));
+    nodes.extend(renders.iter().filter_map(|n| access(&Path::new("/dev/dri").join(n), uid, &groups)));
+
+    let topo = Path::new("/sys/class/kfd/kfd/topology/nodes");
+    let mut gpus = Vec::new();
+    for n in root.list(topo) {
+        let Some(node) = n.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(text) = root.read_small_string(&topo.join(&n).join("properties")) else { continue };
+        let prop = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
+        if prop("simd_count ").unwrap_or(0) == 0 {
+            continue; // a CPU node
+        }
+        gpus.push(Gpu {
+            node,
+            gfx: prop("gfx_target_version ").and_then(gfx_name),
+            render_minor: prop("drm_render_minor ").and_then(|m| u32::try_from(m).ok()),
+        });
+    }
+    gpus.sort_by_key(|g| g.node);
+    let line =
+        |p: &str| root.read_small_string(Path::new(p)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    Devices {
+        uid,
+        groups,
+        nodes,
+        gpus,
+        driver_loaded: root.metadata(Path::new("/sys/module/amdgpu")).is_ok(),
+        driver: line("/sys/module/amdgpu/version"),
+        kernel: line("/proc/sys/kernel/osrelease"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gfx_names() {
+        assert_eq!(gfx_name(90402).as_deref(), Some("gfx942"));
+        assert_eq!(gfx_name(90010).as_deref(), Some("gfx90a"));
+        assert_eq!(gfx_name(90500).as_deref(), Some("gfx950"));
+        assert_eq!(gfx_name(110000).as_deref(), Some("gfx1100"));
+        assert_eq!(gfx_name(120001).as_deref(), Some("gfx1201"));
+        assert_eq!(gfx_name(0), None);
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(mode_string(0o660, true), "crw-rw----");
+        assert_eq!(mode_string(0o666, true), "crw-rw-rw-");
+    }
+}

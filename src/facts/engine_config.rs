@@ -1,0 +1,405 @@
+//! The engine's `--config FILE.yaml`: both engines turn the YAML file's top-level mapping
+//! into args placed *before* the command line's (vLLM's FlexibleArgumentParser
+//! `load_config_file`, sglang's `ConfigArgumentMerger`), so the command line wins over the
+//! file and the file over the defaults. The launcher reads the file the same way (PyYAML's
+//! `safe_load` scalars: YAML 1.1 booleans `yes`/`on`, `~` null, `0x`/`0o`/`_` integers) and
+//! reasons about the effective values, adding no default the file sets.
+
+use std::path::{Path, PathBuf};
+
+use saphyr_parser::{Event, Parser, ScalarStyle};
+use serde::Serialize;
+
+use crate::engines::Engine;
+use crate::rootfs::{self, Root};
+
+/// A YAML value as PyYAML's safe loader gives it to Python.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    /// Python's `str()` of the int.
+    Int(String),
+    /// The text of a float (the launcher reasons about no float option).
+    Float(String),
+    Str(String),
+    Seq(Vec<Value>),
+    Map(Vec<(String, Value)>),
+}
+
+impl Value {
+    /// Python's `str(value)`, which both engines pass as the option's value.
+    fn py_str(&self) -> String {
+        match self {
+            Value::Null => "None".into(),
+            Value::Bool(true) => "True".into(),
+            Value::Bool(false) => "False".into(),
+            Value::Int(s) | Value::Float(s) | Value::Str(s) => s.clone(),
+            Value::Seq(_) | Value::Map(_) => self.json().to_string(),
+        }
+    }
+
+    /// `json.dumps(value)` (the engines' rendering of a mapping), as a JSON value.
+    fn json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match self {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(s) | Value::Float(s) => {
+                serde_json::from_str::<J>(s).ok().filter(J::is_number).unwrap_or_else(|| J::String(s.clone()))
+            }
+            Value::Str(s) => J::String(s.clone()),
+            Value::Seq(v) => J::Array(v.iter().map(Value::json).collect()),
+            Value::Map(m) => J::Object(m.iter().map(|(k, v)| (k.clone(), v.json())).collect()),
+        }
+    }
+}
+
+/// What the launcher knows of a `--config` file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum ConfigFacts {
+    Known {
+        path: PathBuf,
+        entries: Vec<(String, Value)>,
+    },
+    /// An absolute path that is not in the container.
+    Missing {
+        path: PathBuf,
+    },
+    /// Not a `.yaml`/`.yml` name: both engines refuse it before reading.
+    NotYaml {
+        path: PathBuf,
+    },
+    Unreadable {
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// Read the config file named after `--config` (relative to the program's working directory).
+pub fn detect(root: &Root, reference: &std::ffi::OsStr, chdir: Option<&Path>) -> ConfigFacts {
+    let given = PathBuf::from(reference);
+    let path = match (given.is_absolute(), chdir) {
+        (true, _) => given,
+        (false, Some(dir)) => dir.join(given),
+        (false, None) => {
+            return ConfigFacts::Unreadable {
+                path: given,
+                reason: "a relative path, and the program keeps the launcher's working directory".into(),
+            }
+        }
+    };
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    if !matches!(ext.as_deref(), Some("yaml" | "yml")) {
+        return ConfigFacts::NotYaml { path };
+    }
+    if root.resolve(&path).is_err() {
+        return ConfigFacts::Missing { path };
+    }
+    let text = match root.read_small_string(&path) {
+        Ok(t) => t,
+        Err(e) => return ConfigFacts::Unreadable { path, reason: rootfs::io_reason(&e) },
+    };
+    match parse(&text) {
+        Ok(entries) => ConfigFacts::Known { path, entries },
+        Err(reason) => ConfigFacts::Unreadable { path, reason },
+    }
+}
+
+/// The top-level mapping of a YAML document (an empty document is an empty mapping).
+pub fn parse(text: &str) -> Result<Vec<(String, Value)>, String> {
+    let mut events = Vec::new();
+    for ev in Parser::new_from_str(text) {
+        let (ev, span) = ev.map_err(|e| format!("not YAML: {e}"))?;
+        events.push((ev, span.start.line()));
+    }
+    let mut it = events.into_iter().peekable();
+    let mut docs = 0;
+    let mut top = None;
+    while let Some((ev, line)) = it.next() {
+        match ev {
+            Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
+            Event::DocumentStart(_) => {
+                docs += 1;
+                if docs > 1 {
+                    return Err("more than one YAML document (the engines load one)".into());
+                }
+                if matches!(it.peek(), Some((Event::DocumentEnd, _))) {
+                    top = Some(Value::Null);
+                    continue;
+                }
+                top = Some(node(&mut it, line)?);
+            }
+            other => return Err(format!("unexpected YAML event {other:?} at line {line}")),
+        }
+    }
+    match top {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Map(m)) => Ok(m),
+        Some(_) => Err("the top level is not a mapping of option names to values".into()),
+    }
+}
+
+type Events<'a> = std::iter::Peekable<std::vec::IntoIter<(Event<'a>, usize)>>;
+
+fn node(it: &mut Events, line: usize) -> Result<Value, String> {
+    let Some((ev, line)) = it.next() else { return Err(format!("YAML ends early after line {line}")) };
+    match ev {
+        Event::Scalar(text, style, anchor, tag) => {
+            if anchor != 0 {
+                return Err(format!("an anchor at line {line} (anchors and aliases are not read here)"));
+            }
+            Ok(scalar(&text, style, tag.as_ref().map(|t| t.suffix.as_str())))
+        }
+        Event::SequenceStart(anchor, _) => {
+            if anchor != 0 {
+                return Err(format!("an anchor at line {line} (anchors and aliases are not read here)"));
+            }
+            let mut v = Vec::new();
+            loop {
+                if matches!(it.peek(), Some((Event::SequenceEnd, _))) {
+                    it.next();
+                    return Ok(Value::Seq(v));
+                }
+                v.push(node(it, line)?);
+            }
+        }
+        Event::MappingStart(anchor, _) => {
+            if anchor != 0 {
+                return Err(format!("an anchor at line {line} (anchors and aliases are not read here)"));
+            }
+            let mut m: Vec<(String, Value)> = Vec::new();
+            loop {
+                if matches!(it.peek(), Some((Event::MappingEnd, _))) {
+                    it.next();
+                    return Ok(Value::Map(m));
+                }
+                let key = match node(it, line)? {
+                    Value::Str(s) => s,
+                    Value::Int(s) | Value::Float(s) => s,
+                    other => return Err(format!("a mapping key at line {line} is not a name: {other:?}")),
+                };
+                let value = node(it, line)?;
+                // A repeated key: the last wins, as in a Python dict.
+                m.retain(|(k, _)| *k != key);
+                m.push((key, value));
+            }
+        }
+        Event::Alias(_) => Err(format!("an alias at line {line} (anchors and aliases are not read here)")),
+        other => Err(format!("unexpected YAML event {other:?} at line {line}")),
+    }
+}
+
+/// A scalar as PyYAML's SafeLoader resolves it (YAML 1.1): only plain scalars are
+/// resolved; quoted and block scalars are strings.
+fn scalar(text: &str, style: ScalarStyle, tag: Option<&str>) -> Value {
+    match tag {
+        Some("str") => return Value::Str(text.into()),
+        Some("bool") | Some("int") | Some("null") | Some("float") | None => {}
+        Some(_) => return Value::Str(text.into()),
+    }
+    if style != ScalarStyle::Plain {
+        return Value::Str(text.into());
+    }
+    match text {
+        "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => return Value::Bool(true),
+        "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => return Value::Bool(false),
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        _ => {}
+    }
+    if let Some(n) = yaml11_int(text) {
+        return Value::Int(n);
+    }
+    if is_yaml11_float(text) {
+        return Value::Float(text.into());
+    }
+    Value::Str(text.into())
+}
+
+/// PyYAML's int: `[-+]?0b[01_]+`, `[-+]?0[0-7_]+` (octal), `[-+]?(0|[1-9][0-9_]*)`,
+/// `[-+]?0x[0-9a-fA-F_]+` (sexagesimal left as text). Python's `str()` of the value.
+fn yaml11_int(t: &str) -> Option<String> {
+    let (neg, body) = match t.as_bytes().first()? {
+        b'-' => (true, &t[1..]),
+        b'+' => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let (radix, digits) = if let Some(d) = body.strip_prefix("0b") {
+        (2, d)
+    } else if let Some(d) = body.strip_prefix("0x") {
+        (16, d)
+    } else if body.len() > 1 && body.starts_with('0') {
+        (8, &body[1..])
+    } else {
+        if body.starts_with('_') {
+            return None;
+        }
+        (10, body)
+    };
+    let clean: String = digits.chars().filter(|c| *c != '_').collect();
+    if clean.is_empty() || !digits.chars().all(|c| c == '_' || c.is_digit(radix)) {
+        return None;
+    }
+    let n = u128::from_str_radix(&clean, radix).ok()?;
+    Some(if neg && n != 0 { format!("-{n}") } else { n.to_string() })
+}
+
+/// PyYAML's float: `[-+]?([0-9][0-9_]*)?\.[0-9_]*([eE][-+][0-9]+)?`, `[-+]?\.(inf|Inf|INF)`,
+/// `\.(nan|NaN|NAN)` (a float needs its dot: `1e3` is a string).
+fn is_yaml11_float(t: &str) -> bool {
+    let body = t.strip_prefix(['-', '+']).unwrap_or(t);
+    if matches!(body, ".inf" | ".Inf" | ".INF") || matches!(t, ".nan" | ".NaN" | ".NAN") {
+        return true;
+    }
+    let (mantissa, exp) = match body.find(['e', 'E']) {
+        Some(p) => (&body[..p], Some(&body[p + 1..])),
+        None => (body, None),
+    };
+    let Some(dot) = mantissa.find('.') else { return false };
+    let (int, frac) = (&mantissa[..dot], &mantissa[dot + 1..]);
+    let int_ok = int.is_empty()
+        || (int.starts_with(|c: char| c.is_ascii_digit()) && int.chars().all(|c| c.is_ascii_digit() || c == '_'));
+    let frac_ok = frac.chars().all(|c| c.is_ascii_digit() || c == '_');
+    let exp_ok =
+        exp.is_none_or(|e| e.len() > 1 && e.starts_with(['-', '+']) && e[1..].chars().all(|c| c.is_ascii_digit()));
+    int_ok && frac_ok && exp_ok && !(int.is_empty() && frac.is_empty())
+}
+
+/// The args the engine makes of the file, in the file's order. `has_option`: whether the
+/// engine's parser has a long option (vLLM adds `--no-KEY` for a false boolean only then).
+pub fn to_args(engine: Engine, entries: &[(String, Value)], has_option: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, value) in entries {
+        let flag = format!("--{key}");
+        match value {
+            Value::Bool(true) => out.push(flag),
+            Value::Bool(false) => match engine {
+                // vLLM: `--no-KEY` when the parser has it; else nothing.
+                Engine::Vllm => {
+                    let no = format!("--no-{key}");
+                    if has_option(&no) || has_option(&format!("--no-{}", key.replace('_', "-"))) {
+                        out.push(no);
+                    }
+                }
+                // sglang: a store_true flag set false is left out (the options the launcher
+                // reads are all store_true there).
+                Engine::Sglang => {}
+            },
+            Value::Seq(items) => {
+                if !items.is_empty() {
+                    out.push(flag);
+                    out.extend(items.iter().map(Value::py_str));
+                }
+            }
+            Value::Map(_) => {
+                out.push(flag);
+                out.push(value.json().to_string());
+            }
+            other => {
+                out.push(flag);
+                out.push(other.py_str());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: &str) -> Value {
+        Value::Str(x.into())
+    }
+
+    #[test]
+    fn scalars_as_pyyaml_safe_load_reads_them() {
+        let text = "a: yes\nb: off\nc: ~\nd: 0x10\ne: 1_000\nf: 010\ng: '8'\nh: 0.9\ni: 1e3\nj: fp8_e4m3\nk: -4\nl:\nm: \"on\"\n";
+        let m = parse(text).unwrap();
+        let want = vec![
+            ("a".to_string(), Value::Bool(true)),
+            ("b".into(), Value::Bool(false)),
+            ("c".into(), Value::Null),
+            ("d".into(), Value::Int("16".into())),
+            ("e".into(), Value::Int("1000".into())),
+            ("f".into(), Value::Int("8".into())),
+            ("g".into(), s("8")),
+            ("h".into(), Value::Float("0.9".into())),
+            ("i".into(), s("1e3")),
+            ("j".into(), s("fp8_e4m3")),
+            ("k".into(), Value::Int("-4".into())),
+            ("l".into(), Value::Null),
+            ("m".into(), s("on")),
+        ];
+        assert_eq!(m, want);
+    }
+
+    #[test]
+    fn args_as_each_engine_makes_them() {
+        let text = "tensor-parallel-size: 4\nenable-prefix-caching: false\nenforce-eager: true\n\
+                    kv-transfer-config:\n  kv_connector: MooncakeConnector\n  kv_role: kv_producer\n\
+                    served-model-name: [a, b]\nnothing: []\n";
+        let m = parse(text).unwrap();
+        let has = |o: &str| o == "--no-enable-prefix-caching";
+        assert_eq!(
+            to_args(Engine::Vllm, &m, &has),
+            [
+                "--tensor-parallel-size",
+                "4",
+                "--no-enable-prefix-caching",
+                "--enforce-eager",
+                "--kv-transfer-config",
+                r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}"#,
+                "--served-model-name",
+                "a",
+                "b",
+            ]
+        );
+        assert_eq!(
+            to_args(Engine::Sglang, &m, &has)[..4],
+            ["--tensor-parallel-size", "4", "--enforce-eager", "--kv-transfer-config"]
+        );
+    }
+
+    /// The file and the args vLLM 0.33.0's own `load_config_file` made of it (run against
+    /// the PyPI wheel): `['--model', '/models/kimi-k3', '--tensor-parallel-size', '4',
+    /// '--max_num_seqs', '64', '--no-enable-prefix-caching', '--kv-transfer-config',
+    /// '{"kv_connector": "MooncakeConnector", "kv_role": "kv_producer"}']`.
+    #[test]
+    fn the_same_args_as_vllms_own_loader() {
+        let text = "model: /models/kimi-k3\ntensor-parallel-size: 4\nmax_num_seqs: 0x40\nenable-prefix-caching: off\n\
+                    kv-transfer-config:\n  kv_connector: MooncakeConnector\n  kv_role: kv_producer\n";
+        let list = crate::engines::option_list(Engine::Vllm, Some("0.33.0")).unwrap();
+        let args = to_args(Engine::Vllm, &parse(text).unwrap(), &|o| list.names().any(|n| n == o));
+        assert_eq!(
+            args[..7],
+            [
+                "--model",
+                "/models/kimi-k3",
+                "--tensor-parallel-size",
+                "4",
+                "--max_num_seqs",
+                "64",
+                "--no-enable-prefix-caching"
+            ]
+        );
+        assert_eq!(args[7], "--kv-transfer-config");
+        let v: serde_json::Value = serde_json::from_str(&args[8]).unwrap();
+        assert_eq!(v, serde_json::json!({"kv_connector": "MooncakeConnector", "kv_role": "kv_producer"}));
+        assert_eq!(args.len(), 9);
+    }
+
+    #[test]
+    fn what_is_not_a_flat_mapping_is_said() {
+        assert_eq!(parse("").unwrap(), vec![]);
+        assert_eq!(parse("---\n...\n").unwrap(), vec![]);
+        assert!(parse("- a\n- b\n").unwrap_err().contains("not a mapping"));
+        assert!(parse("a: &x 1\nb: *x\n").unwrap_err().contains("anchor"));
+        assert!(parse("a: [1\n").unwrap_err().starts_with("not YAML"));
+        assert!(parse("a: 1\n---\nb: 2\n").unwrap_err().contains("more than one"));
+        // A repeated key: the last wins.
+        assert_eq!(parse("a: 1\na: 2\n").unwrap(), vec![("a".to_string(), Value::Int("2".into()))]);
+    }
+}

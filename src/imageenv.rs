@@ -1,0 +1,153 @@
+//! `--image-env`: the environment an image's containers start with (its `ENV` lines), for a
+//! dry run against an unpacked image (`--root`). Inside a container the launcher's own
+//! environment already is that; on a build host it is the host's, whose PATH and ROCM_PATH
+//! say nothing about the image.
+//!
+//! Each value is one `KEY=VALUE`, or a file: the JSON of `podman/docker image inspect`
+//! (`[{"Config": {"Env": [...]}}]`), an OCI image config (`{"config": {"Env": [...]}}`), or
+//! `KEY=VALUE` lines (`#` comments), as `docker run --env-file` reads them. Later values win.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+use crate::request::UsageError;
+
+/// The largest file read (an image config is a few KiB).
+const MAX_FILE: u64 = 4 << 20;
+
+/// The `(KEY, VALUE)` pairs the values give, in order.
+pub fn resolve(values: &[OsString], root: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    if root == Path::new("/") {
+        return Err(UsageError::ImageEnvWithoutRoot { said: said.to_string() });
+    }
+    let mut out = Vec::new();
+    for v in values {
+        match pair(v.as_encoded_bytes()) {
+            Some(kv) => out.push(kv),
+            None => out.extend(file(Path::new(v), said)?),
+        }
+    }
+    Ok(out)
+}
+
+/// `KEY=VALUE` with a variable name as KEY.
+fn pair(b: &[u8]) -> Option<(OsString, OsString)> {
+    let eq = b.iter().position(|c| *c == b'=')?;
+    let key = &b[..eq];
+    let name =
+        !key.is_empty() && !key[0].is_ascii_digit() && key.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    name.then(|| (OsString::from_vec(key.to_vec()), OsString::from_vec(b[eq + 1..].to_vec())))
+}
+
+fn file(path: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {
+    let invalid =
+        |reason: String| UsageError::ImageEnvInvalid { said: said.to_string(), path: path.to_path_buf(), reason };
+    let text = match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(UsageError::ImageEnvMissing { said: said.to_string(), path: PathBuf::from(path) })
+        }
+        Err(e) => return Err(invalid(crate::rootfs::io_reason(&e))),
+        Ok(m) if !m.is_file() => return Err(invalid("not a regular file".into())),
+        Ok(m) if m.len() > MAX_FILE => return Err(invalid(format!("{} bytes, more than an image config", m.len()))),
+        Ok(_) => std::fs::read(path).map_err(|e| invalid(crate::rootfs::io_reason(&e)))?,
+    };
+    let start = text.iter().find(|c| !c.is_ascii_whitespace());
+    if matches!(start, Some(b'[' | b'{')) {
+        let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| invalid(format!("not JSON ({e})")))?;
+        return json_env(&json).ok_or_else(|| {
+            invalid("no environment in it: expected `podman image inspect` output ([{\"Config\": {\"Env\": [...]}}]) or an OCI image config ({\"config\": {\"Env\": [...]}})".into())
+        })?
+        .iter()
+        .map(|e| {
+            let s = e.as_str().ok_or_else(|| invalid(format!("an Env entry is not a string: {e}")))?;
+            pair(s.as_bytes()).ok_or_else(|| invalid(format!("the Env entry `{s}` is not KEY=VALUE")))
+        })
+        .collect();
+    }
+    let mut out = Vec::new();
+    for (n, line) in text.split(|c| *c == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let trimmed = line.trim_ascii_start();
+        if trimmed.is_empty() || trimmed.starts_with(b"#") {
+            continue;
+        }
+        let kv = pair(trimmed)
+            .ok_or_else(|| invalid(format!("line {}: `{}` is not KEY=VALUE", n + 1, String::from_utf8_lossy(line))))?;
+        out.push(kv);
+    }
+    Ok(out)
+}
+
+/// `Config.Env` of `image inspect` (an array of images: the first), or `config.Env` of an OCI config.
+fn json_env(v: &serde_json::Value) -> Option<&Vec<serde_json::Value>> {
+    let image = match v {
+        serde_json::Value::Array(a) => a.first()?,
+        other => other,
+    };
+    ["Config", "config"].iter().find_map(|k| image.get(k)?.get("Env")?.as_array())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        v.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect()
+    }
+
+    #[test]
+    fn forms() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let inspect = d.path().join("inspect.json");
+        std::fs::write(&inspect, r#"[{"Id":"x","Config":{"Env":["PATH=/opt/venv/bin:/usr/bin","GPU_ARCH=rocm720"]}}]"#)
+            .unwrap();
+        let oci = d.path().join("config.json");
+        std::fs::write(&oci, r#"{"architecture":"amd64","config":{"Env":["ROCM_PATH=/opt/rocm"]}}"#).unwrap();
+        let lines = d.path().join("env");
+        std::fs::write(&lines, "# the image's ENV\nPATH=/usr/local/bin:/usr/bin\r\n\nA=b=c\n").unwrap();
+        let got = resolve(
+            &os(&[inspect.to_str().unwrap(), oci.to_str().unwrap(), lines.to_str().unwrap(), "X=1"]),
+            root,
+            "--image-env",
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            pairs(&[
+                ("PATH", "/opt/venv/bin:/usr/bin"),
+                ("GPU_ARCH", "rocm720"),
+                ("ROCM_PATH", "/opt/rocm"),
+                ("PATH", "/usr/local/bin:/usr/bin"),
+                ("A", "b=c"),
+                ("X", "1"),
+            ])
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let e = resolve(&os(&["X=1"]), Path::new("/"), "--image-env").unwrap_err();
+        assert!(matches!(e, UsageError::ImageEnvWithoutRoot { .. }));
+        let missing = d.path().join("nope.json");
+        let e = resolve(&[missing.clone().into()], root, "INFERA_IMAGE_ENV").unwrap_err();
+        assert_eq!(e, UsageError::ImageEnvMissing { said: "INFERA_IMAGE_ENV".into(), path: missing });
+        let bad = d.path().join("bad");
+        std::fs::write(&bad, "PATH=/bin\nexport\n").unwrap();
+        let e = resolve(&[bad.clone().into()], root, "--image-env").unwrap_err();
+        assert_eq!(e.to_string(), format!("--image-env `{}`: line 2: `export` is not KEY=VALUE", bad.display()));
+        std::fs::write(&bad, r#"[{"Config":{"Cmd":["bash"]}}]"#).unwrap();
+        let e = resolve(&[bad.into()], root, "--image-env").unwrap_err();
+        assert!(e.to_string().contains("no environment in it"), "{e}");
+    }
+}

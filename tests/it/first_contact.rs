@@ -1,0 +1,670 @@
+//! What a platform engineer meets first: the CLI's help and errors, `--version`, the logs of
+//! a start, refusals in the termination message, `--root` with the image's environment, and
+//! `--allow engine-version`.
+
+use std::os::unix::fs::PermissionsExt;
+
+use crate::support::*;
+
+const KIMI: &str = include_str!("../../examples/models/kimi-k3/config.json");
+
+fn stderr_of(args: &[&str]) -> (i32, String) {
+    let out = infera(args).run();
+    assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
+    (out.code, out.stderr)
+}
+
+#[test]
+fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
+    assert_eq!(
+        stderr_of(&["worker", "--dryrun"]),
+        (
+            2,
+            "error: unexpected argument '--dryrun' found\n\n  tip: a similar argument exists: '--dry-run'\n\n\
+             Usage: infera-exec worker --dry-run [-- <ARGS>...]\n\nFor more information, try '--help'.\n"
+                .into()
+        )
+    );
+    // The command form: the same suggestion, and the command form's usage.
+    assert_eq!(
+        stderr_of(&["--dryrun", "python3", "-m", "infera.engine.vllm"]),
+        (
+            2,
+            "error: unexpected argument '--dryrun' found\n\n  tip: a similar argument exists: '--dry-run'\n\n\
+             Usage: infera-exec [OPTIONS] PROGRAM [ARGS]...\n\nFor more information, try '--help'.\n"
+                .into()
+        )
+    );
+    assert_eq!(
+        stderr_of(&["server", "--engine", "vllm"]),
+        (
+            2,
+            "error: unexpected argument '--engine' found\n\n  tip: `--engine` is an option of worker and check, not of \
+             `server`; the router runs no engine\n\nUsage: infera-exec server [OPTIONS] [-- <ARGS>...]\n\n\
+             For more information, try '--help'.\n"
+                .into()
+        )
+    );
+    assert_eq!(
+        stderr_of(&["check", "--init"]),
+        (
+            2,
+            "error: unexpected argument '--init' found\n\n  tip: `--init` is an option of worker and server, not of \
+             `check`; check execs nothing\n\nUsage: infera-exec check [OPTIONS] [-- <ARGS>...]\n\n\
+             For more information, try '--help'.\n"
+                .into()
+        )
+    );
+    assert_eq!(
+        stderr_of(&["wroker", "--", "--model", "/m"]),
+        (
+            2,
+            "error: `wroker` is not a subcommand, and a PROGRAM this close to `worker` is taken for a typo\n\n  \
+             tip: did you mean `infera-exec worker`? A program of that name runs as `infera-exec -- wroker ...`\n\n\
+             Usage: infera-exec [OPTIONS] PROGRAM [ARGS]...\n\nFor more information, try '--help'.\n"
+                .into()
+        )
+    );
+    // An option that is not the launcher's at all keeps clap's advice to pass it on.
+    let (code, err) = stderr_of(&["worker", "--max-model-len", "4096"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("tip: to pass '--max-model-len' as a value, use '-- --max-model-len'"), "{err}");
+    // A value from a variable names the variable.
+    let out = infera(&["worker", "--dry-run"]).env("INFERA_ENGINE", "vlm").run();
+    assert_eq!(
+        (out.code, out.stderr.as_str()),
+        (
+            2,
+            "error: invalid value 'vlm' for INFERA_ENGINE (the variable of '--engine <ENGINE>')\n  \
+             [possible values: auto, vllm, sglang]\n\n\
+             For more information, try '--help'.\n"
+        )
+    );
+    // No arguments: the help, as a usage error.
+    let out = infera(&[]).run();
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.starts_with("Container command for infera pods"), "{}", out.stderr);
+}
+
+#[test]
+fn help_lists_every_variable_the_launcher_reads() {
+    let out = infera(&["worker", "--help"]).run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let src = std::fs::read_to_string(repo().join("src/envvars.rs")).unwrap();
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    // Every INFERA_* the launcher reads (not the ones it sets for the program) is in the
+    // worker's help and in the README.
+    let set_for_program = ["INFERA_TREE", "INFERA_TREE_FAMILY", "INFERA_ARGS_DIGEST"];
+    let mut read = Vec::new();
+    for line in src.lines() {
+        if let Some(rest) = line.strip_prefix("pub const INFERA_") {
+            let name = format!("INFERA_{}", rest.split(':').next().unwrap());
+            read.push(name);
+        }
+    }
+    assert!(read.len() >= 25, "{read:?}");
+    for v in &read {
+        assert!(out.stdout.contains(v.as_str()), "{v} not in `worker --help`");
+        assert!(readme.contains(v.as_str()), "{v} not in the README");
+        if set_for_program.contains(&v.as_str()) {
+            assert!(out.stdout.contains("Set for the program: INFERA_TREE, INFERA_TREE_FAMILY"));
+        }
+    }
+    for v in ["LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS"] {
+        assert!(out.stdout.contains(v), "{v}");
+    }
+}
+
+#[test]
+fn version_names_the_commit_and_the_overlays_families() {
+    let ov = shipped_overlay();
+    let out = infera(&["--version"]).overlay(&ov.overlay()).run();
+    let commit = std::process::Command::new("git")
+        .args(["log", "-1", "--format=%h %cs"])
+        .current_dir(repo())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    assert_eq!(out.code, 0);
+    assert_eq!(
+        out.stdout,
+        format!(
+            "infera-exec {} (commit {commit})\noverlay {}: rocm7-py310 (sglang), rocm7-py312 (sglang, vllm)\n",
+            env!("CARGO_PKG_VERSION"),
+            ov.overlay().display()
+        )
+    );
+    let out = infera(&["-V"]).env("INFERA_OVERLAY", "/nonexistent").run();
+    assert_eq!(out.code, 0);
+    assert!(
+        out.stdout.ends_with("\noverlay /nonexistent: none (the overlay directory `/nonexistent` does not exist)\n"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// Kubernetes shows a container's termination message in `kubectl describe pod`: a refusal
+/// goes there too, when the file exists and is writable — and nowhere else.
+#[test]
+fn refusals_reach_the_termination_message() {
+    let img = vllm_image(None);
+    img.file("/models/kimi-k3/config.json", KIMI);
+    let ov = shipped_overlay();
+    let dir = Fx::new();
+    let log = dir.p("termination-log");
+    std::fs::write(&log, "").unwrap();
+    let out = infera(&["worker", "--", "--model", "/models/kimi-k3", "--kv-cache-dtype", "fp8"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+        .env("INFERA_TERMINATION_LOG", &log)
+        .run();
+    assert_eq!(out.code, 78, "{}", out.stderr);
+    let written = std::fs::read_to_string(&log).unwrap();
+    let first = out.stderr.lines().find(|l| l.starts_with("error[kv-fp8-mla]")).unwrap();
+    let message = first.trim_start_matches("error[kv-fp8-mla]: ");
+    let hint = out.stderr.lines().find_map(|l| l.strip_prefix("hint: ")).unwrap();
+    assert_eq!(written, format!("infera-exec refused [kv-fp8-mla] (exit 78): {message}\nfix: {hint}\n"));
+    assert!(written.len() <= 4096);
+
+    // A usage error is written too.
+    let out = infera(&["worker", "--dryrun"]).env("INFERA_TERMINATION_LOG", &log).run();
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "infera-exec refused [usage] (exit 2): unexpected argument '--dryrun' found\n"
+    );
+
+    // Absent: not created. A symlink: not followed. A directory: left alone. A success
+    // writes nothing.
+    let absent = dir.p("absent");
+    let target = dir.p("target");
+    std::fs::write(&target, "keep").unwrap();
+    std::os::unix::fs::symlink(&target, dir.p("link")).unwrap();
+    for path in [absent.clone(), dir.p("link"), dir.path().to_path_buf()] {
+        let out = infera(&["worker", "--dryrun"]).env("INFERA_TERMINATION_LOG", &path).run();
+        assert_eq!(out.code, 2);
+    }
+    assert!(!absent.exists());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+    std::fs::write(&log, "").unwrap();
+    let out =
+        infera(&["server", "--dry-run"]).root(&img).overlay(&ov.overlay()).env("INFERA_TERMINATION_LOG", &log).run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "");
+    // Read-only: not written, and the refusal is still on stderr.
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let out = infera(&["worker", "--dryrun"]).env("INFERA_TERMINATION_LOG", &log).run();
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.starts_with("error: unexpected argument '--dryrun' found"));
+}
+
+fn started(img: &Fx, ov: &Fx, env: &[(&str, &str)]) -> Out {
+    let mut r = infera(&["worker", "--", "--model", "/models/kimi-k3"])
+        .root(img)
+        .overlay(&ov.overlay())
+        .env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7");
+    for (k, v) in env {
+        r = r.env(k, *v);
+    }
+    r.run()
+}
+
+/// One info line on every start: what runs, from which tree, with which interpreter, and
+/// what the launcher added and why.
+#[test]
+fn a_start_logs_one_line_and_json_for_collectors() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    img.file("/models/kimi-k3/config.json", KIMI);
+    let ov = shipped_overlay();
+    let tree = ov.overlay().join("trees/rocm7-py312");
+    let out = started(&img, &ov, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        format!(
+            " WARN infera-exec: [kv-cache-dtype-mla] added --kv-cache-dtype auto: /models/kimi-k3 is an MLA model (MLA: \
+             model_type kimi_k3 with kv_lora_rank 512; multimodal: vision_config present; hybrid: linear_attn_config \
+             present); fp8 KV with MLA crashes on ROCm\n \
+             INFO infera-exec: [start] vllm 0.11.0+rocm700 (infera.engine.vllm) from tree rocm7-py312 ({}) with \
+             /usr/bin/python3.12 3.12; added --tensor-parallel-size 8 --mm-encoder-tp-mode data --kv-cache-dtype auto \
+             ([tp-default] added --tensor-parallel-size 8: the GPUs visible to this container \
+             (HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7), which the model's 64 attention heads divide; \
+             [mm-encoder-tp-mode] added --mm-encoder-tp-mode data: /models/kimi-k3 is multimodal and TP is 8; the \
+             vision encoder runs data-parallel instead of sharded; [kv-cache-dtype-mla] added --kv-cache-dtype auto: \
+             /models/kimi-k3 is an MLA model (MLA: model_type kimi_k3 with kv_lora_rank 512; multimodal: vision_config \
+             present; hybrid: linear_attn_config present); fp8 KV with MLA crashes on ROCm)\n\
+             standin patch for vllm: no vllm here, nothing to do\n \
+             INFO infera-exec: [engine-patch] `{}` applied\n",
+            tree.display(),
+            ov.overlay().join("patches/vllm/10_standin_marker.py").display()
+        )
+    );
+    assert_eq!(out.standin()["standin"], "infera.engine.vllm");
+
+    // warn: the start line is gone, the warning stays. (Without the engine patch, whose
+    // own output is not the launcher's log.)
+    let out = started(&img, &ov, &[("INFERA_LOG", "warn"), ("INFERA_SKIP_ENGINE_PATCHES", "1")]);
+    assert_eq!(out.code, 0);
+    let lines: Vec<&str> = out.stderr.lines().map(|l| &l[..l.find(']').unwrap() + 1]).collect();
+    assert_eq!(lines, [" WARN infera-exec: [kv-cache-dtype-mla]", " WARN infera-exec: [engine-patches-skipped]"]);
+
+    // JSON: one object per line, the same codes and messages.
+    let out = started(&img, &ov, &[("INFERA_LOG_FORMAT", "json"), ("INFERA_SKIP_ENGINE_PATCHES", "1")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<serde_json::Value> = out.stderr.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{}", out.stderr);
+    assert_eq!(
+        (lines[0]["level"].as_str(), lines[0]["code"].as_str(), lines[0]["target"].as_str()),
+        (Some("warn"), Some("kv-cache-dtype-mla"), Some("infera_exec"))
+    );
+    assert_eq!((lines[1]["level"].as_str(), lines[1]["code"].as_str()), (Some("warn"), Some("engine-patches-skipped")));
+    assert_eq!(lines[1]["message"].as_str(), Some("1 engine patches not run: INFERA_SKIP_ENGINE_PATCHES is set"));
+    assert_eq!((lines[2]["level"].as_str(), lines[2]["code"].as_str()), (Some("info"), Some("start")));
+    assert!(lines[2]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("vllm 0.11.0+rocm700 (infera.engine.vllm) from tree rocm7-py312"));
+    let time = lines[2]["time"].as_str().unwrap();
+    assert!(time.len() >= 20 && time.as_bytes()[10] == b'T' && time.ends_with('Z'), "{time}");
+
+    // debug: the info findings as well.
+    let out = started(&img, &ov, &[("INFERA_LOG", "debug")]);
+    assert_eq!(out.code, 0);
+    assert!(out.stderr.contains("DEBUG infera-exec: [tp-default] added --tensor-parallel-size 8"), "{}", out.stderr);
+
+    // Bad values are usage errors, before anything else.
+    for (k, v, want) in [
+        (
+            "INFERA_LOG",
+            "verbose",
+            "error[log-filter-invalid]: INFERA_LOG=`verbose`: `verbose` is not a target of infera-exec's logs: the \
+             launcher's logs are under `infera_exec`; the engine's own logging has its own variables \
+             (VLLM_LOGGING_LEVEL, SGLANG_LOG_LEVEL)\nhint: give a level (off, error, warn, info, debug, trace) or \
+             target=level directives, comma-separated, e.g. `debug` or `info,infera_exec::exec=debug`\n",
+        ),
+        (
+            "INFERA_LOG",
+            "infera_exec=loud",
+            "error[log-filter-invalid]: INFERA_LOG=`infera_exec=loud`: ",
+        ),
+        (
+            "INFERA_LOG_FORMAT",
+            "xml",
+            "error[log-format-invalid]: INFERA_LOG_FORMAT=`xml`: expected text or json\nhint: unset it for text lines, \
+             or set json\n",
+        ),
+    ] {
+        let out = started(&img, &ov, &[(k, v)]);
+        assert_eq!(out.code, 2, "{k}={v}");
+        assert!(out.stderr.starts_with(want), "{k}={v}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "nothing ran: {}", out.stdout);
+    }
+}
+
+/// `--root` with an unpacked image reads the image's files, and with `--image-env` the
+/// image's environment: the sglang image's python3 is on its PATH (/opt/venv/bin), not on
+/// the host's.
+#[test]
+fn image_env_gives_the_images_path() {
+    let img = sglang_image("3.10", None);
+    let ov = shipped_overlay();
+    let env_path = img.env_path.clone().unwrap();
+    assert!(env_path.starts_with("/opt/venv/bin:"), "{env_path}");
+    let run = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["worker", "--dry-run", "--output", "json"];
+        args.extend_from_slice(extra);
+        let mut r = infera(&args).env("INFERA_ROOT", img.path()).overlay(&ov.overlay());
+        for (k, v) in env {
+            r = r.env(k, *v);
+        }
+        r.run()
+    };
+    // The host's PATH: the image has no python3 there (its CPython is the venv's).
+    let out = run(&[], &[]);
+    assert_eq!(out.code, 66);
+    assert_eq!(
+        out.stderr,
+        "error[python-missing]: no `python3` or `python` on the container's PATH \
+         (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)\nhint: run an engine image that has CPython, \
+         or put its bin directory on PATH\n"
+    );
+    // podman image inspect's JSON, an OCI config, KEY=VALUE lines, one KEY=VALUE: the venv.
+    let files = Fx::new();
+    files.file("inspect.json", format!(r#"[{{"Id":"x","Config":{{"Env":["PATH={env_path}","LANG=C.UTF-8"]}}}}]"#));
+    files.file("config.json", format!(r#"{{"architecture":"amd64","config":{{"Env":["PATH={env_path}"]}}}}"#));
+    files.file("env.list", format!("# the image's ENV\nPATH={env_path}\n\nLANG=C.UTF-8\n"));
+    let path_kv = format!("PATH={env_path}");
+    for opt in [
+        files.p("inspect.json").display().to_string(),
+        files.p("config.json").display().to_string(),
+        files.p("env.list").display().to_string(),
+        path_kv.clone(),
+    ] {
+        let j = run(&["--image-env", &opt], &[]).json();
+        assert_eq!(j["facts"]["python"]["executable"], "/opt/venv/bin/python3", "{opt}: {j:#}");
+        let tree_bin = ov.overlay().join("trees/rocm7-py310/bin");
+        assert_eq!(j["exec"]["env"]["PATH"], format!("{}:{env_path}", tree_bin.display()), "{opt}");
+    }
+    // The variable, too.
+    let j = run(&[], &[("INFERA_IMAGE_ENV", &path_kv)]).json();
+    assert_eq!(j["facts"]["python"]["executable"], "/opt/venv/bin/python3");
+
+    // Without --root it would be the host's own environment: refused.
+    let out = infera(&["worker", "--dry-run", "--image-env", &path_kv]).run();
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.starts_with("error[image-env-without-root]: --image-env"), "{}", out.stderr);
+    let out = run(&["--image-env", "/nonexistent/env.list"], &[]);
+    assert_eq!(out.code, 66);
+    assert!(out.stderr.contains("error[image-env-missing]: --image-env `/nonexistent/env.list`"), "{}", out.stderr);
+    files.file("bad.json", "[{\"Config\": {\"Env\": 5}}]");
+    let out = run(&["--image-env", &files.p("bad.json").display().to_string()], &[]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("error[image-env-invalid]:"), "{}", out.stderr);
+}
+
+/// A newer engine than the tree was released for is refused (69) unless an operator allows
+/// it knowingly; then it runs with a warning that says so.
+#[test]
+fn allow_engine_version_runs_a_newer_engine_knowingly() {
+    let img = vllm_image(None);
+    img.rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+        .dist(VLLM_SITE, "vllm", "0.34.1")
+        .file(&format!("{VLLM_SITE}/vllm/_version.py"), "__version__ = version = '0.34.1'\n");
+    let ov = shipped_overlay();
+    let out = infera(&["server", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 0, "the router does not care: {}", out.stderr);
+    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 69);
+    let record = format!("{VLLM_SITE}/vllm-0.34.1.dist-info");
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error[engine-version]: the image has vllm 0.34.1 (`{record}`) but tree rocm7-py312 supports vllm >=0.10, \
+             <0.34\nhint: use an overlay release that supports this engine version, or the engine image the overlay \
+             was released with; or set INFERA_ALLOW=engine-version to run it anyway\n"
+        )
+    );
+    for allow in [&["--allow", "engine-version"][..], &["--allow=kv-fp8-mla,engine-version"]] {
+        let mut args = vec!["worker", "--dry-run"];
+        args.extend_from_slice(allow);
+        let out = infera(&args).root(&img).overlay(&ov.overlay()).run();
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            out.stdout.contains(&format!(
+                "  warn      [engine-version] allowed by INFERA_ALLOW/--allow: the image has vllm 0.34.1 (`{record}`) but tree \
+                 rocm7-py312 supports vllm >=0.10, <0.34; the tree was not built against this version\n"
+            )),
+            "{}",
+            out.stdout
+        );
+    }
+    let out = infera(&["worker", "--dry-run", "--allow", "engine-versoin"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("hint: did you mean `engine-version`?"), "{}", out.stderr);
+}
+
+/// `check` and the worker as a non-root uid inside a chroot of the vLLM image, with real
+/// device nodes (mknod: /dev/kfd in group 44 = video, renderD128 in group 109 = render), a
+/// KFD topology with one gfx942 GPU, and a DKMS driver version, all on tmpfs in a private
+/// mount namespace. `groups`: the supplementary groups the launcher runs with.
+fn in_chroot(groups: &str, args: &[&str]) -> Out {
+    let img = vllm_image(None);
+    img.file("/models/kimi-k3/config.json", KIMI);
+    let ov = shipped_overlay();
+    let r = img.path();
+    let cp = std::process::Command::new("cp").arg("-a").arg(ov.overlay()).arg(img.p("/opt/infera")).status().unwrap();
+    assert!(cp.success());
+    std::fs::copy(BIN, img.p("/infera-exec")).unwrap();
+    let script = r#"set -e
+R="$1"; shift; GROUPS_="$1"; shift
+chmod 755 "$R"
+mkdir -p "$R/dev" "$R/sys" "$R/proc"
+mount -t tmpfs -o mode=755 dev "$R/dev"
+mknod -m 0666 "$R/dev/null" c 1 3
+mknod -m 0660 "$R/dev/kfd" c 238 0 && chown 0:44 "$R/dev/kfd"
+mkdir "$R/dev/dri"
+mknod -m 0660 "$R/dev/dri/renderD128" c 226 128 && chown 0:109 "$R/dev/dri/renderD128"
+mount -t tmpfs -o mode=755 sys "$R/sys"
+T="$R/sys/class/kfd/kfd/topology/nodes"
+mkdir -p "$T/0" "$T/1" "$R/sys/module/amdgpu"
+printf 'cpu_cores_count 64\nsimd_count 0\ngfx_target_version 0\ndrm_render_minor 0\n' > "$T/0/properties"
+printf 'cpu_cores_count 0\nsimd_count 1216\ngfx_target_version 90402\ndrm_render_minor 128\n' > "$T/1/properties"
+echo 6.12.12 > "$R/sys/module/amdgpu/version"
+mount --bind /proc "$R/proc"
+exec chroot --userspec=1000:1000 --groups="$GROUPS_" "$R" /infera-exec "$@"
+"#;
+    let mut run = std::process::Command::new("unshare");
+    run.args(["-m", "--propagation", "private", "sh", "-c", script, "sh"]).arg(r).arg(groups).args(args);
+    run.env_clear()
+        .env("PATH", img.env_path.clone().unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()))
+        .env("INFERA_OVERLAY", "/opt/infera")
+        .env("HIP_VISIBLE_DEVICES", "0");
+    let o = run.output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn check_says_whether_this_uid_can_open_the_gpu_devices() {
+    // In both groups: usable; the architecture and the driver reported.
+    let out = in_chroot("44,109", &["check"]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let devices: Vec<&str> = out.stdout.lines().skip_while(|l| !l.starts_with("  devices")).take(4).collect();
+    assert_eq!(
+        devices,
+        [
+            "  devices   /dev/kfd present, 1 render nodes, 0 RDMA devices; this process: uid 1000, groups 44,109,1000",
+            "            /dev/kfd             crw-rw---- 0:44    can open (read-write)",
+            "            /dev/dri/renderD128  crw-rw---- 0:109   can open (read-write)",
+            "  gpu arch  node 1 gfx942 renderD128",
+        ]
+    );
+    let driver = out.stdout.lines().find(|l| l.starts_with("  driver")).unwrap();
+    assert!(driver.starts_with("  driver    amdgpu 6.12.12 (/sys/module/amdgpu/version), kernel "), "{driver}");
+
+    // Not in the render group: check says why, and the worker is refused before it starts.
+    let out = in_chroot("44", &["check"]);
+    let why = "mode crw-rw---- 0:109 grants read-write to uid 0 and group 109 only; this process (uid 1000, groups \
+               44,1000) is neither its owner (0) nor in its group (109), or a security module denies it";
+    assert!(
+        out.stdout.contains(&format!("            /dev/dri/renderD128  crw-rw---- 0:109   CANNOT OPEN: {why}\n")),
+        "{}",
+        out.stdout
+    );
+    let out = in_chroot("44", &["worker", "--dry-run", "--", "--model", "/models/kimi-k3"]);
+    assert_eq!(out.code, 69, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error[gpu-device-denied]: this process cannot open /dev/dri/renderD128: {why}; the engine would fail with \
+             no usable GPU after it starts\nhint: run the container with the device nodes' group (pod \
+             securityContext.supplementalGroups: the `video` and `render` gids of the node, as the mode shows), or as \
+             the uid that owns them\n"
+        )
+    );
+    // Neither group: both named.
+    let out = in_chroot("", &["worker", "--dry-run", "--", "--model", "/models/kimi-k3"]);
+    assert_eq!(out.code, 69);
+    assert!(out.stderr.starts_with("error[gpu-device-denied]: this process cannot open /dev/kfd: "), "{}", out.stderr);
+    assert!(out.stderr.contains(" (and 1 more: /dev/dri/renderD128); the engine would fail"), "{}", out.stderr);
+}
+
+/// The docs name only files that are in the repository.
+#[test]
+fn docs_link_only_files_in_the_repository() {
+    let mut checked = 0;
+    for doc in ["README.md", "overlay-layout/README.md", "BENCHMARKS.md", "tests/bad-inputs/README.md"] {
+        let path = repo().join(doc);
+        let text = std::fs::read_to_string(&path).unwrap();
+        for name in ["DESIGN.md", "FACTS.md", "STYLE.md"] {
+            assert!(!text.contains(name), "{doc} mentions {name}, which is not in the repository");
+        }
+        let base = path.parent().unwrap();
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let target = &rest[..rest.find(')').unwrap()];
+            if target.starts_with("http") || target.starts_with('#') {
+                continue;
+            }
+            let target = target.split('#').next().unwrap();
+            assert!(base.join(target).exists(), "{doc}: link to `{target}`, which does not exist");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "{checked} links checked");
+}
+
+/// Abbreviations read as the engine's own parser reads them: against vLLM 0.33's full option
+/// list (recorded from its parser; these cases were checked against vLLM 0.33.0's
+/// FlexibleArgumentParser: `--max-num-s` and `--kv-cache-d` exit 2 "ambiguous option",
+/// `--tensor-parallel 2 --max-num-se 4` parse to TP 2 and 4 sequences).
+#[test]
+fn abbreviations_resolve_as_the_engines_parser_does() {
+    let img = image("vllm-rocm10");
+    let ov = shipped_overlay();
+    let run = |args: &[&str]| {
+        infera(&["worker", "--dry-run", "--output", "json", "--"])
+            .args(args)
+            .root(&img)
+            .overlay(&ov.overlay())
+            .env("HIP_VISIBLE_DEVICES", "0,1,2,3")
+            .run()
+    };
+    for (args, written, could) in [
+        (&["--max-num-s", "12"][..], "--max-num-s", "--max-num-scheduled-tokens, --max-num-seqs"),
+        (&["--model", "/m", "--kv-cache-d=auto"], "--kv-cache-d", "--kv-cache-dtype, --kv-cache-dtype-skip-layers"),
+    ] {
+        let out = run(args);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        let index = args.iter().position(|a| a.starts_with(written)).unwrap() + 1;
+        assert_eq!(
+            out.stderr,
+            format!(
+                "error[arg-ambiguous]: `{written}` (arg {index}) is ambiguous for vllm 0.33.0+rocm1000's parser: it \
+                 could be {could}; the engine exits 2 with `ambiguous option`\nhint: write the option in full\n"
+            )
+        );
+    }
+    let out = run(&["--tensor-parallel", "2", "--max-num-se", "4"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert_eq!(j["exec"]["added_args"], serde_json::json!([]), "the user's TP stands: {:#}", j["exec"]);
+    let said: Vec<&str> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "arg-abbreviation")
+        .map(|f| f["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "`--tensor-parallel` (arg 1) read as --tensor-parallel-size, as vllm 0.33.0's parser reads it",
+            "`--max-num-se` (arg 3) read as --max-num-seqs, as vllm 0.33.0's parser reads it",
+        ]
+    );
+    // vLLM 0.11 (no recorded list): read from the launcher's own options, and said so.
+    let old = vllm_image(None);
+    let j = infera(&["worker", "--dry-run", "--output", "json", "--", "--tensor-parallel", "2"])
+        .root(&old)
+        .overlay(&ov.overlay())
+        .env("HIP_VISIBLE_DEVICES", "0,1,2,3")
+        .run()
+        .json();
+    assert_eq!(j["exec"]["added_args"], serde_json::json!([]));
+    let w = j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "arg-abbreviation-unchecked").unwrap();
+    assert_eq!(
+        w["message"],
+        "`--tensor-parallel` (arg 1) read as --tensor-parallel-size from the launcher's own options: vllm \
+         0.11.0+rocm700's full option list is not recorded (recorded: vllm >=0.33, <0.34), so whether its parser finds \
+         it ambiguous is not checked; write options in full"
+    );
+}
+
+/// vLLM's `--config FILE.yaml`: its options come before the command line's (CLI > file >
+/// defaults), so the launcher reads the file and adds no default the file sets.
+#[test]
+fn engine_config_file_is_read_and_its_settings_are_not_overridden() {
+    let img = vllm_image(None);
+    img.file("/models/kimi-k3/config.json", KIMI);
+    img.file("/etc/serve/kimi.yaml", "model: /models/kimi-k3\ntensor-parallel-size: 4\nmax_num_seqs: 0x40\n");
+    img.file("/etc/serve/fp8.yaml", "model: /models/kimi-k3\nkv-cache-dtype: fp8\n");
+    img.file("/etc/serve/serve.json", "{}");
+    img.file("/etc/serve/bad.yaml", "model: [unclosed\n");
+    let ov = shipped_overlay();
+    let run = |args: &[&str]| {
+        infera(&["worker", "--dry-run", "--output", "json", "--"])
+            .args(args)
+            .root(&img)
+            .overlay(&ov.overlay())
+            .env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+            .run()
+    };
+    let findings = |j: &serde_json::Value, code: &str| -> Vec<String> {
+        j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == code)
+            .map(|f| f["message"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The file sets TP 4 and names the model: no TP default; the model's rules apply.
+    let out = run(&["--config", "/etc/serve/kimi.yaml"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert_eq!(
+        j["exec"]["added_args"],
+        serde_json::json!(["--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"]),
+        "{:#}",
+        j["findings"]
+    );
+    assert_eq!(
+        findings(&j, "engine-config"),
+        ["read --config `/etc/serve/kimi.yaml` as vllm reads it: model, tensor-parallel-size, max_num_seqs (before the \
+          command line's args, which win over it)"]
+    );
+    assert_eq!(j["facts"]["models"][0]["reference"], "/models/kimi-k3");
+    // A known-bad value in the file is refused with the file named as its source.
+    let out = run(&["--config", "/etc/serve/fp8.yaml"]);
+    assert_eq!(out.code, 78, "{}", out.stderr);
+    assert!(out.stderr.contains("--kv-cache-dtype fp8 (set in the --config file)"), "{}", out.stderr);
+    // The command line wins over the file.
+    let out = run(&["--config", "/etc/serve/fp8.yaml", "--kv-cache-dtype", "auto"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // Not YAML by name: the engine refuses it at once; so does the launcher, as a usage error.
+    let out = run(&["--config", "/etc/serve/serve.json"]);
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.stderr,
+        "error[engine-config-invalid]: --config `/etc/serve/serve.json`: vllm reads only .yaml/.yml config files and \
+         exits on any other\nhint: write the options as YAML in a .yaml file\n"
+    );
+    let out = run(&["--config", "/etc/serve/kimi.yaml", "--config", "/etc/serve/fp8.yaml"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.starts_with("error[engine-config-twice]: `--config` is given 2 times"), "{}", out.stderr);
+    // Not readable here (a ConfigMap in the pod, or not YAML to this reader): no default is
+    // added, since one could override the file; the warning says so.
+    for (file, why) in [
+        ("/etc/serve/absent.yaml", "--config `/etc/serve/absent.yaml` is not in the image root (a volume in the pod?)"),
+        ("/etc/serve/bad.yaml", "--config `/etc/serve/bad.yaml` could not be read here (not YAML: "),
+    ] {
+        let out = run(&["--config", file, "--model", "/models/kimi-k3"]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let j = out.json();
+        assert_eq!(j["exec"]["added_args"], serde_json::json!([]));
+        let w = findings(&j, "engine-config-unread");
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with(why), "{}", w[0]);
+        assert!(w[0].ends_with(
+            ": no defaults added (one could override what the file sets); the rules read the command line only"
+        ));
+    }
+}
