@@ -32,7 +32,8 @@ modules = ["hipfile"]
 engines = ["vllm"]
 "#;
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub schema: u32,
@@ -55,7 +56,8 @@ pub struct Manifest {
     pub allow_shadow: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Abi {
     /// CPython minor the tree's extensions were built for, e.g. "3.12".
@@ -70,7 +72,8 @@ pub struct Abi {
     pub rocm_release: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EngineEntry {
     pub module: String,
@@ -79,13 +82,15 @@ pub struct EngineEntry {
     pub versions: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ServerEntry {
     pub module: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Capability {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,7 +113,8 @@ pub struct Capability {
 }
 
 /// Which copy of a capability's modules the child imports when the image has them too.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Prefer {
     /// The engine image's own copy.
@@ -305,10 +311,24 @@ fn validate_capability(m: &Manifest, name: &str, c: &Capability) -> Result<(), M
     Ok(())
 }
 
-/// The JSON Schema of `manifest.toml`, generated from these types.
+/// The JSON Schema of `manifest.toml`: the committed file, which the unit tests generate
+/// from these types and compare (the generator stays out of the shipped binary).
 pub fn schema_json() -> String {
-    let schema = schemars::schema_for!(Manifest);
-    serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
+    include_str!("../manifests/manifest.schema.json").to_string()
+}
+
+#[cfg(test)]
+mod schema_tests {
+    #[test]
+    fn committed_schema_is_generated_from_the_types() {
+        let schema = schemars::schema_for!(super::Manifest);
+        let generated = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+        assert_eq!(
+            super::schema_json(),
+            generated,
+            "manifests/manifest.schema.json is stale: write this test's `generated` to it"
+        );
+    }
 }
 
 /// Variables whose value makes the child load code from a path: the dynamic loader's

@@ -130,7 +130,7 @@ pub fn parse(text: &str) -> Result<Vec<(String, Value)>, String> {
                     top = Some(Value::Null);
                     continue;
                 }
-                top = Some(node(&mut it, line)?);
+                top = Some(node(&mut it, line, 0)?);
             }
             other => return Err(format!("unexpected YAML event {other:?} at line {line}")),
         }
@@ -144,8 +144,14 @@ pub fn parse(text: &str) -> Result<Vec<(String, Value)>, String> {
 
 type Events<'a> = std::iter::Peekable<std::vec::IntoIter<(Event<'a>, usize)>>;
 
-fn node(it: &mut Events, line: usize) -> Result<Value, String> {
+/// How deep a config's values may nest (the engines' own configs nest two or three levels).
+const MAX_DEPTH: usize = 64;
+
+fn node(it: &mut Events, line: usize, depth: usize) -> Result<Value, String> {
     let Some((ev, line)) = it.next() else { return Err(format!("YAML ends early after line {line}")) };
+    if depth > MAX_DEPTH {
+        return Err(format!("values nested more than {MAX_DEPTH} levels deep at line {line}"));
+    }
     match ev {
         Event::Scalar(text, style, anchor, tag) => {
             if anchor != 0 {
@@ -163,7 +169,7 @@ fn node(it: &mut Events, line: usize) -> Result<Value, String> {
                     it.next();
                     return Ok(Value::Seq(v));
                 }
-                v.push(node(it, line)?);
+                v.push(node(it, line, depth + 1)?);
             }
         }
         Event::MappingStart(anchor, _) => {
@@ -176,12 +182,12 @@ fn node(it: &mut Events, line: usize) -> Result<Value, String> {
                     it.next();
                     return Ok(Value::Map(m));
                 }
-                let key = match node(it, line)? {
+                let key = match node(it, line, depth + 1)? {
                     Value::Str(s) => s,
                     Value::Int(s) | Value::Float(s) => s,
                     other => return Err(format!("a mapping key at line {line} is not a name: {other:?}")),
                 };
-                let value = node(it, line)?;
+                let value = node(it, line, depth + 1)?;
                 // A repeated key: the last wins, as in a Python dict.
                 m.retain(|(k, _)| *k != key);
                 m.push((key, value));
@@ -399,6 +405,10 @@ mod tests {
         assert!(parse("a: &x 1\nb: *x\n").unwrap_err().contains("anchor"));
         assert!(parse("a: [1\n").unwrap_err().starts_with("not YAML"));
         assert!(parse("a: 1\n---\nb: 2\n").unwrap_err().contains("more than one"));
+        // Hostile nesting is refused, not a stack overflow.
+        let deep = |n: usize| format!("a: {}{}\n", "[".repeat(n), "]".repeat(n));
+        assert!(parse(&deep(100)).unwrap_err().contains("nested more than 64 levels"));
+        assert!(parse(&deep(100_000)).unwrap_err().contains("recursion limit exceeded"));
         // A repeated key: the last wins.
         assert_eq!(parse("a: 1\na: 2\n").unwrap(), vec![("a".to_string(), Value::Int("2".into()))]);
     }

@@ -477,6 +477,54 @@ fn local_dry_run_against_the_image_root() {
     );
 }
 
+/// The README's form for an image whose CPython is only on its own PATH (sglang's venv):
+/// `podman image mount` for the files, `podman image inspect` for the environment
+/// (`--image-env`): the same interpreter and plan as inside the container. Without the
+/// image's environment the host's PATH finds no python3 in that image.
+#[test]
+fn local_dry_run_with_the_images_environment() {
+    images();
+    let m = out(podman(&["image", "mount", SGLANG]));
+    assert_eq!(m.code, 0, "{}", m.stderr);
+    let root = m.stdout.trim().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let inspect = dir.path().join("image.json");
+    let i = out(podman(&["image", "inspect", SGLANG]));
+    assert_eq!(i.code, 0, "{}", i.stderr);
+    std::fs::write(&inspect, &i.stdout).unwrap();
+    let overlay = repo().join("target/e2e/overlay");
+    let args = ["--model-path", "/models/kimi-k3"];
+    let with = infera(&["worker", "--dry-run", "--output", "json", "--root", &root, "--image-env"])
+        .args([inspect.as_os_str(), std::ffi::OsStr::new("--")])
+        .args(args)
+        .overlay(&overlay)
+        .env("HIP_VISIBLE_DEVICES", "0,1")
+        .run();
+    let without = infera(&["worker", "--dry-run", "--root", &root, "--"])
+        .args(args)
+        .overlay(&overlay)
+        .env("HIP_VISIBLE_DEVICES", "0,1")
+        .run();
+    let _ = out(podman(&["image", "unmount", SGLANG]));
+    assert_eq!(with.code, 0, "{}", with.stderr);
+    assert_eq!(without.code, 66, "{}", without.stderr);
+    assert!(without.stderr.starts_with("error[python-missing]: no `python3` or `python` on the container's PATH"));
+    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--dry-run", "--output", "json", "--"];
+    cmd.extend(args);
+    let inside = run_in(SGLANG, &["HIP_VISIBLE_DEVICES=0,1"], &cmd);
+    assert_eq!(inside.code, 0, "{}", inside.stderr);
+    let (h, i) = (with.json(), inside.json());
+    assert_eq!(h["facts"]["python"], i["facts"]["python"]);
+    assert_eq!(h["facts"]["python"]["executable"], "/opt/venv/bin/python3");
+    assert_eq!(h["family"], i["family"]);
+    assert_eq!(h["exec"]["program"], i["exec"]["program"]);
+    // The image's PATH after the tree's bin/ (the overlay's directory differs: the host's
+    // staged copy, /opt/infera inside).
+    let after_tree = |v: &serde_json::Value| v.as_str().unwrap().split_once(':').unwrap().1.to_string();
+    assert_eq!(after_tree(&h["exec"]["env"]["PATH"]), after_tree(&i["exec"]["env"]["PATH"]));
+    assert!(after_tree(&h["exec"]["env"]["PATH"]).starts_with("/opt/venv/bin:"));
+}
+
 /// `--init` as the container's PID 1: `podman stop` sends SIGTERM, the launcher forwards
 /// it, the engine dies of it, the container exits 143, and the orphans it left were reaped.
 #[test]
