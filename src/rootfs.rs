@@ -182,6 +182,12 @@ impl Root {
         read_bounded(&h, limit)
     }
 
+    /// Open a regular file of the root for streaming (no size bound: the reader bounds memory).
+    pub fn open_file(&self, cpath: &Path) -> io::Result<fs::File> {
+        let (_, h) = self.locate(cpath)?;
+        open_regular(&h)
+    }
+
     pub fn read_small_string(&self, cpath: &Path) -> io::Result<String> {
         let bytes = self.read_small(cpath)?;
         String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file is not valid UTF-8"))

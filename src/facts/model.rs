@@ -117,20 +117,207 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
         }
     };
     let config = dir.join("config.json");
-    match root.read_small(&config) {
-        Ok(bytes) => from_config(&shown, &config, &bytes),
+    match root.open_file(&config) {
+        Ok(f) => from_reader(&shown, &config, f),
         Err(e) => unreadable(ModelProblem::Io { config, reason: rootfs::io_reason(&e) }),
     }
 }
 
 /// Model facts from the bytes of a config.json (read from `config`).
 pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
+    from_reader(reference, config, bytes)
+}
+
+/// Model facts from a config.json read as a stream: only the fields the rules use are kept
+/// (every other value is skipped as it is parsed), so a config of any size costs memory in
+/// proportion to those fields, not to the file.
+pub fn from_reader(reference: &str, config: &Path, reader: impl std::io::Read) -> ModelFacts {
     let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
     let config = config.to_path_buf();
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v @ Value::Object(_)) => ModelFacts::Known(classify(reference, config, &v)),
-        Ok(_) => unreadable(ModelProblem::NotObject { config }),
-        Err(e) => unreadable(ModelProblem::NotJson { config, reason: e.to_string() }),
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(64 * 1024, reader));
+    let top = match <Top as serde::Deserialize>::deserialize(&mut de).and_then(|t| de.end().map(|()| t)) {
+        Ok(t) => t,
+        Err(e) if e.is_data() && e.to_string().starts_with(NOT_OBJECT) => {
+            return unreadable(ModelProblem::NotObject { config })
+        }
+        Err(e) => return unreadable(ModelProblem::NotJson { config, reason: e.to_string() }),
+    };
+    ModelFacts::Known(classify(reference, config, &top))
+}
+
+const NOT_OBJECT: &str = "not a JSON object";
+
+/// The fields of one level of a config (the top, or `text_config`) that the rules read.
+/// Later duplicates win, as in Python's `json`.
+#[derive(Debug, Default)]
+struct Level {
+    model_type: Option<String>,
+    kv_lora_rank: Option<Value>,
+    num_attention_heads: Option<Value>,
+    /// `layers_block_type`, `hybrid_override_pattern`, `linear_attn_config` present non-null.
+    hybrid: [bool; 3],
+}
+
+const HYBRID_KEYS: [&str; 3] = ["layers_block_type", "hybrid_override_pattern", "linear_attn_config"];
+
+#[derive(Debug, Default)]
+struct Top {
+    level: Level,
+    text: Option<Level>,
+    vision: bool,
+}
+
+/// A scalar field: kept when it is small (a scalar), skipped otherwise (an object or array
+/// where a number belongs is shown by its kind).
+struct Small(Option<Value>);
+
+impl<'de> serde::Deserialize<'de> for Small {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Small;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Small, E> {
+                Ok(Small(None))
+            }
+            fn visit_none<E>(self) -> Result<Small, E> {
+                Ok(Small(None))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Small, E> {
+                Ok(Small(Some(Value::Bool(v))))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Small, E> {
+                Ok(Small(Some(Value::from(v))))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Small, E> {
+                Ok(Small(Some(Value::from(v))))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Small, E> {
+                Ok(Small(Some(Value::from(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Small, E> {
+                Ok(Small(Some(Value::String(v.to_string()))))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Small, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Small(Some(Value::String("[...]".into()))))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Small, A::Error> {
+                while a.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Small(Some(Value::String("{...}".into()))))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Whether a value is present and not null, skipping it whatever its size.
+struct Present(bool);
+
+impl<'de> serde::Deserialize<'de> for Present {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Small::deserialize(d).map(|s| Present(s.0.is_some()))
+    }
+}
+
+/// `text_config`: a level when it is an object, nothing otherwise.
+struct MaybeLevel(Option<Level>);
+
+impl Level {
+    /// One entry of a level's map.
+    fn entry<'de, A: serde::de::MapAccess<'de>>(&mut self, key: &str, a: &mut A) -> Result<bool, A::Error> {
+        match key {
+            "model_type" => self.model_type = a.next_value::<Small>()?.0.and_then(|v| v.as_str().map(str::to_string)),
+            "kv_lora_rank" => self.kv_lora_rank = a.next_value::<Small>()?.0,
+            "num_attention_heads" => self.num_attention_heads = a.next_value::<Small>()?.0,
+            k => match HYBRID_KEYS.iter().position(|h| *h == k) {
+                Some(i) => self.hybrid[i] = a.next_value::<Present>()?.0,
+                None => return Ok(false),
+            },
+        }
+        Ok(true)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for MaybeLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = MaybeLevel;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<MaybeLevel, A::Error> {
+                let mut l = Level::default();
+                while let Some(k) = a.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if !l.entry(&k, &mut a)? {
+                        a.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(MaybeLevel(Some(l)))
+            }
+            fn visit_unit<E>(self) -> Result<MaybeLevel, E> {
+                Ok(MaybeLevel(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<MaybeLevel, E> {
+                Ok(MaybeLevel(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<MaybeLevel, E> {
+                Ok(MaybeLevel(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<MaybeLevel, E> {
+                Ok(MaybeLevel(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<MaybeLevel, E> {
+                Ok(MaybeLevel(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<MaybeLevel, E> {
+                Ok(MaybeLevel(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<MaybeLevel, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(MaybeLevel(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Top {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Top;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(NOT_OBJECT)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Top, A::Error> {
+                let mut t = Top::default();
+                while let Some(k) = a.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match &*k {
+                        "text_config" => t.text = a.next_value::<MaybeLevel>()?.0,
+                        "vision_config" => t.vision = a.next_value::<Present>()?.0,
+                        other => {
+                            if !t.level.entry(other, &mut a)? {
+                                a.next_value::<serde::de::IgnoredAny>()?;
+                            }
+                        }
+                    }
+                }
+                Ok(t)
+            }
+        }
+        // Anything but an object: "invalid type: ..., expected not a JSON object".
+        d.deserialize_map(V).map_err(|e| {
+            let s = e.to_string();
+            if s.contains(&format!("expected {NOT_OBJECT}")) {
+                serde::de::Error::custom(NOT_OBJECT)
+            } else {
+                e
+            }
+        })
     }
 }
 
@@ -165,19 +352,14 @@ fn resolve_hf(root: &Root, repo: &str, hf: &HfEnv) -> Result<PathBuf, ModelProbl
     }
 }
 
-fn classify(reference: &str, config: PathBuf, top: &Value) -> Model {
+fn classify(reference: &str, config: PathBuf, top: &Top) -> Model {
     // Multimodal configs nest the language model in `text_config`; look there first.
-    let text = top.get("text_config").filter(|t| t.is_object());
-    let field = |k: &str| -> Option<&Value> {
-        text.and_then(|t| t.get(k)).filter(|v| !v.is_null()).or_else(|| top.get(k).filter(|v| !v.is_null()))
-    };
-    let types: Vec<String> = [Some(top), text]
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.get("model_type").and_then(Value::as_str).map(str::to_string))
-        .collect();
+    let text = top.text.as_ref();
+    let field = |get: fn(&Level) -> Option<&Value>| get_field(text, &top.level, get);
+    let types: Vec<String> =
+        [Some(&top.level), text].into_iter().flatten().filter_map(|l| l.model_type.clone()).collect();
     let mut evidence = Vec::new();
-    let kv_lora = field("kv_lora_rank");
+    let kv_lora = field(|l| l.kv_lora_rank.as_ref());
     let mla_type = types.iter().find(|t| MLA_TYPES.contains(&t.as_str()));
     let mla = match (mla_type, kv_lora) {
         (Some(t), Some(r)) => {
@@ -186,15 +368,17 @@ fn classify(reference: &str, config: PathBuf, top: &Value) -> Model {
         }
         _ => false,
     };
-    let multimodal = top.get("vision_config").is_some_and(|v| !v.is_null());
+    let multimodal = top.vision;
     if multimodal {
         evidence.push("multimodal: vision_config present".into());
     }
-    let hybrid_key =
-        ["layers_block_type", "hybrid_override_pattern", "linear_attn_config"].into_iter().find(|k| field(k).is_some());
+    let hybrid_key = (0..HYBRID_KEYS.len())
+        .find(|i| text.is_some_and(|t| t.hybrid[*i]) || top.level.hybrid[*i])
+        .map(|i| HYBRID_KEYS[i]);
     if let Some(k) = hybrid_key {
         evidence.push(format!("hybrid: {k} present"));
     }
+    let heads = field(|l| l.num_attention_heads.as_ref());
     Model {
         reference: reference.to_string(),
         config,
@@ -202,12 +386,15 @@ fn classify(reference: &str, config: PathBuf, top: &Value) -> Model {
         mla,
         multimodal,
         hybrid: hybrid_key.is_some(),
-        attention_heads: field("num_attention_heads").and_then(Value::as_u64).filter(|h| *h > 0),
-        heads_unusable: field("num_attention_heads")
-            .filter(|v| v.as_u64().is_none_or(|h| h == 0))
-            .map(|v| v.to_string()),
+        attention_heads: heads.and_then(Value::as_u64).filter(|h| *h > 0),
+        heads_unusable: heads.filter(|v| v.as_u64().is_none_or(|h| h == 0)).map(|v| v.to_string()),
         evidence,
     }
+}
+
+/// A field of `text_config` when set there (not null), else of the top level.
+fn get_field<'a>(text: Option<&'a Level>, top: &'a Level, get: fn(&Level) -> Option<&Value>) -> Option<&'a Value> {
+    text.and_then(|t| get(t)).or_else(|| get(top))
 }
 
 #[cfg(test)]
@@ -216,24 +403,55 @@ mod tests {
 
     #[test]
     fn kimi_k3_like() {
-        let j: Value = serde_json::from_str(
-            r#"{"model_type":"kimi_k3","vision_config":{},"text_config":{"model_type":"kimi_linear","kv_lora_rank":512,
-                "num_attention_heads":64,"linear_attn_config":{"kda_layers":[1]}}}"#,
-        )
-        .unwrap();
-        let m = classify("x", PathBuf::from("/x/config.json"), &j);
+        let j = br#"{"model_type":"kimi_k3","vision_config":{},"text_config":{"model_type":"kimi_linear","kv_lora_rank":512,
+                "num_attention_heads":64,"linear_attn_config":{"kda_layers":[1]}}}"#;
+        let ModelFacts::Known(m) = from_config("x", Path::new("/x/config.json"), j) else { panic!() };
         assert!(m.mla && m.multimodal && m.hybrid);
         assert_eq!(m.attention_heads, Some(64));
     }
 
     #[test]
     fn plain_and_null_rank() {
-        let j: Value =
-            serde_json::from_str(r#"{"model_type":"deepseek_v3","kv_lora_rank":null,"num_attention_heads":128}"#)
-                .unwrap();
-        let m = classify("x", PathBuf::from("/c"), &j);
+        let known = |j: &[u8]| match from_config("x", Path::new("/c"), j) {
+            ModelFacts::Known(m) => m,
+            other => panic!("{other:?}"),
+        };
+        let m = known(br#"{"model_type":"deepseek_v3","kv_lora_rank":null,"num_attention_heads":128}"#);
         assert!(!m.mla && !m.multimodal && !m.hybrid);
-        let j: Value = serde_json::from_str(r#"{"model_type":"llama","num_attention_heads":32}"#).unwrap();
-        assert!(!classify("x", PathBuf::from("/c"), &j).mla);
+        assert!(!known(br#"{"model_type":"llama","num_attention_heads":32}"#).mla);
+        // Later duplicates win, as in Python's json; null in text_config falls back to the top.
+        let m = known(br#"{"model_type":"llama","model_type":"deepseek_v3","kv_lora_rank":512,"text_config":{"kv_lora_rank":null}}"#);
+        assert!(m.mla, "{m:?}");
+        // Odd types are said, not guessed.
+        assert_eq!(known(br#"{"num_attention_heads":"64"}"#).heads_unusable.as_deref(), Some("\"64\""));
+        assert_eq!(known(br#"{"num_attention_heads":[64]}"#).heads_unusable.as_deref(), Some("\"[...]\""));
+    }
+
+    #[test]
+    fn not_an_object_or_not_json() {
+        for (j, want) in
+            [(&b"[1,2]"[..], "is not a JSON object"), (b"7", "is not a JSON object"), (b"{\"a\":", "is not JSON")]
+        {
+            match from_config("x", Path::new("/c"), j) {
+                ModelFacts::Unreadable { reason, .. } => assert!(reason.to_string().contains(want), "{reason}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Trailing data is not JSON either.
+        assert!(matches!(from_config("x", Path::new("/c"), b"{} {}"), ModelFacts::Unreadable { .. }));
+    }
+
+    /// Size alone never makes a config unreadable: a 10 MiB config.json (a huge unused
+    /// field before the ones the rules read) is read as a stream.
+    #[test]
+    fn any_size() {
+        let mut j = String::from(r#"{"quantization_config":{"ignored_layers":["#);
+        while j.len() < 10 << 20 {
+            j.push_str(r#""model.layers.0.self_attn.kv_a_proj_with_mqa","#);
+        }
+        j.push_str(r#""x"]},"model_type":"deepseek_v3","kv_lora_rank":512,"num_attention_heads":128}"#);
+        let ModelFacts::Known(m) = from_config("x", Path::new("/c"), j.as_bytes()) else { panic!() };
+        assert!(m.mla);
+        assert_eq!(m.attention_heads, Some(128));
     }
 }

@@ -303,3 +303,38 @@ fn post_releases_are_inside_the_trees_range() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.json()["findings"].to_string().contains("cannot read the version `main` of sglang"));
 }
+
+/// A config.json is read as a stream, whatever its size: the MLA rule and its default fire
+/// on a 10 MiB config (a padding field before the ones the rules read).
+#[test]
+fn the_mla_rule_fires_on_a_10_mib_config() {
+    let img = vllm_image(None);
+    let kimi: serde_json::Value = serde_json::from_str(KIMI).unwrap();
+    let mut big = String::from(r#"{"quantization_config":{"ignored_layers":["#);
+    while big.len() < 10 << 20 {
+        big.push_str(r#""language_model.model.layers.0.self_attn.kv_a_proj_with_mqa","#);
+    }
+    big.push_str(r#""x"]},"#);
+    let rest = kimi.to_string();
+    big.push_str(&rest[1..]);
+    assert!(big.len() > 10 << 20);
+    img.file("/models/kimi-k3/config.json", &big);
+    let ov = shipped_overlay();
+    let run = |extra: &[&str]| {
+        infera(&["worker", "--dry-run", "--output", "json", "--", "--model", "/models/kimi-k3"])
+            .args(extra)
+            .root(&img)
+            .overlay(&ov.overlay())
+            .env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+            .run()
+    };
+    let out = run(&["--kv-cache-dtype", "fp8"]);
+    assert_eq!(out.code, 78, "{}", out.stderr);
+    assert!(out.stderr.starts_with("error[kv-fp8-mla]: "), "{}", out.stderr);
+    let out = run(&[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.json()["exec"]["added_args"],
+        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
+    );
+}
