@@ -118,23 +118,43 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
     };
     let config = dir.join("config.json");
     match root.open_file(&config) {
-        Ok(f) => from_reader(&shown, &config, f),
+        Ok(f) => from_file(&shown, &config, &f),
         Err(e) => unreadable(ModelProblem::Io { config, reason: rootfs::io_reason(&e) }),
     }
 }
 
 /// Model facts from the bytes of a config.json (read from `config`).
 pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
-    from_reader(reference, config, bytes)
+    from_bytes(reference, config, bytes)
 }
 
-/// Model facts from a config.json read as a stream: only the fields the rules use are kept
-/// (every other value is skipped as it is parsed), so a config of any size costs memory in
-/// proportion to those fields, not to the file.
-pub fn from_reader(reference: &str, config: &Path, reader: impl std::io::Read) -> ModelFacts {
+/// Model facts from a config.json file, mapped rather than read: only the fields the rules
+/// use are kept (every other value is skipped as it is parsed), so a config of any size
+/// costs heap in proportion to those fields, not to the file.
+pub fn from_file(reference: &str, config: &Path, f: &std::fs::File) -> ModelFacts {
+    let empty: &[u8] = &[];
+    match f.metadata().map(|m| m.len()) {
+        Ok(0) => from_config(reference, config, empty),
+        // SAFETY: a read-only private map of a regular file the launcher only reads; the
+        // model volume is not rewritten while a pod starts.
+        Ok(_) => match unsafe { memmap2::Mmap::map(f) } {
+            Ok(map) => from_config(reference, config, &map),
+            Err(e) => ModelFacts::Unreadable {
+                reference: reference.to_string(),
+                reason: ModelProblem::Io { config: config.to_path_buf(), reason: e.to_string() },
+            },
+        },
+        Err(e) => ModelFacts::Unreadable {
+            reference: reference.to_string(),
+            reason: ModelProblem::Io { config: config.to_path_buf(), reason: rootfs::io_reason(&e) },
+        },
+    }
+}
+
+fn from_bytes(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
     let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
     let config = config.to_path_buf();
-    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(64 * 1024, reader));
+    let mut de = serde_json::Deserializer::from_slice(bytes);
     let top = match <Top as serde::Deserialize>::deserialize(&mut de).and_then(|t| de.end().map(|()| t)) {
         Ok(t) => t,
         Err(e) if e.is_data() && e.to_string().starts_with(NOT_OBJECT) => {
