@@ -8,6 +8,16 @@ use crate::support::*;
 
 const KIMI: &str = include_str!("../../examples/models/kimi-k3/config.json");
 
+/// `worker --dry-run --output json -- ARGS` on an image with these GPUs visible.
+fn dry_json(img: &Fx, ov: &Fx, gpus: &str, args: &[&str]) -> Out {
+    infera(&["worker", "--dry-run", "--output", "json", "--"])
+        .args(args)
+        .root(img)
+        .overlay(&ov.overlay())
+        .env("HIP_VISIBLE_DEVICES", gpus)
+        .run()
+}
+
 fn stderr_of(args: &[&str]) -> (i32, String) {
     let out = infera(args).run();
     assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
@@ -529,14 +539,7 @@ fn docs_link_only_files_in_the_repository() {
 fn abbreviations_resolve_as_the_engines_parser_does() {
     let img = image("vllm-rocm10");
     let ov = shipped_overlay();
-    let run = |args: &[&str]| {
-        infera(&["worker", "--dry-run", "--output", "json", "--"])
-            .args(args)
-            .root(&img)
-            .overlay(&ov.overlay())
-            .env("HIP_VISIBLE_DEVICES", "0,1,2,3")
-            .run()
-    };
+    let run = |args: &[&str]| dry_json(&img, &ov, "0,1,2,3", args);
     for (args, written, could) in [
         (&["--max-num-s", "12"][..], "--max-num-s", "--max-num-scheduled-tokens, --max-num-seqs"),
         (&["--model", "/m", "--kv-cache-d=auto"], "--kv-cache-d", "--kv-cache-dtype, --kv-cache-dtype-skip-layers"),
@@ -599,14 +602,7 @@ fn engine_config_file_is_read_and_its_settings_are_not_overridden() {
     img.file("/etc/serve/serve.json", "{}");
     img.file("/etc/serve/bad.yaml", "model: [unclosed\n");
     let ov = shipped_overlay();
-    let run = |args: &[&str]| {
-        infera(&["worker", "--dry-run", "--output", "json", "--"])
-            .args(args)
-            .root(&img)
-            .overlay(&ov.overlay())
-            .env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
-            .run()
-    };
+    let run = |args: &[&str]| dry_json(&img, &ov, "0,1,2,3,4,5,6,7", args);
     let findings = |j: &serde_json::Value, code: &str| -> Vec<String> {
         j["findings"]
             .as_array()
