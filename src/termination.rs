@@ -45,7 +45,7 @@ pub fn write(r: &Refusal, env: &Env) {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .truncate(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY | nix::libc::O_CLOEXEC)
         .open(&path);
     match file {
         Ok(mut f) if f.metadata().is_ok_and(|m| m.is_file()) => {
