@@ -10,12 +10,64 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::engines::{Engine, Normalise, Opt, OptionList, Spelling};
 
-/// Every long spelling the launcher knows for an engine.
-fn long_names(engine: Engine) -> Vec<&'static str> {
-    let mut v: Vec<&'static str> =
-        Opt::ALL.iter().filter_map(|o| engine.spelling(*o)).flat_map(Spelling::names).collect();
-    v.retain(|n| n.starts_with("--"));
-    v
+/// The option strings an engine's args are matched against, built once per read: the
+/// launcher's own spellings by name (exact lookups), and the names abbreviations are resolved
+/// against (the engine's full list when recorded, else the launcher's long names), sorted so
+/// that a prefix is a range. Each arg then costs a few binary searches, whatever the number
+/// of args or options.
+struct Table {
+    engine: Engine,
+    own: Vec<(&'static str, Opt, Spelling)>,
+    names: Vec<&'static str>,
+    checked: bool,
+}
+
+impl Table {
+    fn new(engine: Engine, list: Option<&OptionList>) -> Table {
+        let own: Vec<(&'static str, Opt, Spelling)> = Opt::ALL
+            .iter()
+            .filter_map(|o| engine.spelling(*o).map(|sp| (*o, sp)))
+            .flat_map(|(o, sp)| sp.names().into_iter().map(move |n| (n, o, sp)))
+            .collect();
+        // A recorded list is sorted and without duplicates (a unit test checks the files),
+        // so a prefix is a range of it.
+        let names: Vec<&'static str> = list.map(|l| l.names().collect()).unwrap_or_default();
+        Table { engine, own, names, checked: list.is_some() }
+    }
+
+    /// The launcher's option spelled exactly `name` (a few dozen spellings: a scan).
+    fn own(&self, name: &str) -> Option<(Opt, Spelling)> {
+        self.own.iter().find(|(n, _, _)| *n == name).map(|(_, o, sp)| (*o, *sp))
+    }
+
+    /// argparse accepts an unambiguous prefix of a long option (`--tp` for `--tp-size`, as
+    /// sglang's docs write it), resolved against every option the parser has. With the
+    /// engine's recorded list that is exactly the engine's answer (ambiguous included);
+    /// without one, the launcher's own spellings are all it can use (`checked: false`).
+    fn unabbreviate(&self, name: &str) -> Abbrev {
+        if !name.starts_with("--") || name.len() < 3 || name.contains('.') {
+            return Abbrev::AsIs;
+        }
+        let mut hits: Vec<&'static str> = if self.checked {
+            if self.names.binary_search(&name).is_ok() {
+                return Abbrev::AsIs;
+            }
+            let from = self.names.partition_point(|n| *n < name);
+            self.names[from..].iter().take_while(|n| n.starts_with(name)).copied().collect()
+        } else {
+            if self.own(name).is_some() {
+                return Abbrev::AsIs;
+            }
+            self.own.iter().map(|(n, _, _)| *n).filter(|n| n.starts_with("--") && n.starts_with(name)).collect()
+        };
+        hits.dedup();
+        match hits.as_slice() {
+            [] => Abbrev::AsIs,
+            [one] => Abbrev::Of { full: one.to_string(), checked: self.checked },
+            _ if !self.checked => Abbrev::AsIs,
+            _ => Abbrev::Ambiguous(hits),
+        }
+    }
 }
 
 /// What an abbreviated long option means.
@@ -26,32 +78,6 @@ enum Abbrev {
     Of { full: String, checked: bool },
     /// A prefix of several of the engine's options: its parser exits 2.
     Ambiguous(Vec<&'static str>),
-}
-
-/// argparse accepts an unambiguous prefix of a long option (`--tp` for `--tp-size`, as
-/// sglang's docs write it), resolved against every option the parser has. With the
-/// engine's recorded list that is exactly the engine's answer (ambiguous included); without
-/// one, the launcher's own spellings are all it can use (`checked: false`).
-fn unabbreviate(engine: Engine, list: Option<&OptionList>, name: &str) -> Abbrev {
-    if !name.starts_with("--") || name.len() < 3 || name.contains('.') {
-        return Abbrev::AsIs;
-    }
-    let names: Vec<&'static str> = match list {
-        Some(l) => l.names().collect(),
-        None => long_names(engine),
-    };
-    if names.contains(&name) {
-        return Abbrev::AsIs;
-    }
-    let mut hits: Vec<&'static str> = names.into_iter().filter(|n| n.starts_with(name)).collect();
-    hits.sort_unstable();
-    hits.dedup();
-    match hits.as_slice() {
-        [] => Abbrev::AsIs,
-        [one] => Abbrev::Of { full: one.to_string(), checked: list.is_some() },
-        _ if list.is_none() => Abbrev::AsIs,
-        _ => Abbrev::Ambiguous(hits),
-    }
 }
 
 /// Every model the args may name, read with both dialects (facts are gathered before the
@@ -196,13 +222,14 @@ pub fn read(engine: Engine, args: &[OsString]) -> Parsed {
 /// Read the args. Unknown options are skipped (their values are not ours to judge).
 /// `list`: the engine's full option list for its version, for abbreviations.
 pub fn read_in(engine: Engine, list: Option<&OptionList>, args: &[OsString]) -> Parsed {
+    let table = Table::new(engine, list);
     let mut parsed = Parsed::default();
     let mut i = 0;
     while i < args.len() {
         if args[i].as_bytes() == b"--" {
             break;
         }
-        let (hit, consumed, abbrev) = match_at(engine, list, args, i);
+        let (hit, consumed, abbrev) = match_at(&table, args, i);
         match abbrev {
             Abbrev::AsIs => {}
             Abbrev::Of { full, checked } => {
@@ -260,6 +287,7 @@ pub fn read_with_config(
 /// The args without every occurrence of `opts` (each flag with its value): what ranks of a
 /// group must share once the flags that differ per rank are left out.
 pub fn strip(engine: Engine, args: &[OsString], opts: &[Opt]) -> Vec<OsString> {
+    let table = Table::new(engine, None);
     let mut out = Vec::with_capacity(args.len());
     let mut i = 0;
     while i < args.len() {
@@ -267,7 +295,7 @@ pub fn strip(engine: Engine, args: &[OsString], opts: &[Opt]) -> Vec<OsString> {
             out.extend_from_slice(&args[i..]);
             break;
         }
-        let (hit, consumed, _) = match_at(engine, None, args, i);
+        let (hit, consumed, _) = match_at(&table, args, i);
         let end = (i + consumed).min(args.len());
         if !hit.is_some_and(|(o, _, _)| opts.contains(&o)) {
             out.extend_from_slice(&args[i..end]);
@@ -279,12 +307,7 @@ pub fn strip(engine: Engine, args: &[OsString], opts: &[Opt]) -> Vec<OsString> {
 
 /// The canonical option the flag at `i` sets (with its setting and spelling), and how many
 /// args it takes (the flag, and its value when separate).
-fn match_at(
-    engine: Engine,
-    list: Option<&OptionList>,
-    args: &[OsString],
-    i: usize,
-) -> (Option<(Opt, Setting, String)>, usize, Abbrev) {
+fn match_at(table: &Table, args: &[OsString], i: usize) -> (Option<(Opt, Setting, String)>, usize, Abbrev) {
     let raw = args[i].as_bytes();
     if !raw.starts_with(b"-") || raw.len() < 2 {
         return (None, 1, Abbrev::AsIs);
@@ -293,43 +316,39 @@ fn match_at(
         Some(p) => (&raw[..p], Some(&raw[p + 1..])),
         None => (raw, None),
     };
-    let written = normalise(engine, name_bytes);
-    let abbrev = unabbreviate(engine, list, &written);
+    let written = normalise(table.engine, name_bytes);
+    let abbrev = table.unabbreviate(&written);
     let name = match &abbrev {
-        Abbrev::Of { full, .. } => full.clone(),
-        _ => written.clone(),
+        Abbrev::Of { full, .. } => full.as_str(),
+        _ => written.as_str(),
     };
+    let Some((opt, sp)) = table.own(name) else { return (None, 1, abbrev) };
     let mut consumed = 1;
-    for &opt in Opt::ALL {
-        let Some(sp) = engine.spelling(opt) else {
-            continue;
-        };
-        let hit = match sp {
-            Spelling::Value(names) | Spelling::ValueOff { names, .. } if names.contains(&name.as_str()) => {
-                let v = match inline {
-                    Some(v) => Some(OsStr::from_bytes(v).to_os_string()),
-                    None => {
-                        consumed = 2;
-                        args.get(i + 1).cloned()
-                    }
-                };
-                v.map(|v| match sp {
-                    Spelling::ValueOff { value_off, .. } if v == OsStr::new(value_off) => Setting::Off,
-                    Spelling::ValueOff { .. } => Setting::On,
-                    _ => Setting::Value(v),
-                })
-            }
-            Spelling::Bool { on, .. } if name == on && inline.is_none() => Some(Setting::On),
-            Spelling::Bool { off, .. } if name == off && inline.is_none() => Some(Setting::Off),
-            Spelling::OffFlag(f) if name == f && inline.is_none() => Some(Setting::Off),
-            Spelling::OnFlag(f) if name == f && inline.is_none() => Some(Setting::On),
-            _ => None,
-        };
-        if let Some(setting) = hit {
-            return (Some((opt, setting, written)), consumed, abbrev);
+    let hit = match sp {
+        Spelling::Value(_) | Spelling::ValueOff { .. } => {
+            let v = match inline {
+                Some(v) => Some(OsStr::from_bytes(v).to_os_string()),
+                None => {
+                    consumed = 2;
+                    args.get(i + 1).cloned()
+                }
+            };
+            v.map(|v| match sp {
+                Spelling::ValueOff { value_off, .. } if v == OsStr::new(value_off) => Setting::Off,
+                Spelling::ValueOff { .. } => Setting::On,
+                _ => Setting::Value(v),
+            })
         }
+        Spelling::Bool { on, .. } if name == on && inline.is_none() => Some(Setting::On),
+        Spelling::Bool { off, .. } if name == off && inline.is_none() => Some(Setting::Off),
+        Spelling::OffFlag(_) if inline.is_none() => Some(Setting::Off),
+        Spelling::OnFlag(_) if inline.is_none() => Some(Setting::On),
+        _ => None,
+    };
+    match hit {
+        Some(setting) => (Some((opt, setting, written)), consumed, abbrev),
+        None => (None, consumed, abbrev),
     }
-    (None, consumed, abbrev)
 }
 
 /// vLLM's dotted form of a JSON option (`--kv-transfer-config.kv_role kv_producer`, or with
@@ -560,5 +579,31 @@ mod tests {
         let p = read(Engine::Vllm, &args);
         assert_eq!(args, before);
         assert!(!p.is_set(Opt::TensorParallelSize));
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    /// Each option string names one canonical option (the table's lookup relies on it), and
+    /// the recorded lists are sorted without duplicates (prefixes are ranges of them).
+    #[test]
+    fn option_strings_are_unique_and_lists_sorted() {
+        for e in Engine::all() {
+            let t = Table::new(e, None);
+            let mut names: Vec<&str> = t.own.iter().map(|(n, _, _)| *n).collect();
+            names.sort_unstable();
+            for w in names.windows(2) {
+                assert_ne!(w[0], w[1], "{e:?}: {} spells two options", w[0]);
+            }
+        }
+        for l in crate::engines::OPTION_LISTS {
+            let names: Vec<&str> = l.names().collect();
+            assert!(names.len() > 300, "{} {}", l.engine.name(), l.recorded);
+            for w in names.windows(2) {
+                assert!(w[0] < w[1], "{} {}: `{}` before `{}`", l.engine.name(), l.recorded, w[0], w[1]);
+            }
+        }
     }
 }
