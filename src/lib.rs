@@ -180,14 +180,9 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         request::Target::Module { module, .. } => vec![module.clone()],
         _ => Vec::new(),
     };
-    let opts = overlay::LoadOptions { check_writable: true, modules };
+    // Manifests and layout only: the selected tree's facts are gathered once it is known.
+    let opts = overlay::LoadOptions { check_writable: true, modules, lazy: true };
     let mut overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
-    // The trees' own top-level modules (and their capabilities' own), looked for in the image.
-    let probe: std::collections::BTreeSet<String> = overlay
-        .iter()
-        .flat_map(|o| o.trees.iter())
-        .flat_map(|t| t.facts.top_modules.keys().chain(t.facts.cap_modules.values().flatten()).cloned())
-        .collect();
     let program = match &req.target {
         request::Target::Program { program } => Some(program.as_os_str()),
         _ => None,
@@ -195,7 +190,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let wanted = facts::Wanted {
         models: &models,
         configs: &configs,
-        probe: Some(&probe),
+        probe: None,
         interpreter: req.interpreter(),
         program,
         chdir: req.chdir.as_deref(),
@@ -210,12 +205,17 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         infiniband: envvars::get(env, envvars::MC_GID_INDEX).is_some()
             || req.args.iter().any(|a| a.as_encoded_bytes().starts_with(b"--disaggregation-ib-device")),
     };
-    let facts = facts::Facts::gather(root, env, &wanted);
-    // The walk of its files and the integrity check are facts about the one tree the run
-    // would use.
+    let mut facts = facts::Facts::gather(root, env, &wanted);
+    // The tree's facts, the walk of its files and the integrity check are facts about the
+    // one tree the run would use; then the image is probed for that tree's own top-level
+    // modules (and its capabilities'), which it could shadow or share.
     let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, env };
     if let (Some(family), Ok(ov)) = (plan::selected_family(&inputs), overlay.as_mut()) {
         if let Some(t) = ov.trees.iter_mut().find(|t| t.family == family) {
+            overlay::gather(t, &opts);
+            let probe: std::collections::BTreeSet<String> =
+                t.facts.top_modules.keys().chain(t.facts.cap_modules.values().flatten()).cloned().collect();
+            facts.probe_site(&probe);
             overlay::inspect(t);
             if req.verify != Verify::Off {
                 overlay::verify(t, req.verify == Verify::Digest);

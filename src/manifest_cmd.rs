@@ -141,7 +141,7 @@ fn differences(old: &Record, new: &Record) -> Vec<String> {
 }
 
 pub fn verify(overlay_dir: &Path, digest: bool) -> Result<String, Refusal> {
-    let opts = overlay::LoadOptions { check_writable: true, modules: Vec::new() };
+    let opts = overlay::LoadOptions { check_writable: true, modules: Vec::new(), lazy: false };
     let ov = overlay::load(overlay_dir, &opts)?;
     let mut problems: Vec<String> = Vec::new();
     let mut files = 0;

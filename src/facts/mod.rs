@@ -171,6 +171,13 @@ impl Facts {
         }
     }
 
+    /// Look for these top-level modules in the image's site directories (the selected
+    /// tree's own), adding them to the site index.
+    pub fn probe_site(&mut self, probe: &BTreeSet<String>) {
+        let Ok(py) = &self.python else { return };
+        site::probe(&self.root, &py.site_dirs, py.minor, probe, &mut self.site);
+    }
+
     pub fn engine(&self, e: crate::engines::Engine) -> Option<&EngineInstall> {
         self.engines.iter().find(|x| x.engine == e)
     }

@@ -116,13 +116,50 @@ pub fn scan(
     let wanted = |e: Engine| only.is_none_or(|o| o == e);
     let mut index = SiteIndex::default();
     let mut engines: Vec<EngineInstall> = Vec::new();
-    let ext = format!(".cpython-{}{}-x86_64-linux-gnu.so", minor.0, minor.1);
     for dir in site_dirs {
         for e in probe_versions(root, dir, wanted) {
             if !engines.iter().any(|x| x.engine == e.engine) {
                 engines.push(e);
             }
         }
+    }
+    let missing = Engine::all().filter(|e| wanted(*e)).any(|i| !engines.iter().any(|e| e.engine == i));
+    probe_into(
+        root,
+        site_dirs,
+        minor,
+        probe,
+        missing.then_some(&wanted as &dyn Fn(Engine) -> bool),
+        &mut index,
+        &mut engines,
+    );
+    engines.sort_by_key(|e| e.engine.name());
+    (index, engines)
+}
+
+/// Look for the `probe` modules in the site directories (adding them and their
+/// distributions to `index`): for a lazy overlay, the selected tree's modules once the tree
+/// is known.
+pub fn probe(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), probe: &BTreeSet<String>, index: &mut SiteIndex) {
+    let mut none = Vec::new();
+    probe_into(root, site_dirs, minor, probe, None, index, &mut none);
+}
+
+/// The modules of `probe` found in the site directories, and the records that answer a
+/// question: the distribution of a module found, and (with `engines_wanted`) an engine's
+/// record when its version file was not found.
+fn probe_into(
+    root: &Root,
+    site_dirs: &[PathBuf],
+    minor: (u32, u32),
+    probe: &BTreeSet<String>,
+    engines_wanted: Option<&dyn Fn(Engine) -> bool>,
+    index: &mut SiteIndex,
+    engines: &mut Vec<EngineInstall>,
+) {
+    let ext = format!(".cpython-{}{}-x86_64-linux-gnu.so", minor.0, minor.1);
+    let mut found_here: Vec<String> = Vec::new();
+    for dir in site_dirs {
         for m in probe {
             if index.modules.contains_key(m) {
                 continue;
@@ -132,40 +169,40 @@ pub fn scan(
                 .any(|c| root.metadata(&dir.join(c)).is_ok());
             if hit {
                 index.modules.insert(m.clone(), dir.clone());
+                found_here.push(m.clone());
             }
         }
     }
-    let missing = Engine::all().filter(|e| wanted(*e)).any(|i| !engines.iter().any(|e| e.engine == i));
-    if missing || !index.modules.is_empty() {
-        for dir in site_dirs {
-            // Only the records that answer a question are kept: an engine's, or the
-            // distribution of a module the image shares with a tree.
-            let mut found: Vec<(Dist, String)> = Vec::new();
-            root.each_name(dir, |n| {
-                let b = std::os::unix::ffi::OsStrExt::as_bytes(n);
-                if !(b.ends_with(b".dist-info") || b.ends_with(b".egg-info")) {
-                    return;
-                }
-                let Some(entry) = n.to_str() else { return };
-                let Some((name, version)) = Dist::parse(entry) else { return };
-                let engine = engine_of(name).is_some_and(|e| wanted(e) && !engines.iter().any(|x| x.engine == e));
-                let hit = index.modules.iter().any(|(m, at)| at == dir && Dist::provides(name, m));
-                if engine || hit {
-                    let d = Dist { dir: dir.clone(), name: name.to_string(), version: version.to_string() };
-                    found.push((d, entry.to_string()));
-                }
-            });
-            found.sort_by(|a, b| a.1.cmp(&b.1));
-            for (d, entry) in found {
-                if let Some(e) = engine_of(&d.name).filter(|e| wanted(*e) && !engines.iter().any(|x| x.engine == *e)) {
-                    engines.push(EngineInstall { engine: e, version: d.version.clone(), record: dir.join(entry) });
-                }
-                index.dists.push(d);
+    if engines_wanted.is_none() && found_here.is_empty() {
+        return;
+    }
+    let wanted = |e: Engine| engines_wanted.is_some_and(|w| w(e));
+    for dir in site_dirs {
+        // Only the records that answer a question are kept: an engine's, or the
+        // distribution of a module the image shares with a tree.
+        let mut found: Vec<(Dist, String)> = Vec::new();
+        root.each_name(dir, |n| {
+            let b = std::os::unix::ffi::OsStrExt::as_bytes(n);
+            if !(b.ends_with(b".dist-info") || b.ends_with(b".egg-info")) {
+                return;
             }
+            let Some(entry) = n.to_str() else { return };
+            let Some((name, version)) = Dist::parse(entry) else { return };
+            let engine = engine_of(name).is_some_and(|e| wanted(e) && !engines.iter().any(|x| x.engine == e));
+            let hit = found_here.iter().any(|m| index.modules.get(m) == Some(dir) && Dist::provides(name, m));
+            if engine || hit {
+                let d = Dist { dir: dir.clone(), name: name.to_string(), version: version.to_string() };
+                found.push((d, entry.to_string()));
+            }
+        });
+        found.sort_by(|a, b| a.1.cmp(&b.1));
+        for (d, entry) in found {
+            if let Some(e) = engine_of(&d.name).filter(|e| wanted(*e) && !engines.iter().any(|x| x.engine == *e)) {
+                engines.push(EngineInstall { engine: e, version: d.version.clone(), record: dir.join(entry) });
+            }
+            index.dists.push(d);
         }
     }
-    engines.sort_by_key(|e| e.engine.name());
-    (index, engines)
 }
 
 /// The engine whose distribution this is (`vllm`, `sglang`; case and `_`/`-` as pip does).

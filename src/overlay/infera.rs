@@ -15,7 +15,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::check::{find_module, inside, not_writable};
-use super::{gather, LoadOptions, OverlayError, Paths, Tree};
+use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
 use crate::engines::TABLE;
 use crate::manifest::{
     Abi, Capability, EngineEntry, Manifest, ManifestError, Prefer, ServerEntry, SCHEMA, SERVER_MODULE,
@@ -114,7 +114,7 @@ fn tree(
         None => Vec::new(),
     };
     let manifest = derived(&family, minor, native.map(|(h, _)| h), py, &native_caps);
-    let facts = gather::tree_facts(overlay, &paths, &manifest, opts);
+    let facts = if opts.lazy { TreeFacts::default() } else { gather::tree_facts(overlay, &paths, &manifest, opts) };
     if opts.check_writable {
         for part in &paths.parts {
             not_writable(part)?;

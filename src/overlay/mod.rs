@@ -229,6 +229,14 @@ pub struct LoadOptions {
     pub check_writable: bool,
     /// Modules to look up in every tree besides the ones its manifest names.
     pub modules: Vec<String>,
+    /// Read only the manifests and layout at load; the tree the run selects gets its facts
+    /// from `gather` (so a start costs the same with 2 trees or 50).
+    pub lazy: bool,
+}
+
+/// The facts of one tree (for a lazy load: the tree the run selected).
+pub fn gather(tree: &mut Tree, opts: &LoadOptions) {
+    tree.facts = gather::tree_facts(&tree.paths.contain.clone(), &tree.paths, &tree.manifest, opts);
 }
 
 /// Does `dir` hold an overlay of either layout (`trees/`, or the Infera payload's

@@ -4,7 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::check::{inside, not_writable};
-use super::{gather, LoadOptions, OverlayError, Paths, Tree};
+use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
 use crate::manifest::{self, ManifestError};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
 
@@ -68,7 +68,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
                 }
             }
         }
-        let facts = gather::tree_facts(&tdir, &paths, &manifest, opts);
+        let facts = if opts.lazy { TreeFacts::default() } else { gather::tree_facts(&tdir, &paths, &manifest, opts) };
         if opts.check_writable {
             not_writable(&tdir)?;
             not_writable(&mpath)?;
