@@ -1,35 +1,23 @@
 //! The known-bad engine configurations, as data (`manifests/rules.toml`): their types and
-//! the shipped table. `plan::args` applies them.
+//! the shipped table, which `build.rs` parses, validates (known engines, traits, unique
+//! codes) and compiles in, so no start parses it. `plan::args` applies them.
 
-use serde::Deserialize;
-
-use crate::engines::Engine;
-
-pub const RULES_TOML: &str = include_str!("../manifests/rules.toml");
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RuleFile {
-    pub rule: Vec<Rule>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Copy)]
 pub struct Rule {
-    pub code: String,
-    #[serde(default)]
-    pub engines: Vec<String>,
+    pub code: &'static str,
+    /// The engines it applies to (empty: every engine).
+    pub engines: &'static [&'static str],
     pub when: When,
-    pub message: String,
-    pub fix: String,
+    pub message: &'static str,
+    pub fix: &'static str,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Every condition given must hold (see `manifests/rules.toml`).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct When {
-    pub model: Option<Vec<Trait>>,
-    pub kv_cache_dtype: Option<Vec<String>>,
-    pub load_format: Option<Vec<String>>,
+    pub model: Option<&'static [Trait]>,
+    pub kv_cache_dtype: Option<&'static [&'static str]>,
+    pub load_format: Option<&'static [&'static str]>,
     pub max_seqs_over: Option<u64>,
     pub prefix_caching: Option<OnOff>,
     pub chunked_prefill: Option<OnOff>,
@@ -37,51 +25,43 @@ pub struct When {
     pub tp_divides_heads: Option<bool>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trait {
     Mla,
     Hybrid,
     Multimodal,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnOff {
     On,
     Off,
 }
 
-/// The rules shipped in the binary, parsed once (validated by a test, so this cannot fail
-/// at run time; if it did, the error says so).
-pub fn shipped() -> Result<&'static [Rule], &'static str> {
-    static RULES: std::sync::OnceLock<Result<Vec<Rule>, String>> = std::sync::OnceLock::new();
-    let parsed = RULES.get_or_init(|| {
-        let f: RuleFile = toml::from_str(RULES_TOML).map_err(|e| e.to_string())?;
-        for r in &f.rule {
-            if let Some(e) = r.engines.iter().find(|e| Engine::from_name(e).is_none()) {
-                return Err(format!("rule {}: unknown engine {e}", r.code));
-            }
-        }
-        Ok(f.rule)
-    });
-    parsed.as_deref().map_err(String::as_str)
+include!(concat!(env!("OUT_DIR"), "/rules.rs"));
+
+/// The rules shipped in the binary.
+pub fn shipped() -> &'static [Rule] {
+    SHIPPED
 }
 
 /// The codes of the shipped rules (what `--allow` accepts).
 pub fn codes() -> Vec<&'static str> {
-    shipped().unwrap_or_default().iter().map(|r| r.code.as_str()).collect()
+    SHIPPED.iter().map(|r| r.code).collect()
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn shipped_rules_parse() {
-        let rules = super::shipped().unwrap();
+    fn shipped_rules_compiled_in() {
+        let rules = super::shipped();
         assert!(rules.len() >= 6);
-        let mut codes: Vec<&str> = rules.iter().map(|r| r.code.as_str()).collect();
+        let mut codes = super::codes();
         codes.sort();
         codes.dedup();
         assert_eq!(codes.len(), rules.len(), "rule codes are unique");
+        let mla = rules.iter().find(|r| r.code == "kv-fp8-mla").unwrap();
+        assert_eq!(mla.when.model, Some(&[super::Trait::Mla][..]));
+        assert!(mla.when.kv_cache_dtype.is_some_and(|k| k.contains(&"fp8_e4m3")));
     }
 }

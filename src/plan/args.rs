@@ -36,9 +36,6 @@ pub enum ArgsError {
         hint = "give the model's absolute path, or set INFERA_EXEC_CHDIR to the directory it is relative to"
     )]
     RelativeModel { reference: String, dir: PathBuf },
-    #[error("the shipped rules are invalid: {reason}")]
-    #[refuse(code = "rules-invalid", exit = Invalid)]
-    RulesInvalid { reason: String },
     #[error(
         "{flag} `{value}`: invalid int value; the {engine} parser exits with `argument {flag}: invalid int value`"
     )]
@@ -81,7 +78,7 @@ struct Effective<'a> {
 
 /// The args to append (in order) after the user's, or the refusal.
 pub fn apply(ctx: &Ctx, findings: &mut Vec<Finding>) -> Result<Vec<OsString>, Refusal> {
-    let rules = crate::rules::shipped().map_err(|e| ArgsError::RulesInvalid { reason: e.to_string() })?;
+    let rules = crate::rules::shipped();
     let gpus = ctx.facts.gpus.as_ref().map_err(Clone::clone)?.count;
     let ints = Ints::read(ctx, findings)?;
     let model = model_of(ctx, findings)?;
@@ -274,18 +271,18 @@ fn check_rules(
 ) -> Result<(), ArgsError> {
     let (e, p) = (ctx.engine, ctx.parsed);
     for rule in rules {
-        if !rule.engines.is_empty() && !rule.engines.iter().any(|x| x == e.name()) {
+        if !rule.engines.is_empty() && !rule.engines.iter().any(|x| *x == e.name()) {
             continue;
         }
         let Some(evidence) = fires(&rule.when, eff, e, p) else { continue };
         let vars = vars(eff, e);
-        let msg = format!("{} [{}]", fill(&rule.message, &vars), evidence.join("; "));
-        if ctx.req.allow.contains(&rule.code) {
-            findings.push(Finding::warn(&rule.code, format!("allowed by INFERA_ALLOW/--allow: {msg}")));
+        let msg = format!("{} [{}]", fill(rule.message, &vars), evidence.join("; "));
+        if ctx.req.allow.iter().any(|a| a == rule.code) {
+            findings.push(Finding::warn(rule.code, format!("allowed by INFERA_ALLOW/--allow: {msg}")));
             continue;
         }
-        let hint = format!("{}; or set INFERA_ALLOW={} to run it anyway", fill(&rule.fix, &vars), rule.code);
-        return Err(ArgsError::Rule { code: rule.code.clone(), message: msg, hint });
+        let hint = format!("{}; or set INFERA_ALLOW={} to run it anyway", fill(rule.fix, &vars), rule.code);
+        return Err(ArgsError::Rule { code: rule.code.to_string(), message: msg, hint });
     }
     Ok(())
 }
@@ -398,7 +395,7 @@ fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>
     };
     if let Some(traits) = &w.model {
         let m = eff.model?;
-        for t in traits {
+        for t in traits.iter() {
             let has = match t {
                 Trait::Mla => m.mla,
                 Trait::Hybrid => m.hybrid,
@@ -412,14 +409,14 @@ fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>
     }
     if let Some(list) = &w.kv_cache_dtype {
         let kv = eff.kv.as_ref()?;
-        if !list.contains(kv) {
+        if !list.contains(&kv.as_str()) {
             return None;
         }
         ev.push(format!("--kv-cache-dtype {kv} ({})", src(Opt::KvCacheDtype)));
     }
     if let Some(list) = &w.load_format {
         let lf = eff.load_format.as_ref()?;
-        if !list.contains(lf) {
+        if !list.contains(&lf.as_str()) {
             return None;
         }
         ev.push(format!("--load-format {lf}"));
