@@ -365,8 +365,16 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
         SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) || [&b"-h"[..], b"--help", b"-V", b"--version"].contains(&a)
     });
     if subcommand_form {
-        let mut cmd = Cli::command();
-        let m = cmd.try_get_matches_from_mut(&argv).map_err(|e| explain(e, &argv, &cmd))?;
+        // A role's run builds only that role's parser (the whole command line interface is
+        // a sixth of a start's instructions); anything else, and any error or help, goes
+        // through the whole parser, so every message is the whole parser's.
+        let (cmd, m) = match argv.get(1).and_then(|a| a.to_str()).and_then(role_only) {
+            Some(mut one) => match one.try_get_matches_from_mut(&argv) {
+                Ok(m) => (one, m),
+                Err(_) => whole(&argv)?,
+            },
+            None => whole(&argv)?,
+        };
         let cli = Cli::from_arg_matches(&m)?;
         let from_env = |name: &str| {
             let sub = cmd.find_subcommand(name);
@@ -445,6 +453,30 @@ fn mistyped_subcommand(argv: &[OsString], cmd: &mut clap::Command) -> Option<cla
              tip: did you mean `infera-exec {near}`? A program of that name runs as `infera-exec -- {word} ...`"
         ),
     ))
+}
+
+/// The whole subcommand-form parser's answer.
+fn whole(argv: &[OsString]) -> Result<(clap::Command, clap::ArgMatches), clap::Error> {
+    let mut cmd = Cli::command();
+    let m = cmd.try_get_matches_from_mut(argv).map_err(|e| explain(e, argv, &cmd))?;
+    Ok((cmd, m))
+}
+
+/// The parser of the top level with only this role's subcommand: the same matches as the
+/// whole parser for a valid command line of that role.
+fn role_only(name: &str) -> Option<clap::Command> {
+    let sub = match name {
+        "worker" => <WorkerArgs as clap::Args>::augment_args(clap::Command::new("worker")),
+        "server" => <ServerArgs as clap::Args>::augment_args(clap::Command::new("server")),
+        "check" => <CheckArgs as clap::Args>::augment_args(clap::Command::new("check")),
+        _ => return None,
+    };
+    Some(
+        clap::Command::new("infera-exec")
+            .disable_version_flag(true)
+            .arg(clap::Arg::new("version").short('V').long("version").action(clap::ArgAction::SetTrue))
+            .subcommand(sub),
+    )
 }
 
 /// `(long option, variable)` of each value clap took from the environment.
