@@ -5,10 +5,12 @@
 //! restarts at the root, `..` stops at it. This is `openat2(RESOLVE_IN_ROOT)` done in
 //! userspace so that an unpacked image on a host is read exactly as the container sees it.
 
-use std::collections::VecDeque;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 /// Same limit as the kernel's `MAXSYMLINKS`.
@@ -20,6 +22,19 @@ pub const SMALL_FILE_LIMIT: u64 = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct Root {
     host: PathBuf,
+    /// Resolutions this run already made, by container path: the paths a start asks about
+    /// share their directories (`/usr/local/lib/python3.12/dist-packages/…`, `/opt/rocm/…`
+    /// through two links), so each directory is looked up once, not once per path under
+    /// it. Keys are the paths as asked and the resolved paths (which resolve to
+    /// themselves). The image is not expected to change during one start.
+    memo: RefCell<HashMap<Vec<u8>, Memo>>,
+}
+
+#[derive(Debug, Clone)]
+enum Memo {
+    Found(PathBuf, fs::Metadata),
+    /// The path is missing (`ENOENT`/`ENOTDIR`, kept as the errno).
+    Missing(i32),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, infera_exec_derive::Refuse)]
@@ -35,7 +50,7 @@ pub enum RootError {
 
 impl Root {
     pub fn new(host: impl Into<PathBuf>) -> Self {
-        Root { host: host.into() }
+        Root { host: host.into(), memo: RefCell::new(HashMap::new()) }
     }
 
     /// The root is a directory this process can read: otherwise every fact would be
@@ -83,44 +98,88 @@ impl Root {
     /// Resolve and return the resolved container path with its metadata (the last
     /// component's, taken from the same walk: no second lookup).
     pub fn stat(&self, cpath: &Path) -> io::Result<(PathBuf, fs::Metadata)> {
-        // `done` is the resolved container path so far; `host` the same under the root,
-        // kept in step so no path is rebuilt per component.
-        let mut done = PathBuf::from("/");
-        let mut host = self.host.clone();
-        let mut todo: VecDeque<OsString> = components(cpath);
         let mut hops = 0;
+        self.walk(cpath.as_os_str().as_bytes(), &mut hops)
+    }
+
+    /// The walk behind [`Root::stat`]: one `lstat` per component not yet known, a link's
+    /// target resolved by the same walk (so its directories are shared too), `hops`
+    /// counting links across the whole resolution as the kernel does.
+    fn walk(&self, path: &[u8], hops: &mut usize) -> io::Result<(PathBuf, fs::Metadata)> {
+        // The longest prefix (at a `/`) already resolved; a missing one makes the path missing.
+        let mut start = 0;
+        let mut done = PathBuf::from("/");
         let mut last: Option<fs::Metadata> = None;
-        while let Some(c) = todo.pop_front() {
-            if c == ".." {
-                if done.pop() {
-                    host.pop();
+        {
+            let memo = self.memo.borrow();
+            let mut end = path.len();
+            loop {
+                match memo.get(&path[..end]) {
+                    Some(Memo::Found(d, m)) if end == path.len() || m.is_dir() => {
+                        if end == path.len() {
+                            return Ok((d.clone(), m.clone()));
+                        }
+                        start = end;
+                        done = d.clone();
+                        last = Some(m.clone());
+                        break;
+                    }
+                    Some(Memo::Missing(errno)) => return Err(io::Error::from_raw_os_error(*errno)),
+                    _ => {}
                 }
-                last = None;
-                continue;
+                match path[..end].iter().rposition(|&b| b == b'/') {
+                    Some(i) if i > 0 => end = i,
+                    _ => break,
+                }
             }
-            host.push(&c);
-            let meta = fs::symlink_metadata(&host)?;
+        }
+        let mut host = self.host(&done);
+        let mut pos = start;
+        for comp in path[start..].split(|&b| b == b'/') {
+            let end = pos + comp.len();
+            pos = end + 1;
+            match comp {
+                b"" | b"." => continue,
+                b".." => {
+                    if done.pop() {
+                        host.pop();
+                    }
+                    last = None;
+                    continue;
+                }
+                _ => {}
+            }
+            let name = OsStr::from_bytes(comp);
+            host.push(name);
+            let meta = match fs::symlink_metadata(&host) {
+                Ok(m) => m,
+                Err(e) => return Err(self.remember_missing(path, end, e)),
+            };
             if meta.file_type().is_symlink() {
-                hops += 1;
-                if hops > MAX_SYMLINKS {
+                *hops += 1;
+                if *hops > MAX_SYMLINKS {
                     return Err(io::Error::other(format!(
                         "too many levels of symbolic links at `{}`",
-                        done.join(&c).display()
+                        done.join(name).display()
                     )));
                 }
                 let target = fs::read_link(&host)?;
-                host.pop();
-                if target.is_absolute() {
-                    done = PathBuf::from("/");
-                    host = self.host.clone();
-                }
-                let mut t = components(&target);
-                t.extend(todo);
-                todo = t;
-                last = None;
+                let full = if target.is_absolute() { target } else { done.join(target) };
+                let (d, m) = self.walk(full.as_os_str().as_bytes(), hops)?;
+                done = d;
+                host = self.host(&done);
+                last = Some(m);
             } else {
-                done.push(&c);
+                done.push(name);
+                self.remember(done.as_os_str().as_bytes(), &done, &meta);
                 last = Some(meta);
+            }
+            // The path as asked up to here resolves to `done` (a link's target included).
+            if let Some(m) = &last {
+                let asked = &path[..end];
+                if asked != done.as_os_str().as_bytes() {
+                    self.remember(asked, &done, m);
+                }
             }
         }
         let meta = match last {
@@ -128,6 +187,28 @@ impl Root {
             None => fs::metadata(&host)?,
         };
         Ok((done, meta))
+    }
+
+    fn remember(&self, key: &[u8], done: &Path, meta: &fs::Metadata) {
+        let mut memo = self.memo.borrow_mut();
+        if !memo.contains_key(key) {
+            memo.insert(key.to_vec(), Memo::Found(done.to_path_buf(), meta.clone()));
+        }
+    }
+
+    /// A missing path is remembered as missing (it is asked again: a search path's
+    /// directories, `$HOME`); any other error is returned as it is, not remembered.
+    /// `end` is where the component that is missing ends: everything under that prefix
+    /// is missing too (`/usr/local/sbin` for each name looked up in it).
+    fn remember_missing(&self, path: &[u8], end: usize, e: io::Error) -> io::Error {
+        if let Some(errno @ (nix::libc::ENOENT | nix::libc::ENOTDIR)) = e.raw_os_error() {
+            let mut memo = self.memo.borrow_mut();
+            memo.insert(path[..end].to_vec(), Memo::Missing(errno));
+            if end < path.len() {
+                memo.insert(path.to_vec(), Memo::Missing(errno));
+            }
+        }
+        e
     }
 
     /// The links a path goes through, each target as a container path (relative targets
@@ -172,20 +253,24 @@ impl Root {
 
     /// Read a small file (bounded, so a multi-GB "version file" cannot exhaust memory).
     pub fn read_small(&self, cpath: &Path) -> io::Result<Vec<u8>> {
-        let (_, h) = self.locate(cpath)?;
-        read_bounded(&h, SMALL_FILE_LIMIT)
+        self.read_file(cpath, SMALL_FILE_LIMIT)
     }
 
     /// Read a file up to `limit` bytes (a larger one is an error, not a truncated read).
     pub fn read_file(&self, cpath: &Path, limit: u64) -> io::Result<Vec<u8>> {
-        let (_, h) = self.locate(cpath)?;
-        read_bounded(&h, limit)
+        let (c, m) = self.stat(cpath)?;
+        regular(&m)?;
+        let (f, size) = open_checked(&self.host(&c))?;
+        read_up_to(f, size, limit)
     }
 
     /// Open a regular file of the root for streaming (no size bound: the reader bounds memory).
+    /// The type comes from the resolution's own `lstat` (no device or FIFO is opened) and
+    /// is checked again on the open descriptor.
     pub fn open_file(&self, cpath: &Path) -> io::Result<fs::File> {
-        let (_, h) = self.locate(cpath)?;
-        open_regular(&h)
+        let (c, m) = self.stat(cpath)?;
+        regular(&m)?;
+        open_checked(&self.host(&c)).map(|(f, _)| f)
     }
 
     pub fn read_small_string(&self, cpath: &Path) -> io::Result<String> {
@@ -214,27 +299,24 @@ impl Root {
     }
 }
 
-fn components(p: &Path) -> VecDeque<OsString> {
-    p.components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            Component::ParentDir => Some(OsString::from("..")),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Open a file that must be a regular file, without ever blocking: a FIFO where a version
 /// file, a manifest or config.json is expected would block `open` until a writer comes, a
 /// device could be anything. The type is checked before opening (no open of a device at
 /// all) and again on the open descriptor (it may have been swapped), which is opened
 /// `O_NONBLOCK | O_NOCTTY`.
 pub fn open_regular(path: &Path) -> io::Result<fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
     regular(&fs::metadata(path)?)?;
+    open_checked(path).map(|(f, _)| f)
+}
+
+/// The open of [`open_regular`] once the type is known: non-blocking, no controlling
+/// terminal, and the descriptor's own type checked.
+fn open_checked(path: &Path) -> io::Result<(fs::File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt;
     let f = fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY).open(path)?;
-    regular(&f.metadata()?)?;
-    Ok(f)
+    let m = f.metadata()?;
+    regular(&m)?;
+    Ok((f, m.len()))
 }
 
 fn regular(m: &fs::Metadata) -> io::Result<()> {
@@ -299,8 +381,15 @@ pub fn each_entry(dir: &Path, mut f: impl FnMut(&OsStr, u8)) -> io::Result<()> {
 
 /// Read at most `limit` bytes; a longer file is an error, not a truncated read.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    let f = open_regular(path)?;
-    let mut buf = Vec::new();
+    regular(&fs::metadata(path)?)?;
+    let (f, size) = open_checked(path)?;
+    read_up_to(f, size, limit)
+}
+
+/// `size` is the one the open's check read: one allocation for the file and one read past
+/// its end, not a doubling per read.
+fn read_up_to(f: fs::File, size: u64, limit: u64) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(size.min(limit) as usize + 1);
     f.take(limit + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > limit {
         return Err(io::Error::new(

@@ -8,9 +8,15 @@ use std::path::{Component, Path};
 use super::{Mount, OverlayError, Presence};
 
 pub fn not_writable(p: &Path) -> Result<(), OverlayError> {
-    let Ok(m) = fs::metadata(p) else {
-        return Ok(());
-    };
+    match fs::metadata(p) {
+        Ok(m) => not_writable_by_mode(p, &m),
+        Err(_) => Ok(()),
+    }
+}
+
+/// [`not_writable`] with the metadata already read (the walk's `lstat` of a file or
+/// directory, which is its `stat`).
+pub fn not_writable_by_mode(p: &Path, m: &fs::Metadata) -> Result<(), OverlayError> {
     let mode = m.mode() & 0o7777;
     let who = if mode & 0o002 != 0 {
         "everyone"

@@ -17,7 +17,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::check::{inside, not_writable};
+use super::check::{inside, not_writable_by_mode};
 use super::{Mount, OverlayError, Tree};
 
 /// Walk the tree's parts and keep the outcome in its facts.
@@ -73,7 +73,7 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
                             if m.uid() != 0 && m.uid() != euid {
                                 return Err(OverlayError::Owner { path, uid: m.uid(), euid });
                             }
-                            not_writable(&path)?;
+                            not_writable_by_mode(&path, &m)?;
                         }
                     }
                     if kind == Kind::Dir {
