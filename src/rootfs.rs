@@ -441,7 +441,7 @@ pub fn os_to_string(s: &OsStr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, MetadataExt};
 
     #[test]
     fn absolute_links_stay_in_root() {
@@ -467,6 +467,48 @@ mod tests {
         assert_eq!(root.resolve(Path::new("/up")).unwrap(), PathBuf::from("/a"));
         let e = root.resolve(Path::new("/loop")).unwrap_err();
         assert!(e.to_string().contains("too many levels"), "{e}");
+    }
+
+    #[test]
+    fn remembered_resolutions_give_what_a_fresh_walk_gives() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("opt/rocm-7.0.0/lib")).unwrap();
+        fs::create_dir_all(r.join("opt/rocm-7.0.0/.info")).unwrap();
+        fs::create_dir_all(r.join("etc/alternatives")).unwrap();
+        fs::write(r.join("opt/rocm-7.0.0/.info/version"), "7.0.0").unwrap();
+        symlink("/opt/rocm-7.0.0", r.join("etc/alternatives/rocm")).unwrap();
+        symlink("/etc/alternatives/rocm", r.join("opt/rocm")).unwrap();
+        symlink("rocm/lib", r.join("opt/rocmlib")).unwrap();
+        let asked = [
+            "/opt/rocm/.info/version",
+            "/opt/rocm/lib",
+            "/opt/rocm/lib/../.info/version",
+            "/opt/rocmlib/../.info",
+            "/opt/rocm/missing/deeper",
+            "/opt/rocm/missing",
+            "/opt/rocm/.info/version/not-a-dir",
+            "/opt/rocm/",
+        ];
+        let shared = Root::new(r);
+        for p in asked.iter().chain(asked.iter()) {
+            let fresh = Root::new(r).stat(Path::new(p));
+            let again = shared.stat(Path::new(p));
+            match (fresh, again) {
+                (Ok((a, ma)), Ok((b, mb))) => {
+                    assert_eq!(a, b, "{p}");
+                    assert_eq!(ma.ino(), mb.ino(), "{p}");
+                }
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{p}"),
+                (a, b) => panic!("{p}: a fresh walk gave {a:?}, the remembered one {b:?}"),
+            }
+        }
+        assert_eq!(
+            shared.resolve(Path::new("/opt/rocm/lib/../.info/version")).unwrap(),
+            Path::new("/opt/rocm-7.0.0/.info/version")
+        );
+        assert_eq!(shared.resolve(Path::new("/opt/rocmlib/../.info")).unwrap(), Path::new("/opt/rocm-7.0.0/.info"));
+        assert_eq!(shared.stat(Path::new("/opt/rocm/missing/deeper")).unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 
     #[test]
