@@ -6,11 +6,11 @@
 //! userspace so that an unpacked image on a host is read exactly as the container sees it.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 /// Same limit as the kernel's `MAXSYMLINKS`.
@@ -27,7 +27,7 @@ pub struct Root {
     /// through two links), so each directory is looked up once, not once per path under
     /// it. Keys are the paths as asked and the resolved paths (which resolve to
     /// themselves). The image is not expected to change during one start.
-    memo: RefCell<HashMap<Vec<u8>, Memo>>,
+    memo: RefCell<FxHashMap<Vec<u8>, Memo>>,
 }
 
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub enum RootError {
 
 impl Root {
     pub fn new(host: impl Into<PathBuf>) -> Self {
-        Root { host: host.into(), memo: RefCell::new(HashMap::new()) }
+        Root { host: host.into(), memo: RefCell::new(FxHashMap::default()) }
     }
 
     /// The root is a directory this process can read: otherwise every fact would be
@@ -79,7 +79,18 @@ impl Root {
 
     /// Where a container path lives on this host (no symlink resolution).
     pub fn host(&self, cpath: &Path) -> PathBuf {
-        let mut p = self.host.clone();
+        let c = cpath.as_os_str().as_bytes();
+        let mut p = Vec::with_capacity(self.host.as_os_str().len() + c.len() + 1);
+        p.extend_from_slice(self.host.as_os_str().as_bytes());
+        if normal(c) {
+            // The common case, a resolved path (`/usr/lib/x`): the bytes appended as they are.
+            if p.last() != Some(&b'/') && !c.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(&c[1..]);
+            return PathBuf::from(OsString::from_vec(p));
+        }
+        let mut p = PathBuf::from(OsString::from_vec(p));
         for c in cpath.components() {
             if let Component::Normal(n) = c {
                 p.push(n);
@@ -299,6 +310,14 @@ impl Root {
     }
 }
 
+/// An absolute path with no empty, `.` or `..` component and no trailing `/`: its
+/// components are its bytes between slashes.
+fn normal(c: &[u8]) -> bool {
+    c.first() == Some(&b'/')
+        && c.len() > 1
+        && c[1..].split(|&b| b == b'/').all(|n| !n.is_empty() && n != b"." && n != b"..")
+}
+
 /// Open a file that must be a regular file, without ever blocking: a FIFO where a version
 /// file, a manifest or config.json is expected would block `open` until a writer comes, a
 /// device could be anything. The type is checked before opening (no open of a device at
@@ -509,6 +528,22 @@ mod tests {
         );
         assert_eq!(shared.resolve(Path::new("/opt/rocmlib/../.info")).unwrap(), Path::new("/opt/rocm-7.0.0/.info"));
         assert_eq!(shared.stat(Path::new("/opt/rocm/missing/deeper")).unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn host_paths_join_the_root_and_the_normal_components() {
+        for root in ["/", "/srv/img", "/srv/img/", "rel"] {
+            let r = Root::new(root);
+            for c in ["/usr/lib/x", "/", "", "usr/lib", "/usr//lib/./x/", "/a/../b", "/opt/rocm-7.0.0/.info", "/.x/..y"] {
+                let mut want = PathBuf::from(root);
+                for comp in Path::new(c).components() {
+                    if let Component::Normal(n) = comp {
+                        want.push(n);
+                    }
+                }
+                assert_eq!(r.host(Path::new(c)), want, "root {root}, path {c}");
+            }
+        }
     }
 
     #[test]
