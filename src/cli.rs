@@ -19,6 +19,8 @@ use crate::engines::Engine;
 use crate::envvars as ev;
 use crate::request::Role;
 
+mod quick;
+
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
 const EXIT_CODES: &str = "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, \
                           78 engine configuration refused, 126 cannot execute, 127 not found.";
@@ -360,6 +362,14 @@ pub enum Invocation {
 /// Find which form argv is and parse it. Errors are clap's, with a value that came from a
 /// variable named as that variable.
 pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
+    match quick::parse(&argv) {
+        Some(quick) => Ok(quick),
+        None => with_clap(argv),
+    }
+}
+
+/// What clap reads from argv (and the variables): the reference `quick` is tested against.
+fn with_clap(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
     let first = argv.get(1).map(|a| a.as_bytes());
     let subcommand_form = first.is_none_or(|a| {
         SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) || [&b"-h"[..], b"--help", b"-V", b"--version"].contains(&a)
@@ -441,11 +451,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
 /// `infera-exec wroker`: a bare word one or two edits from a subcommand is a typo, not a
 /// program (none of the launcher's programs is spelled like its subcommands).
 fn mistyped_subcommand(argv: &[OsString], cmd: &mut clap::Command) -> Option<clap::Error> {
-    let word = argv.get(1)?.to_str()?;
-    if word.starts_with('-') || word.contains('/') || word.len() < 4 {
-        return None;
-    }
-    let near = SUBCOMMANDS.iter().find(|s| strsim::damerau_levenshtein(word, s) <= 2 && **s != "help")?;
+    let (word, near) = near_subcommand(argv)?;
     Some(cmd.error(
         clap::error::ErrorKind::InvalidSubcommand,
         format!(
@@ -453,6 +459,16 @@ fn mistyped_subcommand(argv: &[OsString], cmd: &mut clap::Command) -> Option<cla
              tip: did you mean `infera-exec {near}`? A program of that name runs as `infera-exec -- {word} ...`"
         ),
     ))
+}
+
+/// The first word and the subcommand it is one or two edits from, if it is.
+fn near_subcommand(argv: &[OsString]) -> Option<(&str, &'static str)> {
+    let word = argv.get(1)?.to_str()?;
+    if word.starts_with('-') || word.contains('/') || word.len() < 4 {
+        return None;
+    }
+    let near = SUBCOMMANDS.iter().find(|s| strsim::damerau_levenshtein(word, s) <= 2 && **s != "help")?;
+    Some((word, near))
 }
 
 /// The whole subcommand-form parser's answer.

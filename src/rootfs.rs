@@ -5,8 +5,8 @@
 //! restarts at the root, `..` stops at it. This is `openat2(RESOLVE_IN_ROOT)` done in
 //! userspace so that an unpacked image on a host is read exactly as the container sees it.
 
-use std::cell::RefCell;
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read};
@@ -534,7 +534,8 @@ mod tests {
     fn host_paths_join_the_root_and_the_normal_components() {
         for root in ["/", "/srv/img", "/srv/img/", "rel"] {
             let r = Root::new(root);
-            for c in ["/usr/lib/x", "/", "", "usr/lib", "/usr//lib/./x/", "/a/../b", "/opt/rocm-7.0.0/.info", "/.x/..y"] {
+            for c in ["/usr/lib/x", "/", "", "usr/lib", "/usr//lib/./x/", "/a/../b", "/opt/rocm-7.0.0/.info", "/.x/..y"]
+            {
                 let mut want = PathBuf::from(root);
                 for comp in Path::new(c).components() {
                     if let Component::Normal(n) = comp {
