@@ -407,6 +407,20 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 
 /// `size` is the one the open's check read: one allocation for the file and one read past
 /// its end, not a doubling per read.
+/// [`read_bounded`] of a file whose `lstat` the caller already has (`known`: a regular
+/// file, not a link, else the error `read_bounded` gives): no second lookup before the
+/// open. Returns the open descriptor's metadata too, for a check of its mode.
+pub fn read_known(path: &Path, known: &fs::Metadata, limit: u64) -> io::Result<(Vec<u8>, fs::Metadata)> {
+    if !known.is_file() {
+        return read_bounded(path, limit).map(|b| (b, known.clone()));
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY).open(path)?;
+    let m = f.metadata()?;
+    regular(&m)?;
+    Ok((read_up_to(f, m.len(), limit)?, m))
+}
+
 fn read_up_to(f: fs::File, size: u64, limit: u64) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(size.min(limit) as usize + 1);
     f.take(limit + 1).read_to_end(&mut buf)?;

@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::check::{inside, not_writable};
+use super::check::{inside, not_writable, not_writable_by_mode};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
 use crate::manifest::{self, ManifestError};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
@@ -12,10 +12,16 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
     let trees_dir = dir.join("trees");
     // `trees/` itself a link elsewhere would make every tree someone else's.
     inside(dir, &trees_dir)?;
+    // The directory's own record of each entry's type: a directory is one without a
+    // `stat`; only a link (or a filesystem that does not record types) is looked up.
     let mut names: Vec<String> = match fs::read_dir(&trees_dir) {
         Ok(rd) => rd
             .filter_map(|e| e.ok())
-            .filter(|e| e.path().is_dir())
+            .filter(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => true,
+                Ok(t) if t.is_file() => false,
+                _ => e.path().is_dir(),
+            })
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect(),
         Err(_) => Vec::new(),
@@ -31,13 +37,22 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
     let mut trees: Vec<Tree> = Vec::new();
     for name in names {
         let tdir = trees_dir.join(&name);
-        inside(&trees_dir, &tdir)?;
+        // The tree's and its manifest's own `lstat`: where neither is a link, what `inside`
+        // and the mode checks need, and the manifest opened without another lookup.
+        let tmeta = plain(&trees_dir, &tdir)?;
         let mpath = tdir.join("manifest.toml");
         // A manifest that is a link to a file elsewhere describes a tree it is not part of.
-        inside(&tdir, &mpath)?;
+        let mmeta = if tmeta.is_some() { plain(&tdir, &mpath)? } else { None };
+        if tmeta.is_none() {
+            inside(&tdir, &mpath)?;
+        }
         let bad = |reason: ManifestError| OverlayError::Manifest { path: mpath.clone(), reason };
-        let bytes = read_bounded(&mpath, SMALL_FILE_LIMIT)
-            .map_err(|e| bad(ManifestError::Unreadable(rootfs::io_reason(&e))))?;
+        let unreadable = |e: std::io::Error| bad(ManifestError::Unreadable(rootfs::io_reason(&e)));
+        let (bytes, mmeta) = match &mmeta {
+            Some(m) => rootfs::read_known(&mpath, m, SMALL_FILE_LIMIT).map(|(b, m)| (b, Some(m))),
+            None => read_bounded(&mpath, SMALL_FILE_LIMIT).map(|b| (b, None)),
+        }
+        .map_err(unreadable)?;
         let text = String::from_utf8(bytes).map_err(|_| bad(ManifestError::NotUtf8))?;
         let manifest = manifest::parse(&text, &name).map_err(bad)?;
         // The paths a code-loading [env] value names are inside the tree by their spelling
@@ -50,28 +65,41 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         let mut paths = Paths { parts: vec![tdir.clone()], contain: tdir.clone(), ..Paths::default() };
         for (sub, list) in [("site-packages", &mut paths.site), ("lib", &mut paths.lib), ("bin", &mut paths.bin)] {
             let p = tdir.join(sub);
-            if p.exists() {
-                inside(&tdir, &p)?;
-                if p.is_dir() {
-                    list.push(p);
-                }
+            if dir_inside(&tdir, &p)? {
+                list.push(p);
             }
         }
         // A capability's own directory, when the tree keeps it apart (so that the image's
         // copy can be imported instead: `prefer = "base"`).
-        for name in manifest.capabilities.keys() {
-            let p = tdir.join("capabilities").join(name);
-            if p.exists() {
-                inside(&tdir, &p)?;
-                if p.is_dir() {
+        if !manifest.capabilities.is_empty() {
+            let caps = tdir.join("capabilities");
+            // `capabilities/` a plain directory (not a link): each name is one `lstat`.
+            let plain = fs::symlink_metadata(&caps).is_ok_and(|m| m.is_dir());
+            for name in manifest.capabilities.keys() {
+                let p = caps.join(name);
+                let dir = if plain {
+                    dir_inside(&tdir, &p)?
+                } else if p.exists() {
+                    inside(&tdir, &p)?;
+                    p.is_dir()
+                } else {
+                    false
+                };
+                if dir {
                     paths.caps.insert(name.clone(), p);
                 }
             }
         }
         let facts = if opts.lazy { TreeFacts::default() } else { gather::tree_facts(&tdir, &paths, &manifest, opts) };
         if opts.check_writable {
-            not_writable(&tdir)?;
-            not_writable(&mpath)?;
+            match &tmeta {
+                Some(m) => not_writable_by_mode(&tdir, m)?,
+                None => not_writable(&tdir)?,
+            }
+            match &mmeta {
+                Some(m) => not_writable_by_mode(&mpath, m)?,
+                None => not_writable(&mpath)?,
+            }
         }
         let tree = Tree {
             family: name,
@@ -93,4 +121,32 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         trees.push(tree);
     }
     Ok(trees)
+}
+
+/// Is `p` a directory that resolves inside `tree`? `p`'s parent must be `tree` or a plain
+/// directory under it (no link on the way). One `lstat` for a plain directory or a missing
+/// path; a link is checked where it leads, as `inside` does (a dangling one is no directory).
+fn dir_inside(tree: &Path, p: &Path) -> Result<bool, OverlayError> {
+    match fs::symlink_metadata(p) {
+        Err(_) => Ok(false),
+        Ok(m) if m.file_type().is_symlink() => {
+            if !p.exists() {
+                return Ok(false);
+            }
+            inside(tree, p)?;
+            Ok(p.is_dir())
+        }
+        Ok(m) => Ok(m.is_dir()),
+    }
+}
+
+/// `p`'s `lstat` when it is there and not a link (then it is inside `parent`, which the
+/// caller has checked); for a link, `inside` checks where it leads and None is returned
+/// (the caller looks it up through the link); missing: None.
+fn plain(parent: &Path, p: &Path) -> Result<Option<fs::Metadata>, OverlayError> {
+    match fs::symlink_metadata(p) {
+        Ok(m) if !m.file_type().is_symlink() => Ok(Some(m)),
+        Ok(_) => inside(parent, p).map(|()| None),
+        Err(_) => Ok(None),
+    }
 }
