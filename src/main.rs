@@ -4,7 +4,7 @@
 // within milliseconds gets nothing from either. What std's start-up does that a launcher
 // does need is done here: SIGPIPE ignored (a closed pipe is an error to report, not a
 // silent death) and fds 0-2 open (a file opened later must never become stdout).
-// Arguments and the environment are still std's (glibc hands them to std at load).
+// The environment is std's (`environ`); the arguments are read from `main`'s own.
 #![cfg_attr(not(test), no_main)]
 
 #[cfg(not(test))]
@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int};
 
 #[cfg(not(test))]
 #[no_mangle]
-pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+pub extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     use nix::libc;
     // SAFETY: plain libc calls on this process's own signal disposition and descriptors,
     // before any other thread exists.
@@ -30,7 +30,17 @@ pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
         }
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+    // The arguments as the C runtime passed them (std's own copy is filled at load by
+    // glibc only, not by musl).
+    let args: Vec<std::ffi::OsString> = (0..usize::try_from(argc).unwrap_or(0))
+        .map(|i| {
+            use std::os::unix::ffi::OsStrExt;
+            // SAFETY: the C runtime's argv holds argc valid NUL-terminated strings.
+            let arg = unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) };
+            std::ffi::OsStr::from_bytes(arg.to_bytes()).to_os_string()
+        })
+        .collect();
     let env: infera_exec::Env = std::env::vars_os().collect();
-    let code = infera_exec::run(std::env::args_os().collect(), env);
+    let code = infera_exec::run(args, env);
     std::process::exit(code);
 }
