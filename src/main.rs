@@ -10,9 +10,13 @@
 #[cfg(not(test))]
 use std::ffi::{c_char, c_int};
 
+/// The process entry, called by the C runtime.
+///
+/// # Safety
+/// `argv` holds `argc` valid NUL-terminated strings, as the C runtime passes them.
 #[cfg(not(test))]
 #[no_mangle]
-pub extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     use nix::libc;
     // SAFETY: plain libc calls on this process's own signal disposition and descriptors,
     // before any other thread exists.
