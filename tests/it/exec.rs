@@ -243,3 +243,61 @@ fn child_starts_with_default_sigpipe_and_empty_mask() {
     assert_eq!(field("SigIgn:") & (1 << (13 - 1)), 0, "SIGPIPE still ignored: {text}");
     assert_eq!(field("SigIgn:") & (1 << (2 - 1)), 0, "SIGINT still ignored: {text}");
 }
+
+/// The launcher's own start-up (its C `main`, not std's) keeps what std's gave: started
+/// with stdin and stdout closed, the engine gets them open on /dev/null (no file the
+/// launcher opened can have taken their numbers); writing the plan into a pipe nobody
+/// reads is not a death by SIGPIPE; and every argument arrives byte for byte.
+#[test]
+fn started_with_fds_closed_or_a_broken_pipe_the_launcher_behaves() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let cmd = || {
+        let mut c = std::process::Command::new(BIN);
+        c.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HIP_VISIBLE_DEVICES", "0")
+            .env("INFERA_ROOT", img.path())
+            .env("INFERA_OVERLAY", ov.overlay())
+            .args(["worker", "--dry-run", "--output", "json", "--", "--model", "/models/m"]);
+        c
+    };
+    // stdin and stdout closed: the engine (here a script that says what its fds 0 and 1
+    // are) starts with them open on /dev/null, as std's start-up left them.
+    let probe = vllm_image(None);
+    probe.exe(
+        "/usr/bin/python3.12",
+        "#!/bin/sh\nzero=$(readlink /proc/$$/fd/0)\none=$(readlink /proc/$$/fd/1)\necho \"$zero $one\" >&2\n",
+    );
+    let mut c = std::process::Command::new(BIN);
+    c.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("INFERA_ROOT", probe.path())
+        .env("INFERA_OVERLAY", ov.overlay())
+        .env("INFERA_LOG", "off")
+        .args(["server"]);
+    unsafe {
+        c.pre_exec(|| {
+            nix::unistd::close(0).map_err(std::io::Error::from)?;
+            nix::unistd::close(1).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let out = c.stderr(std::process::Stdio::piped()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "/dev/null /dev/null\n");
+    // A pipe whose reading end is closed.
+    let (r, w) = nix::unistd::pipe().unwrap();
+    drop(r);
+    let out = cmd().stdout(std::process::Stdio::from(w)).stderr(std::process::Stdio::piped()).output().unwrap();
+    assert_eq!(out.status.signal(), None, "killed by a signal: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // The same run with stdout read: the plan, with the engine's args as given.
+    let out = cmd().arg(OsString::from_vec(b"caf\xe9".to_vec())).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let argv = plan["exec"]["argv"].as_array().unwrap();
+    let given: Vec<Vec<u8>> = argv[3..6].iter().map(hex_of).collect();
+    assert_eq!(given, [b"--model".to_vec(), b"/models/m".to_vec(), b"caf\xe9".to_vec()], "{plan}");
+}
