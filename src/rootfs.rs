@@ -30,9 +30,13 @@ pub struct Root {
     memo: RefCell<FxHashMap<Vec<u8>, Memo>>,
 }
 
+// Most entries are `Found`; boxing the metadata would add an allocation per entry.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 enum Memo {
-    Found(PathBuf, fs::Metadata),
+    /// The resolved path, its metadata, and the links followed to get there (which count
+    /// toward the kernel's limit again whenever the entry is used).
+    Found(PathBuf, fs::Metadata, usize),
     /// The path is missing (`ENOENT`/`ENOTDIR`, kept as the errno).
     Missing(i32),
 }
@@ -117,6 +121,7 @@ impl Root {
     /// target resolved by the same walk (so its directories are shared too), `hops`
     /// counting links across the whole resolution as the kernel does.
     fn walk(&self, path: &[u8], hops: &mut usize) -> io::Result<(PathBuf, fs::Metadata)> {
+        let base = *hops;
         // The longest prefix (at a `/`) already resolved; a missing one makes the path missing.
         let mut start = 0;
         let mut done = PathBuf::from("/");
@@ -126,7 +131,11 @@ impl Root {
             let mut end = path.len();
             loop {
                 match memo.get(&path[..end]) {
-                    Some(Memo::Found(d, m)) if end == path.len() || m.is_dir() => {
+                    Some(Memo::Found(d, m, h)) if end == path.len() || m.is_dir() => {
+                        *hops += h;
+                        if *hops > MAX_SYMLINKS {
+                            return Err(too_many_links(&path[..end]));
+                        }
                         if end == path.len() {
                             return Ok((d.clone(), m.clone()));
                         }
@@ -169,10 +178,7 @@ impl Root {
             if meta.file_type().is_symlink() {
                 *hops += 1;
                 if *hops > MAX_SYMLINKS {
-                    return Err(io::Error::other(format!(
-                        "too many levels of symbolic links at `{}`",
-                        done.join(name).display()
-                    )));
+                    return Err(too_many_links(done.join(name).as_os_str().as_bytes()));
                 }
                 let target = fs::read_link(&host)?;
                 let full = if target.is_absolute() { target } else { done.join(target) };
@@ -182,14 +188,14 @@ impl Root {
                 last = Some(m);
             } else {
                 done.push(name);
-                self.remember(done.as_os_str().as_bytes(), &done, &meta);
+                self.remember(done.as_os_str().as_bytes(), &done, &meta, 0);
                 last = Some(meta);
             }
             // The path as asked up to here resolves to `done` (a link's target included).
             if let Some(m) = &last {
                 let asked = &path[..end];
                 if asked != done.as_os_str().as_bytes() {
-                    self.remember(asked, &done, m);
+                    self.remember(asked, &done, m, *hops - base);
                 }
             }
         }
@@ -200,10 +206,10 @@ impl Root {
         Ok((done, meta))
     }
 
-    fn remember(&self, key: &[u8], done: &Path, meta: &fs::Metadata) {
+    fn remember(&self, key: &[u8], done: &Path, meta: &fs::Metadata, hops: usize) {
         let mut memo = self.memo.borrow_mut();
         if !memo.contains_key(key) {
-            memo.insert(key.to_vec(), Memo::Found(done.to_path_buf(), meta.clone()));
+            memo.insert(key.to_vec(), Memo::Found(done.to_path_buf(), meta.clone(), hops));
         }
     }
 
@@ -308,6 +314,11 @@ impl Root {
         };
         rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect()
     }
+}
+
+/// The error after the kernel's 40 links, naming where the walk was.
+fn too_many_links(at: &[u8]) -> io::Error {
+    io::Error::other(format!("too many levels of symbolic links at `{}`", Path::new(OsStr::from_bytes(at)).display()))
 }
 
 /// An absolute path with no empty, `.` or `..` component and no trailing `/`: its
@@ -542,6 +553,29 @@ mod tests {
         );
         assert_eq!(shared.resolve(Path::new("/opt/rocmlib/../.info")).unwrap(), Path::new("/opt/rocm-7.0.0/.info"));
         assert_eq!(shared.stat(Path::new("/opt/rocm/missing/deeper")).unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+
+    /// Links already resolved count toward the kernel's 40 again: a chain of 41 is refused
+    /// even when most of it was resolved before, and a chain of 40 is not.
+    #[test]
+    fn remembered_links_still_count_toward_the_limit() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::write(r.join("target"), "").unwrap();
+        symlink("/target", r.join("l41")).unwrap();
+        for i in (0..41).rev() {
+            symlink(format!("/l{}", i + 1), r.join(format!("l{i}"))).unwrap();
+        }
+        // As the kernel counts (checked with os.stat on the same chain): from l2, 40 links
+        // (l2 … l41) resolve; from l1, 41 do not.
+        let root = Root::new(r);
+        assert_eq!(root.resolve(Path::new("/l20")).unwrap(), Path::new("/target"));
+        assert_eq!(root.resolve(Path::new("/l2")).unwrap(), Path::new("/target"));
+        let e = root.resolve(Path::new("/l1")).unwrap_err();
+        assert!(e.to_string().contains("too many levels"), "{e}");
+        let e = Root::new(r).resolve(Path::new("/l1")).unwrap_err();
+        assert!(e.to_string().contains("too many levels"), "{e}");
+        assert_eq!(Root::new(r).resolve(Path::new("/l2")).unwrap(), Path::new("/target"));
     }
 
     #[test]
