@@ -60,8 +60,15 @@ impl Root {
     /// The root is a directory this process can read: otherwise every fact would be
     /// "missing" for a reason that is not the image's.
     pub fn check(&self) -> Result<(), RootError> {
-        match fs::read_dir(&self.host) {
-            Ok(_) => Ok(()),
+        use nix::fcntl::{open, OFlag};
+        // Opened as a directory to list, as the facts will (and closed as the fd drops).
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let opened = open(&self.host, flags, nix::sys::stat::Mode::empty())
+            // SAFETY: `open` just returned this descriptor and nothing else owns it.
+            .map(|fd| drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }))
+            .map_err(io::Error::from);
+        match opened {
+            Ok(()) => Ok(()),
             Err(e) => {
                 let reason = match fs::metadata(&self.host) {
                     Ok(m) if !m.is_dir() => "is not a directory".to_string(),
@@ -284,10 +291,11 @@ impl Root {
     /// Open a regular file of the root for streaming (no size bound: the reader bounds memory).
     /// The type comes from the resolution's own `lstat` (no device or FIFO is opened) and
     /// is checked again on the open descriptor.
-    pub fn open_file(&self, cpath: &Path) -> io::Result<fs::File> {
+    /// Returns the file with its size as the open descriptor's `fstat` gave it.
+    pub fn open_file(&self, cpath: &Path) -> io::Result<(fs::File, u64)> {
         let (c, m) = self.stat(cpath)?;
         regular(&m)?;
-        open_checked(&self.host(&c)).map(|(f, _)| f)
+        open_checked(&self.host(&c))
     }
 
     pub fn read_small_string(&self, cpath: &Path) -> io::Result<String> {
@@ -306,13 +314,9 @@ impl Root {
 
     /// Names in a directory (resolved inside the root). Missing directory → empty.
     pub fn list(&self, cpath: &Path) -> Vec<OsString> {
-        let Ok((_, h)) = self.locate(cpath) else {
-            return Vec::new();
-        };
-        let Ok(rd) = fs::read_dir(h) else {
-            return Vec::new();
-        };
-        rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect()
+        let mut names = Vec::new();
+        self.each_name(cpath, |n| names.push(n.to_os_string()));
+        names
     }
 }
 
@@ -378,35 +382,66 @@ pub fn kind(t: fs::FileType) -> &'static str {
     }
 }
 
-/// Call `f` with each name of the host directory `dir` and its type as the directory
-/// records it (`DT_*`; `DT_UNKNOWN` where the filesystem does not say), `.` and `..` left
-/// out. libc's readdir hands out each name in its own buffer: std's `read_dir` would
-/// allocate a copy of every name, and nix's `Dir` copies every entry (readdir_r).
+/// Each name in `dir` (not `.` or `..`) with its type as the directory records it
+/// (`d_type`; `DT_UNKNOWN` where the filesystem does not).
 pub fn each_entry(dir: &Path, mut f: impl FnMut(&OsStr, u8)) -> io::Result<()> {
+    each_entry_at(dir, |_, name, t| {
+        f(OsStr::from_bytes(name.to_bytes()), t);
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .map(|_| ())
+}
+
+/// [`each_entry`] with the directory's descriptor, for lookups relative to it (one path
+/// component for the kernel to walk, and no path built per name); the first error `f`
+/// returns stops the listing (and is the inner result). The names are read by `getdents64` into a buffer on the
+/// stack: no `stat` of the directory and no allocation per directory, as `opendir` makes.
+pub fn each_entry_at<E>(
+    dir: &Path,
+    mut f: impl FnMut(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr, u8) -> Result<(), E>,
+) -> io::Result<Result<(), E>> {
+    use nix::fcntl::{open, OFlag};
     use nix::libc;
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    let c = std::ffi::CString::new(dir.as_os_str().to_os_string().into_vec())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))?;
-    // SAFETY: `d` is a valid stream from opendir until closedir; each entry's name is a
-    // NUL-terminated string valid until the next readdir, and is only borrowed until then.
-    unsafe {
-        let d = libc::opendir(c.as_ptr());
-        if d.is_null() {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+    let raw = open(dir, flags, nix::sys::stat::Mode::empty())?;
+    // SAFETY: `open` just returned this descriptor and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut buf = std::mem::MaybeUninit::<[u64; 2048]>::uninit();
+    loop {
+        // SAFETY: the kernel writes at most `size_of_val(&buf)` bytes of `linux_dirent64`
+        // records into `buf` and returns how many; only those bytes are read below.
+        let n = unsafe {
+            libc::syscall(libc::SYS_getdents64, raw, buf.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(&buf))
+        };
+        if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        loop {
-            let e = libc::readdir64(d);
-            if e.is_null() {
+        if n == 0 {
+            return Ok(Ok(()));
+        }
+        // SAFETY: the first `n` bytes were written by the kernel (see above).
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
+        let mut at = 0;
+        // linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name NUL-terminated.
+        while at + 19 < bytes.len() {
+            let reclen = u16::from_ne_bytes([bytes[at + 16], bytes[at + 17]]) as usize;
+            if reclen == 0 || at + reclen > bytes.len() {
                 break;
             }
-            let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_bytes();
-            if name != b"." && name != b".." {
-                f(OsStr::from_bytes(name), (*e).d_type);
+            let t = bytes[at + 18];
+            let Ok(name) = std::ffi::CStr::from_bytes_until_nul(&bytes[at + 19..at + reclen]) else {
+                break;
+            };
+            at += reclen;
+            let b = name.to_bytes();
+            if b != b"." && b != b".." {
+                if let Err(e) = f(fd.as_fd(), name, t) {
+                    return Ok(Err(e));
+                }
             }
         }
-        libc::closedir(d);
     }
-    Ok(())
 }
 
 /// Read at most `limit` bytes; a longer file is an error, not a truncated read.

@@ -118,7 +118,7 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
     };
     let config = dir.join("config.json");
     match root.open_file(&config) {
-        Ok(f) => from_file(&shown, &config, &f),
+        Ok((f, size)) => from_file(&shown, &config, &f, size),
         Err(e) => unreadable(ModelProblem::Io { config, reason: rootfs::io_reason(&e) }),
     }
 }
@@ -128,26 +128,39 @@ pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
     from_bytes(reference, config, bytes)
 }
 
-/// Model facts from a config.json file, mapped rather than read: only the fields the rules
-/// use are kept (every other value is skipped as it is parsed), so a config of any size
-/// costs heap in proportion to those fields, not to the file.
-pub fn from_file(reference: &str, config: &Path, f: &std::fs::File) -> ModelFacts {
-    let empty: &[u8] = &[];
-    match f.metadata().map(|m| m.len()) {
-        Ok(0) => from_config(reference, config, empty),
-        // SAFETY: a read-only private map of a regular file the launcher only reads; the
-        // model volume is not rewritten while a pod starts.
-        Ok(_) => match unsafe { memmap2::Mmap::map(f) } {
-            Ok(map) => from_config(reference, config, &map),
-            Err(e) => ModelFacts::Unreadable {
-                reference: reference.to_string(),
-                reason: ModelProblem::Io { config: config.to_path_buf(), reason: e.to_string() },
-            },
-        },
-        Err(e) => ModelFacts::Unreadable {
-            reference: reference.to_string(),
-            reason: ModelProblem::Io { config: config.to_path_buf(), reason: rootfs::io_reason(&e) },
-        },
+/// Model facts from a config.json file of `size` bytes (its descriptor's `fstat`): a
+/// small one read, a larger one mapped rather than read. Only the fields the rules use are
+/// kept (every other value is skipped as it is parsed), so a config of any size costs heap
+/// in proportion to those fields, not to the file.
+pub fn from_file(reference: &str, config: &Path, f: &std::fs::File, size: u64) -> ModelFacts {
+    use std::io::Read;
+    let io = |reason: String| ModelFacts::Unreadable {
+        reference: reference.to_string(),
+        reason: ModelProblem::Io { config: config.to_path_buf(), reason },
+    };
+    if size <= READ_LIMIT {
+        // One read of the size, one at its end: the map, its page faults and its unmap
+        // cost more than the copy of a file this small.
+        let mut bytes = Vec::with_capacity(size as usize + 1);
+        return match f.take(READ_LIMIT + 1).read_to_end(&mut bytes) {
+            Ok(_) if bytes.len() as u64 <= READ_LIMIT => from_config(reference, config, &bytes),
+            // Grown since its `fstat`: mapped as a large one.
+            Ok(_) => from_map(reference, config, f, &io),
+            Err(e) => io(rootfs::io_reason(&e)),
+        };
+    }
+    from_map(reference, config, f, &io)
+}
+
+/// Configs up to this size are read, larger ones mapped.
+const READ_LIMIT: u64 = 256 << 10;
+
+fn from_map(reference: &str, config: &Path, f: &std::fs::File, io: &dyn Fn(String) -> ModelFacts) -> ModelFacts {
+    // SAFETY: a read-only private map of a regular file the launcher only reads; the
+    // model volume is not rewritten while a pod starts.
+    match unsafe { memmap2::Mmap::map(f) } {
+        Ok(map) => from_config(reference, config, &map),
+        Err(e) => io(e.to_string()),
     }
 }
 

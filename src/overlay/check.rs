@@ -17,7 +17,13 @@ pub fn not_writable(p: &Path) -> Result<(), OverlayError> {
 /// [`not_writable`] with the metadata already read (the walk's `lstat` of a file or
 /// directory, which is its `stat`).
 pub fn not_writable_by_mode(p: &Path, m: &fs::Metadata) -> Result<(), OverlayError> {
-    let mode = m.mode() & 0o7777;
+    not_writable_mode(m.mode(), || p.to_path_buf())
+}
+
+/// [`not_writable_by_mode`] from the mode bits (`st_mode`); the path is built only for
+/// the error.
+pub fn not_writable_mode(mode: u32, path: impl FnOnce() -> std::path::PathBuf) -> Result<(), OverlayError> {
+    let mode = mode & 0o7777;
     let who = if mode & 0o002 != 0 {
         "everyone"
     } else if mode & 0o020 != 0 {
@@ -25,7 +31,43 @@ pub fn not_writable_by_mode(p: &Path, m: &fs::Metadata) -> Result<(), OverlayErr
     } else {
         return Ok(());
     };
-    Err(OverlayError::Writable { path: p.to_path_buf(), who, mode })
+    Err(OverlayError::Writable { path: path(), who, mode })
+}
+
+thread_local! {
+    /// While a [`Remember`] lives: the paths [`inside`] found there and not a link. A
+    /// tree's modules, libraries and walk share their directories; each is looked up once
+    /// per start (the overlay is not expected to change during one).
+    static PLAIN: std::cell::RefCell<Option<rustc_hash::FxHashSet<std::path::PathBuf>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Remember the plain directories [`inside`] sees until this is dropped (one start).
+pub struct Remember(());
+
+impl Remember {
+    pub fn start() -> Remember {
+        PLAIN.with(|p| *p.borrow_mut() = Some(Default::default()));
+        Remember(())
+    }
+}
+
+impl Drop for Remember {
+    fn drop(&mut self) {
+        PLAIN.with(|p| *p.borrow_mut() = None);
+    }
+}
+
+fn known_plain(p: &Path) -> bool {
+    PLAIN.with(|s| s.borrow().as_ref().is_some_and(|s| s.contains(p)))
+}
+
+fn note_plain(p: &Path) {
+    PLAIN.with(|s| {
+        if let Some(s) = s.borrow_mut().as_mut() {
+            s.insert(p.to_path_buf());
+        }
+    });
 }
 
 /// `path` (inside `tree`) must resolve inside `tree`. Without a symlink below the tree on
@@ -42,12 +84,15 @@ pub fn inside(tree: &Path, path: &Path) -> Result<(), OverlayError> {
                     break;
                 }
             }
+            if known_plain(&p) {
+                continue;
+            }
             match fs::symlink_metadata(&p) {
                 Ok(m) if m.file_type().is_symlink() => {
                     linked = true;
                     break;
                 }
-                Ok(_) => {}
+                Ok(_) => note_plain(&p),
                 Err(_) => break, // missing: nothing to escape through
             }
         }
@@ -115,19 +160,16 @@ fn presence_of(tree: &Path, path: &Path) -> Presence {
 /// Top-level importable names a site-packages directory provides, and the distributions
 /// recorded there (`name-version.dist-info`), from one read of the directory.
 pub fn listing(site: &Path) -> (Vec<String>, Vec<super::Dist>) {
-    let Ok(rd) = fs::read_dir(site) else {
-        return (Vec::new(), Vec::new());
-    };
     let mut modules = Vec::new();
     let mut dists = Vec::new();
-    for e in rd.filter_map(|e| e.ok()) {
-        let n = e.file_name().to_string_lossy().into_owned();
+    let _ = crate::rootfs::each_entry(site, |n, _| {
+        let n = n.to_string_lossy();
         if let Some((name, version)) = super::Dist::parse(&n) {
             dists.push(super::Dist { dir: site.to_path_buf(), name: name.to_string(), version: version.to_string() });
         } else if let Some(m) = crate::facts::site::module_name(&n) {
             modules.push(m.to_string());
         }
-    }
+    });
     modules.sort();
     modules.dedup();
     dists.sort_by(|a, b| a.name.cmp(&b.name));

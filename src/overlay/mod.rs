@@ -19,7 +19,7 @@ use crate::payload::Problem;
 use infera_exec_derive::Refuse;
 
 pub use crate::facts::site::Dist;
-pub use check::{find_module, inside};
+pub use check::{find_module, inside, Remember};
 pub use walk::inspect;
 
 #[derive(Debug, Clone)]

@@ -12,12 +12,10 @@
 //! mount (an image volume) costs one directory read per directory and a `stat` per link.
 
 use std::ffi::OsStr;
-use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::check::{inside, not_writable_by_mode};
+use super::check::{inside, not_writable_mode};
 use super::{Mount, OverlayError, Tree};
 
 /// Walk the tree's parts and keep the outcome in its facts.
@@ -44,68 +42,70 @@ enum Kind {
 }
 
 fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<(), OverlayError> {
+    use nix::fcntl::AtFlags;
+    use nix::sys::stat::{fstatat, FileStat};
+    use std::os::fd::AsRawFd;
     let euid = nix::unistd::geteuid().as_raw();
     let mut stack = vec![part.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let mut entries: Vec<(PathBuf, Option<Kind>)> = Vec::new();
-        names(&dir, |name, kind| entries.push((dir.join(name), kind)))
-            .map_err(|reason| OverlayError::Unreadable { path: dir.clone(), reason })?;
-        for (path, kind) in entries {
-            let kind = match kind {
+        let path_of = |name: &std::ffi::CStr| dir.join(OsStr::from_bytes(name.to_bytes()));
+        let unreadable = |path: PathBuf, e: nix::Error| OverlayError::Unreadable { path, reason: std::io::Error::from(e).to_string() };
+        let mut subdirs: Vec<PathBuf> = Vec::new();
+        // Each name's own `lstat`, relative to the directory (one component to look up).
+        let listed = crate::rootfs::each_entry_at(&dir, |fd, name, t| {
+            let lstat = || fstatat(Some(fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW);
+            let mut known: Option<FileStat> = None;
+            let kind = match Kind::of_dirent(t) {
                 Some(k) => k,
-                None => kind_of(&path)?,
+                None => {
+                    let st = lstat().map_err(|e| unreadable(path_of(name), e))?;
+                    let k = Kind::of_mode(st.st_mode);
+                    known = Some(st);
+                    k
+                }
             };
             match kind {
-                Kind::Link => inside(contain, &path)?,
-                Kind::Other(k) => return Err(OverlayError::Special { path, kind: k }),
+                Kind::Link => inside(contain, &path_of(name))?,
+                Kind::Other(k) => return Err(OverlayError::Special { path: path_of(name), kind: k }),
                 Kind::Dir | Kind::File => {
                     if kind == Kind::File {
-                        let n = path.file_name().map(OsStr::as_bytes).unwrap_or_default();
+                        let n = name.to_bytes();
                         *shared |= n.ends_with(b".so") || n.windows(4).any(|w| w == b".so.");
                     }
                     if !mount.read_only || !mount.nosuid {
-                        let m = fs::symlink_metadata(&path)
-                            .map_err(|e| OverlayError::Unreadable { path: path.clone(), reason: e.to_string() })?;
-                        if !mount.nosuid && kind == Kind::File && m.mode() & 0o6000 != 0 {
-                            return Err(OverlayError::SetId { path, mode: m.mode() & 0o7777 });
+                        let st = match known {
+                            Some(st) => st,
+                            None => lstat().map_err(|e| unreadable(path_of(name), e))?,
+                        };
+                        let mode = st.st_mode as u32;
+                        if !mount.nosuid && kind == Kind::File && mode & 0o6000 != 0 {
+                            return Err(OverlayError::SetId { path: path_of(name), mode: mode & 0o7777 });
                         }
                         if !mount.read_only {
-                            if m.uid() != 0 && m.uid() != euid {
-                                return Err(OverlayError::Owner { path, uid: m.uid(), euid });
+                            if st.st_uid != 0 && st.st_uid != euid {
+                                return Err(OverlayError::Owner { path: path_of(name), uid: st.st_uid, euid });
                             }
-                            not_writable_by_mode(&path, &m)?;
+                            not_writable_mode(mode, || path_of(name))?;
                         }
                     }
                     if kind == Kind::Dir {
-                        stack.push(path);
+                        subdirs.push(path_of(name));
                     }
                 }
             }
-        }
+            Ok(())
+        });
+        listed.map_err(|e| OverlayError::Unreadable { path: dir.clone(), reason: e.to_string() })??;
+        stack.extend(subdirs);
     }
     Ok(())
 }
 
-fn kind_of(path: &Path) -> Result<Kind, OverlayError> {
-    let t = fs::symlink_metadata(path)
-        .map_err(|e| OverlayError::Unreadable { path: path.to_path_buf(), reason: e.to_string() })?
-        .file_type();
-    Ok(if t.is_symlink() {
-        Kind::Link
-    } else if t.is_dir() {
-        Kind::Dir
-    } else if t.is_file() {
-        Kind::File
-    } else {
-        Kind::Other(crate::rootfs::kind(t))
-    })
-}
-
-/// Each name in `dir` with its type when the directory records it (None: look it up).
-fn names(dir: &Path, mut f: impl FnMut(&OsStr, Option<Kind>)) -> Result<(), String> {
-    use nix::libc;
-    crate::rootfs::each_entry(dir, |name, t| {
-        let kind = match t {
+impl Kind {
+    /// The kind a directory entry records (None: the filesystem does not say).
+    fn of_dirent(t: u8) -> Option<Kind> {
+        use nix::libc;
+        match t {
             libc::DT_DIR => Some(Kind::Dir),
             libc::DT_REG => Some(Kind::File),
             libc::DT_LNK => Some(Kind::Link),
@@ -114,8 +114,21 @@ fn names(dir: &Path, mut f: impl FnMut(&OsStr, Option<Kind>)) -> Result<(), Stri
             libc::DT_CHR => Some(Kind::Other("a character device")),
             libc::DT_BLK => Some(Kind::Other("a block device")),
             _ => None,
-        };
-        f(name, kind);
-    })
-    .map_err(|e| e.to_string())
+        }
+    }
+
+    /// The kind an `lstat`'s mode gives.
+    fn of_mode(mode: nix::libc::mode_t) -> Kind {
+        use nix::libc;
+        match mode & libc::S_IFMT {
+            libc::S_IFLNK => Kind::Link,
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFREG => Kind::File,
+            libc::S_IFIFO => Kind::Other("a FIFO"),
+            libc::S_IFSOCK => Kind::Other("a socket"),
+            libc::S_IFCHR => Kind::Other("a character device"),
+            libc::S_IFBLK => Kind::Other("a block device"),
+            _ => Kind::Other("not a file"),
+        }
+    }
 }
