@@ -38,7 +38,8 @@ thread_local! {
     /// While a [`Remember`] lives: the paths [`inside`] found there and not a link. A
     /// tree's modules, libraries and walk share their directories; each is looked up once
     /// per start (the overlay is not expected to change during one).
-    static PLAIN: std::cell::RefCell<Option<rustc_hash::FxHashSet<std::path::PathBuf>>> =
+    // Keyed by the path's bytes: hashed a word at a time (a `Path` hashes per component).
+    static PLAIN: std::cell::RefCell<Option<rustc_hash::FxHashSet<Box<[u8]>>>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -59,13 +60,15 @@ impl Drop for Remember {
 }
 
 fn known_plain(p: &Path) -> bool {
-    PLAIN.with(|s| s.borrow().as_ref().is_some_and(|s| s.contains(p)))
+    use std::os::unix::ffi::OsStrExt;
+    PLAIN.with(|s| s.borrow().as_ref().is_some_and(|s| s.contains(p.as_os_str().as_bytes())))
 }
 
 fn note_plain(p: &Path) {
     PLAIN.with(|s| {
         if let Some(s) = s.borrow_mut().as_mut() {
-            s.insert(p.to_path_buf());
+            use std::os::unix::ffi::OsStrExt;
+            s.insert(p.as_os_str().as_bytes().into());
         }
     });
 }

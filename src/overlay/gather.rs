@@ -127,13 +127,18 @@ pub fn patches(overlay: &Path) -> Vec<Patch> {
 /// outside the overlay on purpose, at the one path the pod spec mounts; nothing else may.
 pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
     let dir = overlay.join("rdma");
-    let Ok(rd) = fs::read_dir(&dir) else { return BTreeMap::new() };
-    rd.filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let pabi = name.strip_prefix("libionic-rdmav")?.strip_suffix(".so")?.parse().ok()?;
-            let target = fs::read_link(e.path()).ok()?;
-            (target == Path::new(crate::facts::ionic::HOST_LIBIONIC)).then(|| (pabi, e.path()))
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    let _ = crate::rootfs::each_entry(&dir, |name, _| {
+        let Some(pabi) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("libionic-rdmav")?.strip_suffix(".so")?.parse::<u32>().ok())
+        else {
+            return;
+        };
+        let path = dir.join(name);
+        if fs::read_link(&path).is_ok_and(|t| t == Path::new(crate::facts::ionic::HOST_LIBIONIC)) {
+            out.insert(pabi, path);
+        }
+    });
+    out
 }

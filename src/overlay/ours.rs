@@ -14,18 +14,17 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
     inside(dir, &trees_dir)?;
     // The directory's own record of each entry's type: a directory is one without a
     // `stat`; only a link (or a filesystem that does not record types) is looked up.
-    let mut names: Vec<String> = match fs::read_dir(&trees_dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok())
-            .filter(|e| match e.file_type() {
-                Ok(t) if t.is_dir() => true,
-                Ok(t) if t.is_file() => false,
-                _ => e.path().is_dir(),
-            })
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect(),
-        Err(_) => Vec::new(),
-    };
+    let mut names: Vec<String> = Vec::new();
+    let _ = rootfs::each_entry(&trees_dir, |n, t| {
+        let dir = match t {
+            nix::libc::DT_DIR => true,
+            nix::libc::DT_REG => false,
+            _ => trees_dir.join(n).is_dir(),
+        };
+        if dir {
+            names.push(n.to_string_lossy().into_owned());
+        }
+    });
     names.sort();
     if names.is_empty() {
         return Err(OverlayError::Empty { dir: dir.to_path_buf() });
