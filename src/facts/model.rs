@@ -8,6 +8,8 @@ use serde_json::Value;
 
 use crate::rootfs::{self, Root};
 
+mod scan;
+
 /// Model types whose attention is MLA when `kv_lora_rank` is set (FACTS.md).
 const MLA_TYPES: &[&str] =
     &["deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k3", "kimi_linear", "deepseek_mtp", "kimi_vl"];
@@ -167,8 +169,7 @@ fn from_map(reference: &str, config: &Path, f: &std::fs::File, io: &dyn Fn(Strin
 fn from_bytes(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
     let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
     let config = config.to_path_buf();
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let top = match <Top as serde::Deserialize>::deserialize(&mut de).and_then(|t| de.end().map(|()| t)) {
+    let top = match read_top(bytes) {
         Ok(t) => t,
         Err(e) if e.is_data() && e.to_string().starts_with(NOT_OBJECT) => {
             return unreadable(ModelProblem::NotObject { config })
@@ -178,11 +179,25 @@ fn from_bytes(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
     ModelFacts::Known(classify(reference, config, &top))
 }
 
+/// The scanner's reading where it gives one (it does for configs as written), serde_json's
+/// otherwise: the same answer either way, and every error serde_json's.
+fn read_top(bytes: &[u8]) -> Result<Top, serde_json::Error> {
+    match scan::top(bytes) {
+        Some(t) => Ok(t),
+        None => serde_top(bytes),
+    }
+}
+
+fn serde_top(bytes: &[u8]) -> Result<Top, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    <Top as serde::Deserialize>::deserialize(&mut de).and_then(|t| de.end().map(|()| t))
+}
+
 const NOT_OBJECT: &str = "not a JSON object";
 
 /// The fields of one level of a config (the top, or `text_config`) that the rules read.
 /// Later duplicates win, as in Python's `json`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq)]
 struct Level {
     model_type: Option<String>,
     kv_lora_rank: Option<Value>,
@@ -193,7 +208,7 @@ struct Level {
 
 const HYBRID_KEYS: [&str; 3] = ["layers_block_type", "hybrid_override_pattern", "linear_attn_config"];
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq)]
 struct Top {
     level: Level,
     text: Option<Level>,

@@ -129,9 +129,8 @@ pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
     let dir = overlay.join("rdma");
     let mut out = BTreeMap::new();
     let _ = crate::rootfs::each_entry(&dir, |name, _| {
-        let Some(pabi) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("libionic-rdmav")?.strip_suffix(".so")?.parse::<u32>().ok())
+        let Some(pabi) =
+            name.to_str().and_then(|n| n.strip_prefix("libionic-rdmav")?.strip_suffix(".so")?.parse::<u32>().ok())
         else {
             return;
         };

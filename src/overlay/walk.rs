@@ -49,7 +49,10 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
     let mut stack = vec![part.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let path_of = |name: &std::ffi::CStr| dir.join(OsStr::from_bytes(name.to_bytes()));
-        let unreadable = |path: PathBuf, e: nix::Error| OverlayError::Unreadable { path, reason: std::io::Error::from(e).to_string() };
+        let unreadable = |path: PathBuf, e: nix::Error| OverlayError::Unreadable {
+            path,
+            reason: std::io::Error::from(e).to_string(),
+        };
         let mut subdirs: Vec<PathBuf> = Vec::new();
         // Each name's own `lstat`, relative to the directory (one component to look up).
         let listed = crate::rootfs::each_entry_at(&dir, |fd, name, t| {
@@ -77,7 +80,7 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
                             Some(st) => st,
                             None => lstat().map_err(|e| unreadable(path_of(name), e))?,
                         };
-                        let mode = st.st_mode as u32;
+                        let mode = st.st_mode;
                         if !mount.nosuid && kind == Kind::File && mode & 0o6000 != 0 {
                             return Err(OverlayError::SetId { path: path_of(name), mode: mode & 0o7777 });
                         }

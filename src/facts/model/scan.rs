@@ -1,0 +1,621 @@
+//! A scanner of `config.json` for the fields the rules read, quick over everything it
+//! skips: a multi-MB list of layer names is stepped over many bytes at a time, not value
+//! by value through serde. It answers only where it answers as serde_json does; anything
+//! else (an escape in a key, a control character, a number that may not fit, nesting
+//! deeper than it follows, an error of any kind) gives None, and serde_json reads the file
+//! as before, with every answer and every message (line and column) its own.
+//!
+//! What serde_json accepts in a value it skips, this accepts too: a skipped string's bytes
+//! are not checked as UTF-8 by serde_json either. Values the rules read (`model_type`,
+//! `kv_lora_rank`, …) are handed to serde_json one by one when they are scalars.
+
+use serde_json::Value;
+
+use super::{Level, Small, Top, HYBRID_KEYS};
+
+/// Deeper nesting is left to serde_json (and its recursion limit).
+const MAX_DEPTH: usize = 64;
+
+pub(super) fn top(b: &[u8]) -> Option<Top> {
+    let mut s = Scan { b, i: 0, depth: 0, wide: wide(b) };
+    let mut t = Top::default();
+    s.ws();
+    s.object(true, |s, key| {
+        match key {
+            b"text_config" => t.text = s.maybe_level()?,
+            b"vision_config" => t.vision = s.present()?,
+            k => {
+                if !s.level_entry(&mut t.level, k)? {
+                    s.skip()?;
+                }
+            }
+        }
+        Some(())
+    })?;
+    s.ws();
+    (s.i == b.len()).then_some(t)
+}
+
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+    depth: usize,
+    /// 32 bytes at a time (AVX2).
+    wide: bool,
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// `{ key: value, … }`; `f` reads or skips each value. `simple_keys`: a key with an
+    /// escape or a byte outside printable ASCII gives None (serde_json decodes keys the
+    /// rules match on; this does not).
+    fn object(&mut self, simple_keys: bool, mut f: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return None;
+        }
+        self.ws();
+        if self.eat(b'}').is_some() {
+            self.depth -= 1;
+            return Some(());
+        }
+        loop {
+            let start = self.i + 1;
+            self.string()?;
+            let key = &self.b[start..self.i - 1];
+            if simple_keys && !key.iter().all(|&c| (0x20..0x7f).contains(&c) && c != b'\\') {
+                return None;
+            }
+            self.ws();
+            self.eat(b':')?;
+            self.ws();
+            f(self, key)?;
+            self.ws();
+            match self.peek()? {
+                b',' => {
+                    self.i += 1;
+                    self.ws();
+                }
+                b'}' => {
+                    self.i += 1;
+                    self.depth -= 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// One entry of a level the rules read; false: not one of its keys.
+    fn level_entry(&mut self, l: &mut Level, key: &[u8]) -> Option<bool> {
+        match key {
+            b"model_type" => l.model_type = self.small()?.and_then(|v| v.as_str().map(str::to_string)),
+            b"kv_lora_rank" => l.kv_lora_rank = self.small()?,
+            b"num_attention_heads" => l.num_attention_heads = self.small()?,
+            k => match HYBRID_KEYS.iter().position(|h| h.as_bytes() == k) {
+                Some(i) => l.hybrid[i] = self.present()?,
+                None => return Some(false),
+            },
+        }
+        Some(true)
+    }
+
+    /// `text_config`: a level when it is an object, nothing otherwise.
+    fn maybe_level(&mut self) -> Option<Option<Level>> {
+        match self.peek()? {
+            b'{' => {
+                let mut l = Level::default();
+                self.object(true, |s, k| {
+                    if !s.level_entry(&mut l, k)? {
+                        s.skip()?;
+                    }
+                    Some(())
+                })?;
+                Some(Some(l))
+            }
+            b'[' => self.skip().map(|()| None),
+            _ => self.scalar().map(|_| None),
+        }
+    }
+
+    /// Present and not null (a compound value is skipped whatever its size).
+    fn present(&mut self) -> Option<bool> {
+        self.small().map(|v| v.is_some())
+    }
+
+    /// A value as [`Small`] reads it: a scalar by serde_json, a compound one by its kind.
+    fn small(&mut self) -> Option<Option<Value>> {
+        match self.peek()? {
+            b'[' => self.skip().map(|()| Some(Value::String("[...]".into()))),
+            b'{' => self.skip().map(|()| Some(Value::String("{...}".into()))),
+            _ => self.scalar(),
+        }
+    }
+
+    /// A string, number, `true`, `false` or `null` where the rules read one: skipped to
+    /// find its end, then read by serde_json (its number and string rules, exactly).
+    fn scalar(&mut self) -> Option<Option<Value>> {
+        let start = self.i;
+        self.skip()?;
+        serde_json::from_slice::<Small>(&self.b[start..self.i]).ok().map(|s| s.0)
+    }
+
+    /// Step over one value.
+    fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string(),
+            b'{' => self.object(false, |s, _| s.skip()),
+            b'[' => self.array(),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.b[self.i..].starts_with(word).then(|| self.i += word.len())
+    }
+
+    fn array(&mut self) -> Option<()> {
+        self.eat(b'[')?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return None;
+        }
+        self.ws();
+        if self.eat(b']').is_some() {
+            self.depth -= 1;
+            return Some(());
+        }
+        loop {
+            // A run of plain strings (a list of layer names) in one pass; what it does not
+            // take (an escape, another kind of value) is skipped value by value.
+            let run = if self.peek() == Some(b'"') { strings(self.b, self.i, self.wide) } else { self.i };
+            if run > self.i {
+                self.i = run;
+            } else {
+                self.skip()?;
+            }
+            self.ws();
+            match self.peek()? {
+                b',' => {
+                    self.i += 1;
+                    self.ws();
+                }
+                b']' => {
+                    self.i += 1;
+                    self.depth -= 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, as JSON has it.
+    fn number(&mut self) -> Option<()> {
+        let _ = self.eat(b'-');
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.eat(b'.').is_some() {
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.i;
+        self.digits();
+        (self.i > start).then_some(())
+    }
+
+    /// A string (the opening quote at `i`), stepped over to after its closing quote.
+    fn string(&mut self) -> Option<()> {
+        self.eat(b'"')?;
+        loop {
+            self.i = special(self.b, self.i, self.wide);
+            match self.peek()? {
+                b'"' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                b'\\' => self.escape()?,
+                // Not ASCII: content (serde_json does not check a skipped string's UTF-8
+                // either; a string the rules read is serde_json's to check).
+                c if c >= 0x80 => self.i += 1,
+                // A control character: serde_json's error.
+                _ => return None,
+            }
+        }
+    }
+
+    fn escape(&mut self) -> Option<()> {
+        match *self.b.get(self.i + 1)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
+            b'u' => {
+                let hex = self.b.get(self.i + 2..self.i + 6)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                self.i += 6;
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+/// Whether to look 32 bytes at a time: for a large file only, where AVX2 is there (the
+/// first feature test costs a few CPUID instructions, which trap to the hypervisor on a VM).
+fn wide(b: &[u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        b.len() > 1 << 16 && std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = b;
+        false
+    }
+}
+
+/// The first byte at or after `i` that ends a string's plain run: `"`, `\`, a control
+/// character, or a byte outside ASCII; `b.len()` if none.
+fn special(b: &[u8], i: usize, wide: bool) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if wide {
+            // SAFETY: `wide` is only true where AVX2 is present.
+            return unsafe { special_avx2(b, i) };
+        }
+        special_sse2(b, i)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = wide;
+        special_tail(b, i)
+    }
+}
+
+/// From an opening quote at `i`: past as many plain strings (no escape, no control
+/// character) separated by `,` and whitespace as follow, to just after the last one's
+/// closing quote (`i` when the first is not plain). The separators after it are left to
+/// the caller, as is anything else.
+fn strings(b: &[u8], i: usize, wide: bool) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if wide {
+            // SAFETY: `wide` is only true where AVX2 is present.
+            return unsafe { strings_avx2(b, i) };
+        }
+    }
+    strings_with(b, i, |b, j| special(b, j, false))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn strings_avx2(b: &[u8], i: usize) -> usize {
+    // SAFETY (of the calls): this function runs only where AVX2 is present.
+    strings_with(b, i, |b, j| unsafe { special_avx2(b, j) })
+}
+
+#[inline(always)]
+fn strings_with(b: &[u8], mut i: usize, find: impl Fn(&[u8], usize) -> usize) -> usize {
+    let ws = |b: &[u8], mut i: usize| {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = b.get(i) {
+            i += 1;
+        }
+        i
+    };
+    let mut done = i;
+    while b.get(i) == Some(&b'"') {
+        let mut j = find(b, i + 1);
+        // Bytes outside ASCII are content (see `Scan::string`).
+        while j < b.len() && b[j] >= 0x80 {
+            j = find(b, j + 1);
+        }
+        if b.get(j) != Some(&b'"') {
+            break;
+        }
+        done = j + 1;
+        // `", "` (as Python's json writes lists) without the general whitespace loops.
+        if b.get(done..done + 3) == Some(&b", \""[..]) {
+            i = done + 2;
+            continue;
+        }
+        i = ws(b, done);
+        if b.get(i) != Some(&b',') {
+            break;
+        }
+        i = ws(b, i + 1);
+    }
+    done
+}
+
+fn special_tail(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() {
+        let c = b[i];
+        if c == b'"' || c == b'\\' || !(0x20..0x80).contains(&c) {
+            return i;
+        }
+        i += 1;
+    }
+    i
+}
+
+#[cfg(target_arch = "x86_64")]
+fn special_sse2(b: &[u8], mut i: usize) -> usize {
+    use std::arch::x86_64::*;
+    // SSE2 is part of x86_64. A signed compare with 0x20 is true for control characters
+    // and for every byte from 0x80 (negative as i8): one test for both.
+    while i + 16 <= b.len() {
+        // SAFETY: `i + 16 <= b.len()`: the 16 bytes read are inside `b` (unaligned load).
+        let mask = unsafe {
+            let c = _mm_loadu_si128(b.as_ptr().add(i).cast::<__m128i>());
+            let q = _mm_cmpeq_epi8(c, _mm_set1_epi8(b'"' as i8));
+            let e = _mm_cmpeq_epi8(c, _mm_set1_epi8(b'\\' as i8));
+            let l = _mm_cmplt_epi8(c, _mm_set1_epi8(0x20));
+            _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(q, e), l)) as u32
+        };
+        if mask != 0 {
+            return i + mask.trailing_zeros() as usize;
+        }
+        i += 16;
+    }
+    special_tail(b, i)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn special_avx2(b: &[u8], mut i: usize) -> usize {
+    use std::arch::x86_64::*;
+    // As `special_sse2`, 32 bytes at a time (a signed compare: control characters and
+    // bytes from 0x80).
+    while i + 32 <= b.len() {
+        // SAFETY: `i + 32 <= b.len()`: the 32 bytes read are inside `b` (unaligned load).
+        let c = unsafe { _mm256_loadu_si256(b.as_ptr().add(i).cast::<__m256i>()) };
+        let q = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b'"' as i8));
+        let e = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b'\\' as i8));
+        let l = _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), c);
+        let mask = _mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(q, e), l)) as u32;
+        if mask != 0 {
+            return i + mask.trailing_zeros() as usize;
+        }
+        i += 32;
+    }
+    special_sse2(b, i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::serde_top;
+    use super::*;
+
+    /// The scanner's answer is serde_json's, or it leaves the bytes to serde_json; where
+    /// serde_json refuses, it never answers.
+    fn agrees(doc: &[u8]) -> Option<Top> {
+        let fast = top(doc);
+        match serde_top(doc) {
+            Ok(t) => {
+                if let Some(f) = &fast {
+                    assert_eq!(f, &t, "{}", String::from_utf8_lossy(doc));
+                }
+            }
+            Err(e) => assert!(fast.is_none(), "serde_json: {e}; scanner: {fast:?} on {}", String::from_utf8_lossy(doc)),
+        }
+        fast
+    }
+
+    /// Shaped like the configs models ship (DeepSeek-V3, Kimi, Qwen3-Next, a VLM), and the
+    /// example's: the scanner reads each itself.
+    const CONFIGS: &[&str] = &[
+        include_str!("../../../examples/models/kimi-k3/config.json"),
+        r#"{
+  "architectures": ["DeepseekV3ForCausalLM"],
+  "attention_bias": false,
+  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
+  "first_k_dense_replace": 3,
+  "hidden_act": "silu",
+  "initializer_range": 0.02,
+  "kv_lora_rank": 512,
+  "model_type": "deepseek_v3",
+  "num_attention_heads": 128,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
+  "rope_theta": 10000,
+  "tie_word_embeddings": false,
+  "topk_group": 4,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.46.3",
+  "use_cache": true,
+  "v_head_dim": 128,
+  "vocab_size": 129280,
+  "eos_token_id": -1,
+  "sliding_window": null
+}"#,
+        r#"{"model_type":"qwen3_next","num_attention_heads":16,"layer_types":["linear_attention","full_attention"],"hybrid_override_pattern":null,"linear_attn_config":{"a":[1,2.5e-3,-0.0]},"text":"caf\u00e9 \"quoted\" \\ \/ \b\f\n\r\t"}"#,
+        r#"{"model_type":"kimi_vl","vision_config":{"patch_size":14,"names":["a","b"]},"text_config":{"model_type":"deepseek_v3","kv_lora_rank":512,"num_attention_heads":64,"text_config":{"kv_lora_rank":1}},"ignore":["model.layers.0.mlp", "model.layers.1.mlp","model.layers.2.mlp" ,"x"  ,  "é"]}"#,
+        "{\"model_type\" : \"llama\" ,\r\n\t\"num_attention_heads\":32 , \"x\":[[[]],{},[{}],\"\"] }\n",
+        r#"{"model_type":"llama","model_type":"deepseek_v3","kv_lora_rank":512,"text_config":{"kv_lora_rank":null},"vision_config":null,"layers_block_type":false}"#,
+        r#"{"num_attention_heads":"64","kv_lora_rank":[512],"model_type":7,"text_config":[1,{"model_type":"x"}]}"#,
+        r#"{"num_attention_heads":18446744073709551616,"kv_lora_rank":-9223372036854775809,"text_config":"no"}"#,
+        "{}",
+    ];
+
+    #[test]
+    fn configs_as_models_ship_them_are_read_alike() {
+        for c in CONFIGS {
+            assert!(agrees(c.as_bytes()).is_some(), "the scanner should read {c}");
+        }
+    }
+
+    /// Everything it must leave to serde_json, or answer as serde_json does.
+    #[test]
+    fn odd_and_invalid_json_is_left_to_serde_json_or_read_alike() {
+        let deep = format!("{{\"x\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        let cases: Vec<Vec<u8>> = [
+            // not JSON, or not an object
+            "",
+            " ",
+            "[]",
+            "7",
+            "\"s\"",
+            "null",
+            "{",
+            "{\"a\"",
+            "{\"a\":",
+            "{\"a\":1",
+            "{\"a\":1,}",
+            "{,}",
+            "{\"a\":1}}",
+            "{\"a\":1} x",
+            "\u{feff}{}",
+            "{\"a\":[1,]}",
+            "{\"a\":[,1]}",
+            "{\"a\":[1 2]}",
+            "{\"a\" 1}",
+            "{'a':1}",
+            "{\"a\":tru}",
+            "{\"a\":nul}",
+            "{\"a\":True}",
+            "{\"a\":NaN}",
+            "{\"a\":Infinity}",
+            // numbers
+            "{\"a\":01}",
+            "{\"a\":-}",
+            "{\"a\":1.}",
+            "{\"a\":.5}",
+            "{\"a\":1e}",
+            "{\"a\":1e+}",
+            "{\"a\":+1}",
+            "{\"a\":-0}",
+            "{\"a\":1E5}",
+            "{\"a\":1e999}",
+            "{\"kv_lora_rank\":1e999}",
+            "{\"num_attention_heads\":-1e-999}",
+            "{\"text_config\":1e999}",
+            "{\"vision_config\":1e400}",
+            // strings and escapes
+            "{\"a\":\"\\x\"}",
+            "{\"a\":\"\\u12\"}",
+            "{\"a\":\"\\u12g4\"}",
+            "{\"a\":\"\\ud800\"}",
+            "{\"model_type\":\"\\ud800\"}",
+            "{\"model_type\":\"\\u0064eepseek_v3\",\"kv_lora_rank\":1}",
+            "{\"model\\u005ftype\":\"deepseek_v3\",\"kv_lora_rank\":1}",
+            "{\"a\":\"tab\there\"}",
+            "{\"a\":\"nl\nhere\"}",
+            "{\"a\":\"\u{7f}\"}",
+            "{\"a\":\"unterminated}",
+            "{\"é\":1,\"model_type\":\"x\"}",
+            "{\"a\":\"\\\"\"}",
+            "{\"a\":\"\\\\\"}",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .chain([
+            deep.into_bytes(),
+            b"{\"a\":\"\xff\xfe\",\"model_type\":\"llama\"}".to_vec(),
+            b"{\"model_type\":\"\xff\"}".to_vec(),
+            b"{\"\xff\":1}".to_vec(),
+            b"{\"a\":[\"\xc3\xa9\",\"\xe2\x82\"]}".to_vec(),
+            b"{\"a\":\"\x00\"}".to_vec(),
+        ])
+        .collect();
+        for c in &cases {
+            agrees(c);
+        }
+        // Where it answers, it answers as serde_json: a skipped string's bytes are not UTF-8
+        // checked by either; a read one is serde_json's to check.
+        assert!(agrees(b"{\"a\":\"\xff\xfe\",\"model_type\":\"llama\"}").is_some());
+        assert!(top(b"{\"model_type\":\"\xff\"}").is_none());
+    }
+
+    /// Long runs of strings, with and without the 32-byte scan, and strings that end at
+    /// every offset of a 16- and a 32-byte block.
+    #[test]
+    fn runs_of_strings_at_every_length() {
+        for wide_file in [false, true] {
+            for len in 0..70 {
+                let name = "n".repeat(len);
+                let mut j = String::from("{\"ignored\":[");
+                for k in 0..40 {
+                    if k > 0 {
+                        j.push_str([", ", ",", " ,\n ", ","][k % 4]);
+                    }
+                    j.push('"');
+                    j.push_str(&name);
+                    if k % 7 == 3 {
+                        j.push_str("\\\"é");
+                    }
+                    j.push('"');
+                }
+                j.push_str("],\"model_type\":\"deepseek_v3\",\"kv_lora_rank\":512}");
+                if wide_file {
+                    j = j.replacen("{", &format!("{{\"pad\":\"{}\",", "p".repeat(70_000)), 1);
+                }
+                let t = agrees(j.as_bytes()).expect("read by the scanner");
+                assert_eq!(t.level.model_type.as_deref(), Some("deepseek_v3"));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2048, .. Default::default() })]
+        /// A byte put in, replaced or taken out anywhere in a config: the scanner agrees with
+        /// serde_json or leaves the bytes to it.
+        #[test]
+        fn edits_anywhere_are_read_alike_or_left_to_serde_json(
+            which in 0usize..CONFIGS.len(),
+            at in 0usize..4000,
+            op in 0u8..3,
+            c in proptest::sample::select(vec![b'"', b'\\', b'{', b'}', b'[', b']', b':', b',', b' ', b'\n', b'\t',
+                b'0', b'1', b'-', b'+', b'.', b'e', b'E', b'u', b'n', b't', b'f', b'a', b'/', 0u8, 0x1f, 0x7f, 0x80, 0xc3, 0xff]),
+        ) {
+            let mut d = CONFIGS[which].as_bytes().to_vec();
+            let at = at % (d.len() + 1);
+            match op {
+                0 => d.insert(at, c),
+                1 if at < d.len() => d[at] = c,
+                _ if at < d.len() => {
+                    d.remove(at);
+                }
+                _ => d.push(c),
+            }
+            agrees(&d);
+        }
+    }
+}
