@@ -141,7 +141,9 @@ impl<'a> Scan<'a> {
     fn small(&mut self) -> Option<Option<Value>> {
         match self.peek()? {
             b'[' => self.skip().map(|()| Some(Value::String("[...]".into()))),
-            b'{' => self.skip().map(|()| Some(Value::String("{...}".into()))),
+            // serde_json reads this map's own keys as strings (escapes and UTF-8 checked):
+            // only plain ones are taken here; its values are skipped.
+            b'{' => self.object(true, |s, _| s.skip()).map(|()| Some(Value::String("{...}".into()))),
             _ => self.scalar(),
         }
     }
@@ -541,6 +543,13 @@ mod tests {
             "{\"a\":\"\u{7f}\"}",
             "{\"a\":\"unterminated}",
             "{\"é\":1,\"model_type\":\"x\"}",
+            // The keys of a map the rules look at are read (checked) by serde_json; deeper
+            // ones, and those of a map it skips, are not.
+            "{\"vision_config\":{\"\\ud800\":1}}",
+            "{\"vision_config\":{\"a\":{\"\\ud800\":1}}}",
+            "{\"x\":{\"\\ud800\":1}}",
+            "{\"kv_lora_rank\":{\"\\udc00x\":1}}",
+            "{\"vision_config\":{\"\\u00e9\":1}}",
             "{\"a\":\"\\\"\"}",
             "{\"a\":\"\\\\\"}",
         ]
