@@ -149,7 +149,8 @@ fn symbol_order() {
     println!("cargo:rerun-if-env-changed=INFERA_NO_SYMBOL_ORDER");
     let target = std::env::var("TARGET").unwrap_or_default();
     let off = std::env::var("INFERA_NO_SYMBOL_ORDER").is_ok_and(|v| !v.is_empty() && v != "0");
-    let file = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("bench/hot-symbols.txt");
+    let file =
+        std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("bench/hot-symbols.txt");
     // The link map `bench/hot-symbols` reads the functions' names from (the release binary
     // is stripped, and a build that is not has other symbol hashes).
     println!("cargo:rerun-if-env-changed=INFERA_LINK_MAP");
