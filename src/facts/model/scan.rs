@@ -279,12 +279,13 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// Whether to look 32 bytes at a time: for a large file only, where AVX2 is there (the
-/// first feature test costs a few CPUID instructions, which trap to the hypervisor on a VM).
+/// Whether to look 32 and 64 bytes at a time: for a large file only, where AVX2 and
+/// PCLMULQDQ are there (the first feature test costs a few CPUID instructions, which trap
+/// to the hypervisor on a VM; the second is answered from what the first found).
 fn wide(b: &[u8]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        b.len() > 1 << 16 && std::is_x86_feature_detected!("avx2")
+        b.len() > 1 << 16 && std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("pclmulqdq")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -319,7 +320,7 @@ fn strings(b: &[u8], i: usize, wide: bool) -> usize {
     #[cfg(target_arch = "x86_64")]
     {
         if wide {
-            // SAFETY: `wide` is only true where AVX2 is present.
+            // SAFETY: `wide` is only true where AVX2 and PCLMULQDQ are present.
             return unsafe { strings_avx2(b, i) };
         }
     }
@@ -327,10 +328,113 @@ fn strings(b: &[u8], i: usize, wide: bool) -> usize {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,pclmulqdq")]
 unsafe fn strings_avx2(b: &[u8], i: usize) -> usize {
-    // SAFETY (of the calls): this function runs only where AVX2 is present.
-    strings_with(b, i, |b, j| unsafe { special_avx2(b, j) })
+    // SAFETY (of the calls): this function runs only where AVX2 and PCLMULQDQ are present.
+    let (o, before) = unsafe { blocks_avx2(b, i) };
+    let done = strings_with(b, o, |b, j| unsafe { special_avx2(b, j) });
+    if done > o {
+        done
+    } else {
+        before
+    }
+}
+
+/// A run of plain strings 64 bytes at a time, as `strings_with` reads it: from the opening
+/// quote at `i`, to the last opening quote `o` up to which every string is plain and closed
+/// and every gap between two of them is whitespace around exactly one comma. Returns `o`
+/// and the end of the string before it (`i` for the first), from where `strings_with`
+/// takes over: the last string, the tail under 64 bytes, or whatever stopped the run.
+///
+/// Per block: the quotes' prefix XOR (carried over blocks) marks what is inside a string;
+/// inside, a `\\` or a control character stops the run (bytes from 0x80 are content, as in
+/// `Scan::string`); outside, anything but whitespace, `,` and `"` does. The opening quotes
+/// and the commas outside strings must alternate, the first opening quote first: a second
+/// prefix XOR, over both, tells each one's place (odd: a quote, even: a comma). Both are
+/// taken for either state at the block's start (inside a string or not), so that only a
+/// choice between them waits for the block before.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,pclmulqdq")]
+unsafe fn blocks_avx2(b: &[u8], i: usize) -> (usize, usize) {
+    use std::arch::x86_64::*;
+    // Whitespace, `,` and `"`, by their low nibble (pshufb gives 0 for a byte from 0x80,
+    // which then matches nothing): `" "` 0x20, `"` 0x22, tab 0x09, LF 0x0a, `,` 0x2c,
+    // CR 0x0d; 0xff (0x00 at 0xf) where no byte with that low nibble is allowed.
+    let table = _mm256_setr_epi8(
+        0x20, -1, 0x22, -1, -1, -1, -1, -1, -1, 0x09, 0x0a, -1, 0x2c, 0x0d, -1, 0, 0x20, -1, 0x22, -1, -1, -1, -1, -1,
+        -1, 0x09, 0x0a, -1, 0x2c, 0x0d, -1, 0,
+    );
+    let half = |c: __m256i| {
+        let allowed = _mm256_cmpeq_epi8(_mm256_shuffle_epi8(table, c), c);
+        let q = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b'"' as i8));
+        let cm = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b',' as i8));
+        let bs = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b'\\' as i8));
+        let ctl = _mm256_cmpeq_epi8(_mm256_min_epu8(c, _mm256_set1_epi8(0x1f)), c);
+        let m = |v: __m256i| _mm256_movemask_epi8(v) as u32 as u64;
+        (m(q), m(cm), m(_mm256_or_si256(bs, ctl)), m(allowed))
+    };
+    // SAFETY (of the calls): this function runs only where PCLMULQDQ is present.
+    let prefix_xor = |x: u64| unsafe { clmul_prefix_xor(x) };
+    // The last block with an opening quote (its start and masks) and, before it, the end
+    // of the last closed string; the end of the last closed string so far.
+    let (mut o_at, mut o_open, mut o_close, mut o_before) = (i, 1u64, 0u64, i);
+    let mut last_c = i;
+    // All ones where the previous block ended inside a string / after an odd event.
+    let (mut inside, mut odd) = (0u64, 0u64);
+    let mut p = i;
+    while p + 64 <= b.len() {
+        // SAFETY: `p + 64 <= b.len()`: both 32-byte loads are inside `b` (unaligned); a
+        // prefetch of any address is harmless.
+        let (lo, hi) = unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(p + PREFETCH).cast());
+            let at = b.as_ptr().add(p).cast::<__m256i>();
+            (half(_mm256_loadu_si256(at)), half(_mm256_loadu_si256(at.add(1))))
+        };
+        let (q, cm, bad_in, allowed) = (lo.0 | hi.0 << 32, lo.1 | hi.1 << 32, lo.2 | hi.2 << 32, lo.3 | hi.3 << 32);
+        // Inside a string at the block's start or not: its strings, and its events' places.
+        let s0 = prefix_xor(q);
+        let x0 = prefix_xor((q & s0) | (cm & !s0));
+        let x1 = prefix_xor((q & !s0) | (cm & s0));
+        let s = s0 ^ inside;
+        let x = if inside == 0 { x0 } else { x1 } ^ odd;
+        let (open, close, comma) = (q & s, q & !s, cm & !s);
+        let bad = (bad_in & s) | (!s & !allowed) | (open & !x) | (comma & x);
+        if bad != 0 {
+            // What comes before the first byte that stops the run.
+            let valid = (1u64 << bad.trailing_zeros()) - 1;
+            if open & valid != 0 {
+                (o_at, o_open, o_close, o_before) = (p, open & valid, close & valid, last_c);
+            }
+            break;
+        }
+        if open != 0 {
+            (o_at, o_open, o_close, o_before) = (p, open, close, last_c);
+        }
+        if close != 0 {
+            last_c = p + 64 - close.leading_zeros() as usize;
+        }
+        inside = ((s as i64) >> 63) as u64;
+        odd = ((x as i64) >> 63) as u64;
+        p += 64;
+    }
+    // The last opening quote, and the end of the string closed before it: in its block,
+    // or before.
+    let at = 63 - o_open.leading_zeros() as usize;
+    let closed = o_close & ((1u64 << at) - 1);
+    let before = if closed != 0 { o_at + 64 - closed.leading_zeros() as usize } else { o_before };
+    (o_at + at, before)
+}
+
+/// A block's distance ahead to prefetch.
+const PREFETCH: usize = 2048;
+
+/// Bit k of the result: the XOR of bits 0..=k of `x` (a carry-less multiply by all ones).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "pclmulqdq")]
+unsafe fn clmul_prefix_xor(x: u64) -> u64 {
+    use std::arch::x86_64::*;
+    let m = _mm_clmulepi64_si128(_mm_set_epi64x(0, x as i64), _mm_set1_epi8(-1), 0);
+    _mm_cvtsi128_si64(m) as u64
 }
 
 #[inline(always)]
@@ -599,6 +703,96 @@ mod tests {
                 let t = agrees(j.as_bytes()).expect("read by the scanner");
                 assert_eq!(t.level.model_type.as_deref(), Some("deepseek_v3"));
             }
+        }
+    }
+
+    /// The 64-byte blocks end a run where the loop of strings does, whatever stops it
+    /// (built from strings, separators and single bytes anywhere).
+    #[cfg(target_arch = "x86_64")]
+    fn blocks_agree(b: &[u8]) {
+        if b.first() != Some(&b'"') || !wide(&[0; 1 << 17]) {
+            return;
+        }
+        let scalar = strings_with(b, 0, |b, j| special(b, j, false));
+        // SAFETY: AVX2 and PCLMULQDQ are present (tested above).
+        let blocks = unsafe { strings_avx2(b, 0) };
+        assert_eq!(blocks, scalar, "{:?}", String::from_utf8_lossy(b));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn blocks_stop_where_the_loop_stops() {
+        let name = "model.layers.7.self_attn.kv_a_proj_with_mqa";
+        let run: String = (0..40).map(|_| format!("\"{name}\", ")).collect();
+        for stop in ["]", "1", "\"x\\\"\"", "\"\u{1}\"", "\"\u{e9}\"]", " \"x\"", ",,", ", ]", "\\", "é"] {
+            for cut in 0..130 {
+                let mut d = run.as_bytes()[..run.len() - cut].to_vec();
+                d.extend_from_slice(stop.as_bytes());
+                d.extend_from_slice(b"\"tail\"]");
+                blocks_agree(&d);
+            }
+        }
+    }
+
+    /// A whole run is taken 64 bytes at a time (stopping early would still give the right
+    /// answer, slowly, from the loop): up to the last string's opening quote.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn blocks_take_a_whole_run() {
+        if !wide(&[0; 1 << 17]) {
+            return;
+        }
+        for (len, shift, escape) in (0..80).flat_map(|l| (0..64).flat_map(move |s| [(l, s, false), (l, s, true)])) {
+            // The first string's length moves the rest across the blocks (which start at
+            // the run's first quote); the last string plain or not.
+            let start = shift % 7;
+            let mut d = vec![b'x'; start];
+            // The last string's opening quote; the end of the one before it.
+            let (mut last, mut end, mut before) = (start, start, start);
+            for k in 0..30 {
+                if k > 0 {
+                    d.extend_from_slice([", ", ",", " ,\n ", "\t,\r"][k % 4].as_bytes());
+                }
+                (before, last) = (end, d.len());
+                d.push(b'"');
+                d.extend(std::iter::repeat_n(b"n\xc3\xa9"[k % 3], if k == 0 { shift } else { len + k % 5 }));
+                if escape && k == 29 {
+                    d.extend_from_slice(b"\\n");
+                }
+                d.push(b'"');
+                end = d.len();
+            }
+            d.push(b']');
+            d.extend_from_slice(&[b' '; 64]);
+            let what = String::from_utf8_lossy(&d);
+            // SAFETY: AVX2 and PCLMULQDQ are present (tested above).
+            assert_eq!(unsafe { blocks_avx2(&d, start) }, (last, before), "{what:?}");
+            // SAFETY: as above.
+            assert_eq!(unsafe { strings_avx2(&d, start) }, if escape { before } else { end }, "{what:?}");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 4096, .. Default::default() })]
+        #[test]
+        fn blocks_read_any_run_as_the_loop_does(
+            parts in proptest::collection::vec((0usize..70, proptest::sample::select(vec![", ", ",", " , ", ",\n  ", "", " ", ",,", "\t,\r"])), 1..30),
+            edits in proptest::collection::vec((0usize..3000, proptest::sample::select(vec![b'"', b'\\', b',', b' ', b'\n', b']', b'a', 0x01, 0x1f, 0x7f, 0x80, 0xc3, 0xff])), 0..3),
+        ) {
+            let mut d = Vec::new();
+            for (n, sep) in parts {
+                d.push(b'"');
+                d.extend(std::iter::repeat_n(b'n', n));
+                d.push(b'"');
+                d.extend_from_slice(sep.as_bytes());
+            }
+            d.push(b']');
+            for (at, c) in edits {
+                let at = at % d.len();
+                d[at] = c;
+            }
+            blocks_agree(&d);
         }
     }
 
