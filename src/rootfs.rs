@@ -468,14 +468,46 @@ pub fn read_known(path: &Path, known: &fs::Metadata, limit: u64) -> io::Result<(
 }
 
 fn read_up_to(f: fs::File, size: u64, limit: u64) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::with_capacity(size.min(limit) as usize + 1);
-    f.take(limit + 1).read_to_end(&mut buf)?;
+    let buf = read_sized(&f, size, limit)?;
     if buf.len() as u64 > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("file is larger than {limit} bytes; refusing to read it whole"),
         ));
     }
+    Ok(buf)
+}
+
+/// Up to `limit + 1` bytes of an open file whose `fstat` gave `size` (more than `limit`
+/// bytes back: the file is larger than that). One read asks for a byte more than `size`: a
+/// regular file that gives exactly that size has ended there (a short read of a regular
+/// file is its end), so no second read to find the end. Any other count (a file whose size
+/// `stat` does not tell, as in /proc or /sys, or one that changed) is read on to its end.
+pub fn read_sized(f: &fs::File, size: u64, limit: u64) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(size.min(limit) as usize + 1);
+    if size > 0 && size <= limit {
+        let n = loop {
+            let spare = buf.spare_capacity_mut();
+            use std::os::fd::AsRawFd;
+            // SAFETY: `read` writes at most `spare.len()` bytes into the vector's unused
+            // capacity, which is allocated and ours; `n` of them are then initialized.
+            let n = unsafe { nix::libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        };
+        // SAFETY: the first `n` bytes of the capacity were written by `read` above.
+        unsafe { buf.set_len(n) };
+        if n as u64 == size {
+            return Ok(buf);
+        }
+    }
+    let read = buf.len() as u64;
+    f.take(limit + 1 - read).read_to_end(&mut buf)?;
     Ok(buf)
 }
 
@@ -646,5 +678,38 @@ mod tests {
         assert_eq!(parse_minor("python3.13t"), Some((3, 13)));
         assert_eq!(parse_minor("python3.12-config"), None);
         assert_eq!(parse_minor("python3"), None);
+    }
+
+    /// Whole files, one read where `stat` tells the size; files whose size it does not tell
+    /// (/proc) read to their end; a file over the limit refused, one at it read.
+    #[test]
+    fn files_are_read_whole_and_bounded() {
+        let t = tempfile::tempdir().unwrap();
+        for len in [0usize, 1, 4095, 4096, 4097, 100_000] {
+            let p = t.path().join(format!("f{len}"));
+            let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            fs::write(&p, &body).unwrap();
+            assert_eq!(read_bounded(&p, 1 << 20).unwrap(), body);
+            let m = fs::symlink_metadata(&p).unwrap();
+            assert_eq!(read_known(&p, &m, 1 << 20).unwrap().0, body);
+            assert_eq!(read_bounded(&p, len as u64).unwrap(), body, "a file exactly at the limit");
+            if len > 0 {
+                let e = read_bounded(&p, len as u64 - 1).unwrap_err();
+                assert!(e.to_string().contains("larger than"), "{e}");
+            }
+        }
+        // /proc reports size 0 and more bytes than that.
+        let status = read_bounded(Path::new("/proc/self/status"), 1 << 20).unwrap();
+        assert!(status.starts_with(b"Name:") && status.ends_with(b"\n") && status.len() > 200);
+        let m = fs::symlink_metadata("/proc/self/status").unwrap();
+        assert_eq!(m.len(), 0);
+        // A file whose size changed since it was looked at is read to its end.
+        let p = t.path().join("grows");
+        fs::write(&p, "short").unwrap();
+        let f = fs::File::open(&p).unwrap();
+        fs::write(&p, "longer than it was").unwrap();
+        assert_eq!(read_up_to(f, 5, 1 << 20).unwrap(), b"longer than it was");
+        let f = fs::File::open(&p).unwrap();
+        assert_eq!(read_up_to(f, 40, 1 << 20).unwrap(), b"longer than it was");
     }
 }

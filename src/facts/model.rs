@@ -135,17 +135,15 @@ pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
 /// kept (every other value is skipped as it is parsed), so a config of any size costs heap
 /// in proportion to those fields, not to the file.
 pub fn from_file(reference: &str, config: &Path, f: &std::fs::File, size: u64) -> ModelFacts {
-    use std::io::Read;
     let io = |reason: String| ModelFacts::Unreadable {
         reference: reference.to_string(),
         reason: ModelProblem::Io { config: config.to_path_buf(), reason },
     };
     if size <= READ_LIMIT {
-        // One read of the size, one at its end: the map, its page faults and its unmap
-        // cost more than the copy of a file this small.
-        let mut bytes = Vec::with_capacity(size as usize + 1);
-        return match f.take(READ_LIMIT + 1).read_to_end(&mut bytes) {
-            Ok(_) if bytes.len() as u64 <= READ_LIMIT => from_config(reference, config, &bytes),
+        // Read (one read where the file is the size its `fstat` gave): the map, its page
+        // faults and its unmap cost more than the copy of a file this small.
+        return match rootfs::read_sized(f, size, READ_LIMIT) {
+            Ok(bytes) if bytes.len() as u64 <= READ_LIMIT => from_config(reference, config, &bytes),
             // Grown since its `fstat`: mapped as a large one.
             Ok(_) => from_map(reference, config, f, &io),
             Err(e) => io(rootfs::io_reason(&e)),
