@@ -64,7 +64,8 @@ fn known_plain(p: &Path) -> bool {
     PLAIN.with(|s| s.borrow().as_ref().is_some_and(|s| s.contains(p.as_os_str().as_bytes())))
 }
 
-fn note_plain(p: &Path) {
+/// `p` was looked up (`lstat`) and is not a link: [`inside`] need not look again.
+pub(super) fn note_plain(p: &Path) {
     PLAIN.with(|s| {
         if let Some(s) = s.borrow_mut().as_mut() {
             use std::os::unix::ffi::OsStrExt;
@@ -122,12 +123,22 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
     let mut parts: Vec<&str> = dotted.split('.').collect();
     let last = parts.pop()?;
     let base = parts.iter().fold(site.to_path_buf(), |p, s| p.join(s));
+    // What is found and is not a link, `inside` then need not look up again.
+    let found = |p: &Path| match fs::symlink_metadata(p) {
+        Ok(m) => {
+            if !m.file_type().is_symlink() {
+                note_plain(p);
+            }
+            true
+        }
+        Err(_) => false,
+    };
     let pkg = base.join(last);
-    if fs::symlink_metadata(&pkg).is_ok() {
+    if found(&pkg) {
         return Some(pkg);
     }
     let py = base.join(format!("{last}.py"));
-    if fs::symlink_metadata(&py).is_ok() {
+    if found(&py) {
         return Some(py);
     }
     let prefix = format!("{last}.");

@@ -79,14 +79,15 @@ fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFi
     let host = Root::new("/");
     let mut out = BTreeMap::new();
     for bin in bins {
-        let Ok(rd) = fs::read_dir(bin) else { continue };
-        for name in rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()) {
-            out.entry(name).or_insert_with_key(|name| {
+        // Listed without `read_dir` (its `fstat` and 32 KiB buffer per directory).
+        let _ = crate::rootfs::each_entry(bin, |name, _| {
+            let Some(name) = name.to_str() else { return };
+            if !out.contains_key(name) {
                 let path = bin.join(name);
                 let file = crate::facts::exe::inspect(&host, &path);
-                (path, file)
-            });
-        }
+                out.insert(name.to_string(), (path, file));
+            }
+        });
     }
     out
 }

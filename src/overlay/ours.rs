@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::check::{inside, not_writable, not_writable_by_mode};
+use super::check::{inside, not_writable, not_writable_by_mode, note_plain};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
 use crate::manifest::{self, ManifestError};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
@@ -74,6 +74,9 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
             let caps = tdir.join("capabilities");
             // `capabilities/` a plain directory (not a link): each name is one `lstat`.
             let plain = fs::symlink_metadata(&caps).is_ok_and(|m| m.is_dir());
+            if plain {
+                note_plain(&caps);
+            }
             for name in manifest.capabilities.keys() {
                 let p = caps.join(name);
                 let dir = if plain {
@@ -135,7 +138,11 @@ fn dir_inside(tree: &Path, p: &Path) -> Result<bool, OverlayError> {
             inside(tree, p)?;
             Ok(p.is_dir())
         }
-        Ok(m) => Ok(m.is_dir()),
+        Ok(m) => {
+            // Not a link: `inside` need not look it up again this start.
+            note_plain(p);
+            Ok(m.is_dir())
+        }
     }
 }
 
