@@ -78,7 +78,8 @@ pub(super) fn note_plain(p: &Path) {
 /// the way (the common case) nothing can escape, so only then is the path canonicalised.
 pub fn inside(tree: &Path, path: &Path) -> Result<(), OverlayError> {
     if let Ok(rel) = path.strip_prefix(tree) {
-        let mut p = tree.to_path_buf();
+        let mut p = std::path::PathBuf::with_capacity(path.as_os_str().len() + 1);
+        p.push(tree);
         let mut linked = false;
         for c in rel.components() {
             match c {
@@ -122,7 +123,9 @@ pub fn inside(tree: &Path, path: &Path) -> Result<(), OverlayError> {
 pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
     let mut parts: Vec<&str> = dotted.split('.').collect();
     let last = parts.pop()?;
-    let base = parts.iter().fold(site.to_path_buf(), |p, s| p.join(s));
+    let mut base = std::path::PathBuf::with_capacity(site.as_os_str().len() + dotted.len() + 5);
+    base.push(site);
+    base.extend(&parts);
     // What is found and is not a link, `inside` then need not look up again.
     let found = |p: &Path| match fs::symlink_metadata(p) {
         Ok(m) => {
@@ -133,11 +136,11 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
         }
         Err(_) => false,
     };
-    let pkg = base.join(last);
+    let pkg = crate::rootfs::join(&base, last);
     if found(&pkg) {
         return Some(pkg);
     }
-    let py = base.join(format!("{last}.py"));
+    let py = crate::rootfs::join(&base, format!("{last}.py"));
     if found(&py) {
         return Some(py);
     }

@@ -32,7 +32,7 @@ pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) 
     }
     let mut libraries = BTreeMap::new();
     for l in m.capabilities.values().flat_map(|c| c.libraries.iter()) {
-        libraries.insert(l.clone(), first_present(&paths.lib, |lib| file_presence(root, &lib.join(l))));
+        libraries.insert(l.clone(), first_present(&paths.lib, |lib| file_presence(root, &crate::rootfs::join(lib, l))));
     }
     let mut top_modules: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut dists = Vec::new();
@@ -83,7 +83,7 @@ fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFi
         let _ = crate::rootfs::each_entry(bin, |name, _| {
             let Some(name) = name.to_str() else { return };
             if !out.contains_key(name) {
-                let path = bin.join(name);
+                let path = crate::rootfs::join(bin, name);
                 let file = crate::facts::exe::inspect(&host, &path);
                 out.insert(name.to_string(), (path, file));
             }
@@ -95,7 +95,7 @@ fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFi
 /// `patches/<engine>/*.py` and `patches/<engine>_<part>/*.py` (sglang ships
 /// `sglang_disagg`, `sglang_responses`, `sglang_rocm`), directories and files in name order.
 pub fn patches(overlay: &Path) -> Vec<Patch> {
-    let dir = overlay.join("patches");
+    let dir = crate::rootfs::join(overlay, "patches");
     let mut dirs: Vec<(String, Engine)> = fs::read_dir(&dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
@@ -127,7 +127,7 @@ pub fn patches(overlay: &Path) -> Vec<Patch> {
 /// load the host's build by path (RDMAV_DRIVERS) without writing into the image. They point
 /// outside the overlay on purpose, at the one path the pod spec mounts; nothing else may.
 pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
-    let dir = overlay.join("rdma");
+    let dir = crate::rootfs::join(overlay, "rdma");
     let mut out = BTreeMap::new();
     let _ = crate::rootfs::each_entry(&dir, |name, _| {
         let Some(pabi) =
@@ -135,7 +135,7 @@ pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
         else {
             return;
         };
-        let path = dir.join(name);
+        let path = crate::rootfs::join(&dir, name);
         if fs::read_link(&path).is_ok_and(|t| t == Path::new(crate::facts::ionic::HOST_LIBIONIC)) {
             out.insert(pabi, path);
         }

@@ -9,7 +9,7 @@ use crate::manifest::{self, ManifestError};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
 
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
-    let trees_dir = dir.join("trees");
+    let trees_dir = crate::rootfs::join(dir, "trees");
     // `trees/` itself a link elsewhere would make every tree someone else's.
     inside(dir, &trees_dir)?;
     // The directory's own record of each entry's type: a directory is one without a
@@ -19,7 +19,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         let dir = match t {
             nix::libc::DT_DIR => true,
             nix::libc::DT_REG => false,
-            _ => trees_dir.join(n).is_dir(),
+            _ => crate::rootfs::join(&trees_dir, n).is_dir(),
         };
         if dir {
             names.push(n.to_string_lossy().into_owned());
@@ -35,11 +35,11 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
     }
     let mut trees: Vec<Tree> = Vec::new();
     for name in names {
-        let tdir = trees_dir.join(&name);
+        let tdir = crate::rootfs::join(&trees_dir, &name);
         // The tree's and its manifest's own `lstat`: where neither is a link, what `inside`
         // and the mode checks need, and the manifest opened without another lookup.
         let tmeta = plain(&trees_dir, &tdir)?;
-        let mpath = tdir.join("manifest.toml");
+        let mpath = crate::rootfs::join(&tdir, "manifest.toml");
         // A manifest that is a link to a file elsewhere describes a tree it is not part of.
         let mmeta = if tmeta.is_some() { plain(&tdir, &mpath)? } else { None };
         if tmeta.is_none() {
@@ -63,7 +63,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         }
         let mut paths = Paths { parts: vec![tdir.clone()], contain: tdir.clone(), ..Paths::default() };
         for (sub, list) in [("site-packages", &mut paths.site), ("lib", &mut paths.lib), ("bin", &mut paths.bin)] {
-            let p = tdir.join(sub);
+            let p = crate::rootfs::join(&tdir, sub);
             if dir_inside(&tdir, &p)? {
                 list.push(p);
             }
@@ -71,14 +71,14 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         // A capability's own directory, when the tree keeps it apart (so that the image's
         // copy can be imported instead: `prefer = "base"`).
         if !manifest.capabilities.is_empty() {
-            let caps = tdir.join("capabilities");
+            let caps = crate::rootfs::join(&tdir, "capabilities");
             // `capabilities/` a plain directory (not a link): each name is one `lstat`.
             let plain = fs::symlink_metadata(&caps).is_ok_and(|m| m.is_dir());
             if plain {
                 note_plain(&caps);
             }
             for name in manifest.capabilities.keys() {
-                let p = caps.join(name);
+                let p = crate::rootfs::join(&caps, name);
                 let dir = if plain {
                     dir_inside(&tdir, &p)?
                 } else if p.exists() {
