@@ -15,23 +15,34 @@ use crate::engines::{Engine, Normalise, Opt, OptionList, Spelling};
 /// against (the engine's full list when recorded, else the launcher's long names), sorted so
 /// that a prefix is a range. Each arg then costs a few binary searches, whatever the number
 /// of args or options.
-struct Table {
+struct Table<'l> {
     engine: Engine,
-    own: Vec<(&'static str, Opt, Spelling)>,
-    names: Vec<&'static str>,
+    own: &'static [(&'static str, Opt, Spelling)],
+    names: &'l [&'static str],
     checked: bool,
 }
 
-impl Table {
-    fn new(engine: Engine, list: Option<&OptionList>) -> Table {
-        let own: Vec<(&'static str, Opt, Spelling)> = Opt::ALL
-            .iter()
-            .filter_map(|o| engine.spelling(*o).map(|sp| (*o, sp)))
-            .flat_map(|(o, sp)| sp.names().into_iter().map(move |n| (n, o, sp)))
-            .collect();
+impl<'l> Table<'l> {
+    fn new(engine: Engine, list: Option<&'l OptionList>) -> Table<'l> {
+        // Each engine's spellings, listed once per process (a start reads the args more
+        // than once).
+        type Own = std::sync::OnceLock<Vec<(&'static str, Opt, Spelling)>>;
+        static VLLM: Own = Own::new();
+        static SGLANG: Own = Own::new();
+        let cell = match engine {
+            Engine::Vllm => &VLLM,
+            Engine::Sglang => &SGLANG,
+        };
+        let own = cell.get_or_init(|| {
+            Opt::ALL
+                .iter()
+                .filter_map(|o| engine.spelling(*o).map(|sp| (*o, sp)))
+                .flat_map(|(o, sp)| sp.names().into_iter().map(move |n| (n, o, sp)))
+                .collect()
+        });
         // A recorded list is sorted and without duplicates (a unit test checks the files),
         // so a prefix is a range of it.
-        let names: Vec<&'static str> = list.map(|l| l.names().collect()).unwrap_or_default();
+        let names: &[&'static str] = list.map(|l| l.names()).unwrap_or_default();
         Table { engine, own, names, checked: list.is_some() }
     }
 
@@ -598,8 +609,8 @@ mod table_tests {
                 assert_ne!(w[0], w[1], "{e:?}: {} spells two options", w[0]);
             }
         }
-        for l in crate::engines::OPTION_LISTS {
-            let names: Vec<&str> = l.names().collect();
+        for l in &crate::engines::OPTION_LISTS {
+            let names: Vec<&str> = l.names().to_vec();
             assert!(names.len() > 300, "{} {}", l.engine.name(), l.recorded);
             for w in names.windows(2) {
                 assert!(w[0] < w[1], "{} {}: `{}` before `{}`", l.engine.name(), l.recorded, w[0], w[1]);

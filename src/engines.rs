@@ -262,29 +262,35 @@ pub struct OptionList {
     /// The version it was recorded from.
     pub recorded: &'static str,
     text: &'static str,
+    /// The names, read from `text` once per process (a start reads the args more than once).
+    names: std::sync::OnceLock<Vec<&'static str>>,
 }
 
 impl OptionList {
-    pub fn names(&self) -> impl Iterator<Item = &'static str> {
-        self.text.lines().map(str::trim).filter(|l| l.starts_with("--"))
+    /// The option names, in the file's order (sorted, without duplicates: a unit test
+    /// checks the files).
+    pub fn names(&self) -> &[&'static str] {
+        self.names.get_or_init(|| self.text.lines().map(str::trim).filter(|l| l.starts_with("--")).collect())
     }
 }
 
 /// Recorded lists. A later release of the same minor may add options (an abbreviation the
 /// list calls unique may then be ambiguous to the engine, which exits 2 at once); it never
 /// removes the meaning of an unambiguous one without a deprecation cycle.
-pub static OPTION_LISTS: &[OptionList] = &[
+pub static OPTION_LISTS: [OptionList; 2] = [
     OptionList {
         engine: Engine::Vllm,
         versions: ">=0.33, <0.34",
         recorded: "0.33.0",
         text: include_str!("engine_options/vllm-0.33.0.txt"),
+        names: std::sync::OnceLock::new(),
     },
     OptionList {
         engine: Engine::Sglang,
         versions: ">=0.5.23, <0.6",
         recorded: "0.5.23",
         text: include_str!("engine_options/sglang-0.5.23.txt"),
+        names: std::sync::OnceLock::new(),
     },
 ];
 

@@ -378,7 +378,7 @@ mod tests {
         let text = "model: /models/kimi-k3\ntensor-parallel-size: 4\nmax_num_seqs: 0x40\nenable-prefix-caching: off\n\
                     kv-transfer-config:\n  kv_connector: MooncakeConnector\n  kv_role: kv_producer\n";
         let list = crate::engines::option_list(Engine::Vllm, Some("0.33.0")).unwrap();
-        let args = to_args(Engine::Vllm, &parse(text).unwrap(), &|o| list.names().any(|n| n == o));
+        let args = to_args(Engine::Vllm, &parse(text).unwrap(), &|o| list.names().contains(&o));
         assert_eq!(
             args[..7],
             [

@@ -60,7 +60,7 @@ pub fn read(
     match facts.engine_configs.get(&file) {
         Some(ConfigFacts::Known { path, entries }) => {
             let has = |o: &str| match list {
-                Some(l) => l.names().any(|n| n == o),
+                Some(l) => l.names().contains(&o),
                 None => crate::engines::Opt::ALL
                     .iter()
                     .filter_map(|x| e.spelling(*x))
