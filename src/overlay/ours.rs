@@ -34,6 +34,9 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         not_writable(&trees_dir)?;
     }
     let mut trees: Vec<Tree> = Vec::new();
+    // The first tree of each ABI by its hash: a duplicate is found without comparing each
+    // tree with every one before it.
+    let mut by_abi: rustc_hash::FxHashMap<u64, usize> = Default::default();
     for name in names {
         let tdir = crate::rootfs::join(&trees_dir, &name);
         // The tree's and its manifest's own `lstat`: where neither is a link, what `inside`
@@ -112,7 +115,18 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
             paths,
             facts,
         };
-        if let Some(other) = trees.iter().find(|t| t.manifest.abi == tree.manifest.abi) {
+        let hash = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(&tree.manifest.abi)
+        };
+        let same = match by_abi.get(&hash) {
+            Some(&i) if trees[i].manifest.abi == tree.manifest.abi => Some(&trees[i]),
+            // Another ABI with the same hash: compared one by one.
+            Some(_) => trees.iter().find(|t| t.manifest.abi == tree.manifest.abi),
+            None => None,
+        };
+        by_abi.entry(hash).or_insert(trees.len());
+        if let Some(other) = same {
             return Err(OverlayError::Ambiguous {
                 a: other.family.clone(),
                 b: tree.family.clone(),

@@ -104,6 +104,34 @@ fn invalid_manifests() {
     }
 }
 
+/// Two trees of one ABI among many others: refused, naming both, whatever lies between.
+#[test]
+fn two_trees_claiming_one_abi() {
+    let img = vllm_image(None);
+    let mut trees: Vec<(String, String)> = (100..130)
+        .map(|n| {
+            let family = format!("rocm{n}-py312");
+            let text =
+                PY312_MANIFEST.replace("rocm7-py312", &family).replace("rocm = \"7\"", &format!("rocm = \"{n}\""));
+            (family, text)
+        })
+        .collect();
+    trees.push(("rocm7-py312".into(), PY312_MANIFEST.into()));
+    let mods: &[&str] = &["infera.engine.vllm"];
+    let distinct: Vec<(&str, &str, &[&str])> = trees.iter().map(|(f, t)| (f.as_str(), t.as_str(), mods)).collect();
+    let ov = custom_overlay(&distinct);
+    infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(0, "tree      rocm7-py312 (");
+    let twin = PY312_MANIFEST.replace("rocm7-py312", "rocm7a-py312");
+    let mut all = distinct.clone();
+    all.push(("rocm7a-py312", &twin, mods));
+    let ov = custom_overlay(&all);
+    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    out.assert(
+        65,
+        "trees `rocm7-py312` and `rocm7a-py312` both claim python 3.12 / HIP ABI 7; the launcher cannot choose",
+    );
+}
+
 #[test]
 fn symlink_escaping_the_tree() {
     let img = vllm_image(None);
