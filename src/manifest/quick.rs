@@ -57,6 +57,19 @@ pub fn parse(text: &str) -> Option<Manifest> {
     r.finish()
 }
 
+/// A control character other than tab, or DEL: what ends a comment (`\n`) or makes it
+/// TOML's error (anything else).
+static CONTROL: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = c != b'\t' as usize;
+        c += 1;
+    }
+    t[0x7f] = true;
+    t
+};
+
 /// The scanner: bytes of valid UTF-8 text (the `&str`), a position.
 struct Scan<'t> {
     b: &'t [u8],
@@ -81,16 +94,14 @@ impl<'t> Scan<'t> {
     }
     /// `# …` to the end of the line, without control characters (TOML's rule).
     fn comment(&mut self) -> Option<()> {
-        while let Some(c) = self.peek() {
-            if c == b'\n' {
-                return Some(());
-            }
-            if (c < 0x20 && c != b'\t') || c == 0x7f {
-                return None;
-            }
-            self.i += 1;
+        // One table lookup a byte: most of a manifest's bytes are its comments.
+        let rest = &self.b[self.i..];
+        let n = rest.iter().position(|&c| CONTROL[c as usize]).unwrap_or(rest.len());
+        self.i += n;
+        match self.peek() {
+            None | Some(b'\n') => Some(()),
+            Some(_) => None,
         }
-        Some(())
     }
     /// Blanks, then a comment, then the line's end (or the text's).
     fn end_of_line(&mut self) -> Option<()> {
@@ -125,15 +136,13 @@ impl<'t> Scan<'t> {
     fn string(&mut self) -> Option<&'t str> {
         let quote = self.next()?;
         let start = self.i;
-        loop {
-            let c = self.next()?;
-            if c == quote {
-                break;
-            }
-            if c == b'\\' && quote == b'"' || (c < 0x20 && c != b'\t') || c == 0x7f {
-                return None;
-            }
+        let escapes = quote == b'"';
+        let rest = &self.b[start..];
+        let end = rest.iter().position(|&c| c == quote || CONTROL[c as usize] || (escapes && c == b'\\'))?;
+        if rest[end] != quote {
+            return None;
         }
+        self.i = start + end + 1;
         let body = &self.text[start..self.i - 1];
         // `""` followed by a quote opens a multi-line string.
         if body.is_empty() && self.peek() == Some(quote) {
