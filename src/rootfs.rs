@@ -551,7 +551,7 @@ pub fn parse_minor(s: &str) -> Option<(u32, u32)> {
     let mut it = s.split('.');
     let major: u32 = it.next()?.parse().ok()?;
     let minor_part = it.next()?;
-    let digits: String = minor_part.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits = &minor_part[..minor_part.bytes().take_while(u8::is_ascii_digit).count()];
     if digits.is_empty() {
         return None;
     }

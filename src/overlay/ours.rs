@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::check::{inside, not_writable, not_writable_by_mode, note_plain};
+use super::check::{inside, not_writable, not_writable_by_mode};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
 use crate::manifest::{self, ManifestError};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
@@ -77,9 +77,6 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
             let caps = crate::rootfs::join(&tdir, "capabilities");
             // `capabilities/` a plain directory (not a link): each name is one `lstat`.
             let plain = fs::symlink_metadata(&caps).is_ok_and(|m| m.is_dir());
-            if plain {
-                note_plain(&caps);
-            }
             for name in manifest.capabilities.keys() {
                 let p = crate::rootfs::join(&caps, name);
                 let dir = if plain {
@@ -152,11 +149,7 @@ fn dir_inside(tree: &Path, p: &Path) -> Result<bool, OverlayError> {
             inside(tree, p)?;
             Ok(p.is_dir())
         }
-        Ok(m) => {
-            // Not a link: `inside` need not look it up again this start.
-            note_plain(p);
-            Ok(m.is_dir())
-        }
+        Ok(m) => Ok(m.is_dir()),
     }
 }
 
