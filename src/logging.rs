@@ -11,13 +11,9 @@ use std::str::FromStr;
 use infera_exec_derive::Refuse;
 use thiserror::Error;
 use tracing::field::{Field, Visit};
-use tracing::{Event, Subscriber};
+use tracing::subscriber::Interest;
+use tracing::{span, Event, Metadata, Subscriber};
 use tracing_subscriber::filter::{LevelFilter, Targets};
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer;
 
 use crate::envvars::{self as ev, Env};
 
@@ -101,17 +97,44 @@ pub fn init(env: &Env) -> Result<(), LogError> {
         (Ok(_), Err(e)) => (Err(e), Format::Text),
     };
     let installed = targets.clone().unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO));
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .event_format(Line { json: fmt == Format::Json })
-        .with_filter(installed);
-    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer));
+    let _ = tracing::subscriber::set_global_default(Lines { targets: installed, json: fmt == Format::Json });
     targets.map(|_| ())
 }
 
-/// One log line: `WARN infera-exec: [code] message`, or a JSON object.
-struct Line {
+/// The logger: events the filter lets through, one line each on stderr (one `write`), in
+/// text or JSON. The launcher logs no spans, so none are kept (a span gets a constant id):
+/// `tracing_subscriber`'s registry and formatting layer did the same work with a span
+/// store allocated at start-up (a 32 KiB table, eight fresh pages, on every start).
+struct Lines {
+    targets: Targets,
     json: bool,
+}
+
+impl Subscriber for Lines {
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if self.enabled(metadata) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        self.targets.would_enable(metadata.target(), metadata.level())
+    }
+    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+        span::Id::from_u64(1)
+    }
+    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+    fn event(&self, event: &Event<'_>) {
+        use std::io::Write as _;
+        let line = self.line(event);
+        // A closed or full stderr loses the line, as it would any other program's; the
+        // start goes on (the plan and the exit code do not depend on the log).
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+    fn enter(&self, _: &span::Id) {}
+    fn exit(&self, _: &span::Id) {}
 }
 
 #[derive(Default)]
@@ -139,12 +162,9 @@ impl Visit for Fields {
     }
 }
 
-impl<S, N> FormatEvent<S, N> for Line
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(&self, _: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+impl Lines {
+    /// One log line: `WARN infera-exec: [code] message`, or a JSON object; with its newline.
+    fn line(&self, event: &Event<'_>) -> String {
         let mut f = Fields::default();
         event.record(&mut f);
         let level = event.metadata().level();
@@ -156,9 +176,11 @@ where
                 "message": f.message,
                 "target": event.metadata().target(),
             });
-            writeln!(w, "{line}")
+            format!("{line}\n")
         } else {
-            writeln!(w, "{level:>5} infera-exec: [{}] {}", f.code, f.message)
+            let mut s = String::with_capacity(f.code.len() + f.message.len() + 24);
+            let _ = writeln!(s, "{:>5} infera-exec: [{}] {}", level.as_str(), f.code, f.message);
+            s
         }
     }
 }

@@ -30,15 +30,72 @@ pub struct Root {
     memo: RefCell<FxHashMap<Vec<u8>, Memo>>,
 }
 
-// Most entries are `Found`; boxing the metadata would add an allocation per entry.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 enum Memo {
-    /// The resolved path, its metadata, and the links followed to get there (which count
-    /// toward the kernel's limit again whenever the entry is used).
-    Found(PathBuf, fs::Metadata, usize),
+    /// The resolved path, what its `lstat` said, and the links followed to get there (which
+    /// count toward the kernel's limit again whenever the entry is used).
+    Found(PathBuf, Stat, usize),
     /// The path is missing (`ENOENT`/`ENOTDIR`, kept as the errno).
     Missing(i32),
+}
+
+/// What a resolution keeps of the last component's `lstat`: its type and permission bits
+/// and its identity. (`fs::Metadata` is 176 bytes; a start remembers ~100 resolutions, and a
+/// table of those was 30 KiB of fresh pages, rehashed four times on the way.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    mode: u32,
+    dev: u64,
+    ino: u64,
+}
+
+impl Stat {
+    fn of(m: &fs::Metadata) -> Stat {
+        use std::os::unix::fs::MetadataExt;
+        Stat { mode: m.mode(), dev: m.dev(), ino: m.ino() }
+    }
+    /// `st_mode`: the type and the permission bits.
+    pub fn mode(&self) -> u32 {
+        self.mode
+    }
+    pub fn dev(&self) -> u64 {
+        self.dev
+    }
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+    fn is_type(&self, t: nix::libc::mode_t) -> bool {
+        self.mode & nix::libc::S_IFMT == t
+    }
+    pub fn is_dir(&self) -> bool {
+        self.is_type(nix::libc::S_IFDIR)
+    }
+    pub fn is_file(&self) -> bool {
+        self.is_type(nix::libc::S_IFREG)
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.is_type(nix::libc::S_IFLNK)
+    }
+    /// What it is, for messages: `a FIFO`, `a directory`, … (as [`kind`]).
+    pub fn kind(&self) -> &'static str {
+        use nix::libc;
+        match self.mode & libc::S_IFMT {
+            libc::S_IFREG => "a regular file",
+            libc::S_IFDIR => "a directory",
+            libc::S_IFLNK => "a symbolic link",
+            libc::S_IFIFO => "a FIFO",
+            libc::S_IFSOCK => "a socket",
+            libc::S_IFCHR => "a character device",
+            libc::S_IFBLK => "a block device",
+            _ => "not a file",
+        }
+    }
+    fn regular(&self) -> io::Result<()> {
+        if self.is_file() {
+            return Ok(());
+        }
+        Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {}, not a regular file", self.kind())))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, infera_exec_derive::Refuse)]
@@ -53,8 +110,16 @@ pub enum RootError {
 }
 
 impl Root {
+    /// The image's root: a start resolves ~60-110 paths in it (keys as asked and as
+    /// resolved), so the memo has room for them up front instead of four rehashes on the way.
     pub fn new(host: impl Into<PathBuf>) -> Self {
-        Root { host: host.into(), memo: RefCell::new(FxHashMap::default()) }
+        Root::with_room(host, 112)
+    }
+
+    /// A root a few paths are resolved in.
+    pub fn with_room(host: impl Into<PathBuf>, paths: usize) -> Self {
+        let memo = FxHashMap::with_capacity_and_hasher(paths, Default::default());
+        Root { host: host.into(), memo: RefCell::new(memo) }
     }
 
     /// The root is a directory this process can read: otherwise every fact would be
@@ -124,7 +189,7 @@ impl Root {
 
     /// Resolve and return the resolved container path with its metadata (the last
     /// component's, taken from the same walk: no second lookup).
-    pub fn stat(&self, cpath: &Path) -> io::Result<(PathBuf, fs::Metadata)> {
+    pub fn stat(&self, cpath: &Path) -> io::Result<(PathBuf, Stat)> {
         let mut hops = 0;
         self.walk(cpath.as_os_str().as_bytes(), &mut hops)
     }
@@ -132,7 +197,7 @@ impl Root {
     /// The walk behind [`Root::stat`]: one `lstat` per component not yet known, a link's
     /// target resolved by the same walk (so its directories are shared too), `hops`
     /// counting links across the whole resolution as the kernel does.
-    fn walk(&self, path: &[u8], hops: &mut usize) -> io::Result<(PathBuf, fs::Metadata)> {
+    fn walk(&self, path: &[u8], hops: &mut usize) -> io::Result<(PathBuf, Stat)> {
         let base = *hops;
         // The longest prefix (at a `/`) already resolved; a missing one makes the path missing.
         let mut start = 0;
@@ -140,7 +205,7 @@ impl Root {
         // then no reallocation.
         let mut done = PathBuf::with_capacity(path.len() + 1);
         done.push("/");
-        let mut last: Option<fs::Metadata> = None;
+        let mut last: Option<Stat> = None;
         {
             let memo = self.memo.borrow();
             let mut end = path.len();
@@ -152,12 +217,12 @@ impl Root {
                             return Err(too_many_links(&path[..end]));
                         }
                         if end == path.len() {
-                            return Ok((d.clone(), m.clone()));
+                            return Ok((d.clone(), *m));
                         }
                         start = end;
                         done.as_mut_os_string().clear();
                         done.push(d);
-                        last = Some(m.clone());
+                        last = Some(*m);
                         break;
                     }
                     Some(Memo::Missing(errno)) => return Err(io::Error::from_raw_os_error(*errno)),
@@ -188,10 +253,10 @@ impl Root {
             let name = OsStr::from_bytes(comp);
             host.push(name);
             let meta = match fs::symlink_metadata(&host) {
-                Ok(m) => m,
+                Ok(m) => Stat::of(&m),
                 Err(e) => return Err(self.remember_missing(path, end, e)),
             };
-            if meta.file_type().is_symlink() {
+            if meta.is_symlink() {
                 *hops += 1;
                 if *hops > MAX_SYMLINKS {
                     return Err(too_many_links(done.join(name).as_os_str().as_bytes()));
@@ -204,28 +269,28 @@ impl Root {
                 last = Some(m);
             } else {
                 done.push(name);
-                self.remember(done.as_os_str().as_bytes(), &done, &meta, 0);
+                self.remember(done.as_os_str().as_bytes(), &done, meta, 0);
                 last = Some(meta);
             }
             // The path as asked up to here resolves to `done` (a link's target included).
             if let Some(m) = &last {
                 let asked = &path[..end];
                 if asked != done.as_os_str().as_bytes() {
-                    self.remember(asked, &done, m, *hops - base);
+                    self.remember(asked, &done, *m, *hops - base);
                 }
             }
         }
         let meta = match last {
             Some(m) => m,
-            None => fs::metadata(&host)?,
+            None => Stat::of(&fs::metadata(&host)?),
         };
         Ok((done, meta))
     }
 
-    fn remember(&self, key: &[u8], done: &Path, meta: &fs::Metadata, hops: usize) {
+    fn remember(&self, key: &[u8], done: &Path, meta: Stat, hops: usize) {
         let mut memo = self.memo.borrow_mut();
         if !memo.contains_key(key) {
-            memo.insert(key.to_vec(), Memo::Found(done.to_path_buf(), meta.clone(), hops));
+            memo.insert(key.to_vec(), Memo::Found(done.to_path_buf(), meta, hops));
         }
     }
 
@@ -272,7 +337,7 @@ impl Root {
         Ok((c, h))
     }
 
-    pub fn metadata(&self, cpath: &Path) -> io::Result<fs::Metadata> {
+    pub fn metadata(&self, cpath: &Path) -> io::Result<Stat> {
         self.stat(cpath).map(|(_, m)| m)
     }
 
@@ -292,7 +357,7 @@ impl Root {
     /// Read a file up to `limit` bytes (a larger one is an error, not a truncated read).
     pub fn read_file(&self, cpath: &Path, limit: u64) -> io::Result<Vec<u8>> {
         let (c, m) = self.stat(cpath)?;
-        regular(&m)?;
+        m.regular()?;
         let (f, size) = open_checked(&self.host(&c))?;
         read_up_to(f, size, limit)
     }
@@ -303,7 +368,7 @@ impl Root {
     /// Returns the file with its size as the open descriptor's `fstat` gave it.
     pub fn open_file(&self, cpath: &Path) -> io::Result<(fs::File, u64)> {
         let (c, m) = self.stat(cpath)?;
-        regular(&m)?;
+        m.regular()?;
         open_checked(&self.host(&c))
     }
 
@@ -416,13 +481,13 @@ pub fn each_entry_at<E>(
     let raw = open(dir, flags, nix::sys::stat::Mode::empty())?;
     // SAFETY: `open` just returned this descriptor and nothing else owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut buf = std::mem::MaybeUninit::<[u64; 2048]>::uninit();
+    let mut held = dirents::take();
+    let buf = held.buf();
     loop {
-        // SAFETY: the kernel writes at most `size_of_val(&buf)` bytes of `linux_dirent64`
-        // records into `buf` and returns how many; only those bytes are read below.
-        let n = unsafe {
-            libc::syscall(libc::SYS_getdents64, raw, buf.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(&buf))
-        };
+        // SAFETY: the kernel writes at most `DIRENT_BYTES` bytes of `linux_dirent64` records
+        // into `buf` (that long, ours alone while `held` lives) and returns how many; only
+        // those bytes are read below.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, raw, buf, dirents::DIRENT_BYTES) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -430,7 +495,7 @@ pub fn each_entry_at<E>(
             return Ok(Ok(()));
         }
         // SAFETY: the first `n` bytes were written by the kernel (see above).
-        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
+        let bytes = unsafe { std::slice::from_raw_parts(buf.cast_const(), n as usize) };
         let mut at = 0;
         // linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name NUL-terminated.
         while at + 19 < bytes.len() {
@@ -448,6 +513,61 @@ pub fn each_entry_at<E>(
                 if let Err(e) = f(fd.as_fd(), name, t) {
                     return Ok(Err(e));
                 }
+            }
+        }
+    }
+}
+
+/// The buffer directory records are read into. One for the process, outside the stack: a
+/// 16 KiB buffer in the frame of every listing pushed the calls below it onto fresh stack
+/// pages (a start reached 60 KiB of stack, a page fault for each 4 KiB); this one is touched
+/// only as far as records are written. A listing made while another is running (a callback
+/// that lists, another thread) gets one of its own on the heap.
+mod dirents {
+    use std::cell::UnsafeCell;
+    use std::mem::MaybeUninit;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    pub const DIRENT_BYTES: usize = 16 * 1024;
+    type Buf = MaybeUninit<[u64; DIRENT_BYTES / 8]>;
+
+    struct Shared {
+        busy: AtomicBool,
+        buf: UnsafeCell<Buf>,
+    }
+    // SAFETY: `buf` is only reached through `take`, which hands it to one holder at a time
+    // (the `busy` flag, set by an atomic swap and cleared when the holder drops).
+    unsafe impl Sync for Shared {}
+
+    static SHARED: Shared = Shared { busy: AtomicBool::new(false), buf: UnsafeCell::new(MaybeUninit::uninit()) };
+
+    pub enum Held {
+        Shared,
+        Own(Box<Buf>),
+    }
+
+    pub fn take() -> Held {
+        if SHARED.busy.swap(true, Ordering::Acquire) {
+            Held::Own(Box::new(MaybeUninit::uninit()))
+        } else {
+            Held::Shared
+        }
+    }
+
+    impl Held {
+        /// `DIRENT_BYTES` bytes, this holder's until it drops.
+        pub fn buf(&mut self) -> *mut u8 {
+            match self {
+                Held::Shared => SHARED.buf.get().cast(),
+                Held::Own(b) => b.as_mut_ptr().cast(),
+            }
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            if let Held::Shared = self {
+                SHARED.busy.store(false, Ordering::Release);
             }
         }
     }

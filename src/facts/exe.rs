@@ -4,7 +4,6 @@
 //! exactly what execve would.
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::rootfs::{self, Root};
@@ -46,7 +45,7 @@ pub fn inspect(root: &Root, cpath: &Path) -> ExecFile {
         Ok(x) => x,
         Err(e) => return ExecFile::Missing { reason: rootfs::io_reason(&e) },
     };
-    let mode = meta.permissions().mode() & 0o7777;
+    let mode = meta.mode() & 0o7777;
     if !meta.is_file() {
         return ExecFile::NotRegular { mode };
     }
