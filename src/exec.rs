@@ -60,44 +60,70 @@ pub fn file(x: &ExecSpec) -> &Path {
 pub struct Prepared {
     path: CString,
     cwd: Option<CString>,
-    // Owners of the strings the pointer arrays point into (their heap buffers never move).
-    _argv: Vec<CString>,
-    _envp: Vec<CString>,
+    // The argument and environment strings, each NUL-terminated, one after another: one
+    // allocation for all of them (a pod's environment is often a hundred variables, and
+    // two or three allocations each was a tenth of a start's). Never changed once the
+    // pointer arrays point into it, so it never moves.
+    _strings: Vec<u8>,
     argv: Vec<*const c_char>,
     envp: Vec<*const c_char>,
 }
 
-// SAFETY: the raw pointers point into the CStrings this struct owns, which are never
+// SAFETY: the raw pointers point into the strings this struct owns, which are never
 // mutated or dropped while it lives; sharing it only reads them.
 unsafe impl Send for Prepared {}
 unsafe impl Sync for Prepared {}
 
 fn cstring(b: &[u8]) -> io::Result<CString> {
-    CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in an argument or variable"))
+    CString::new(b).map_err(|_| nul_error())
+}
+
+fn nul_error() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in an argument or variable")
 }
 
 impl Prepared {
     pub fn new(x: &ExecSpec) -> io::Result<Prepared> {
         let file = file(x);
         let path = cstring(file.as_os_str().as_bytes())?;
-        let mut argv_s = vec![path.clone()];
-        for a in x.argv.iter().skip(1) {
-            argv_s.push(cstring(a.as_bytes())?);
+        let args = x.argv.iter().skip(1).map(|a| a.as_bytes());
+        let size = path.as_bytes_with_nul().len()
+            + args.clone().map(|a| a.len() + 1).sum::<usize>()
+            + x.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+        let mut strings: Vec<u8> = Vec::with_capacity(size);
+        // Where each string starts; the pointers are taken once every string is in.
+        let mut argv_at = Vec::with_capacity(x.argv.len().max(1));
+        let mut envp_at = Vec::with_capacity(x.env.len());
+        let mut put = |parts: &[&[u8]], at: &mut Vec<usize>| -> io::Result<()> {
+            at.push(strings.len());
+            for p in parts {
+                if p.contains(&0) {
+                    return Err(nul_error());
+                }
+                strings.extend_from_slice(p);
+            }
+            strings.push(0);
+            Ok(())
+        };
+        put(&[file.as_os_str().as_bytes()], &mut argv_at)?;
+        for a in args {
+            put(&[a], &mut argv_at)?;
         }
-        let mut envp_s = Vec::with_capacity(x.env.len());
         for (k, v) in &x.env {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            envp_s.push(cstring(&kv)?);
+            put(&[k.as_bytes(), b"=", v.as_bytes()], &mut envp_at)?;
         }
+        debug_assert_eq!(strings.len(), size);
         let cwd = match x.host_cwd.as_ref().or(x.cwd.as_ref()) {
             Some(d) => Some(cstring(d.as_os_str().as_bytes())?),
             None => None,
         };
-        let ptrs = |v: &[CString]| v.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        let (argv, envp) = (ptrs(&argv_s), ptrs(&envp_s));
-        Ok(Prepared { path, cwd, _argv: argv_s, _envp: envp_s, argv, envp })
+        let base = strings.as_ptr().cast::<c_char>();
+        // SAFETY: every offset is the start of a NUL-terminated string inside `strings`.
+        let ptrs = |at: &[usize]| {
+            at.iter().map(|&i| unsafe { base.add(i) }).chain(std::iter::once(std::ptr::null())).collect()
+        };
+        let (argv, envp) = (ptrs(&argv_at), ptrs(&envp_at));
+        Ok(Prepared { path, cwd, _strings: strings, argv, envp })
     }
 
     /// Reset every signal disposition to default and empty the mask (std resets SIGPIPE, but
@@ -298,4 +324,67 @@ fn replace(src: &Path, dst: &Path) -> io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::{CStr, OsString};
+    use std::os::unix::ffi::OsStringExt;
+
+    fn spec(argv: &[&[u8]], env: &[(&[u8], &[u8])]) -> ExecSpec {
+        ExecSpec {
+            program: "/usr/bin/python3".into(),
+            host_program: Some("/img/usr/bin/python3.12".into()),
+            argv: argv.iter().map(|a| OsString::from_vec(a.to_vec())).collect(),
+            env: env.iter().map(|(k, v)| (OsString::from_vec(k.to_vec()), OsString::from_vec(v.to_vec()))).collect(),
+            env_set: Vec::new(),
+            added_args: Vec::new(),
+            cwd: None,
+            host_cwd: None,
+            init: None,
+            privileges: Default::default(),
+            steps: Vec::new(),
+            args_digest: None,
+        }
+    }
+
+    /// The strings a NULL-terminated pointer array points at.
+    fn strings(ptrs: &[*const c_char]) -> Vec<Vec<u8>> {
+        assert_eq!(ptrs.last(), Some(&std::ptr::null()), "NULL-terminated");
+        // SAFETY: every pointer but the last is a NUL-terminated string the Prepared owns.
+        ptrs[..ptrs.len() - 1].iter().map(|&p| unsafe { CStr::from_ptr(p) }.to_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn argv_and_environment_are_the_specs_strings_in_one_block() {
+        let env: &[(&[u8], &[u8])] = &[(b"A", b""), (b"PATH", b"/usr/bin:/bin"), (b"X", b"a=b \xff")];
+        let x = spec(&[b"python3", b"-m", b"infera.engine.vllm", b"", b"\xfe\x01"], env);
+        let p = Prepared::new(&x).unwrap();
+        let argv = strings(&p.argv);
+        assert_eq!(argv, [&b"/img/usr/bin/python3.12"[..], b"-m", b"infera.engine.vllm", b"", b"\xfe\x01"]);
+        assert_eq!(strings(&p.envp), [&b"A="[..], b"PATH=/usr/bin:/bin", b"X=a=b \xff"]);
+        assert_eq!(p.path.as_bytes(), b"/img/usr/bin/python3.12");
+        // One block, exactly as long as the strings.
+        let total: usize = argv.iter().chain(&strings(&p.envp)).map(|s| s.len() + 1).sum();
+        assert_eq!(p._strings.len(), total);
+        assert_eq!(p._strings.capacity(), total, "sized once, never moved");
+
+        let empty = Prepared::new(&spec(&[], &[])).unwrap();
+        assert_eq!(strings(&empty.argv), [&b"/img/usr/bin/python3.12"[..]]);
+        assert!(strings(&empty.envp).is_empty());
+    }
+
+    #[test]
+    fn a_nul_byte_anywhere_is_refused() {
+        for x in [
+            spec(&[b"python3", b"a\0b"], &[]),
+            spec(&[b"python3"], &[(b"K", b"v\0")]),
+            spec(&[b"python3"], &[(b"K\0", b"v")]),
+        ] {
+            let e = Prepared::new(&x).err().expect("refused");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            assert_eq!(e.to_string(), "a NUL byte in an argument or variable");
+        }
+    }
 }

@@ -468,19 +468,40 @@ pub fn each_entry(dir: &Path, mut f: impl FnMut(&OsStr, u8)) -> io::Result<()> {
 
 /// [`each_entry`] with the directory's descriptor, for lookups relative to it (one path
 /// component for the kernel to walk, and no path built per name); the first error `f`
-/// returns stops the listing (and is the inner result). The names are read by `getdents64` into a buffer on the
-/// stack: no `stat` of the directory and no allocation per directory, as `opendir` makes.
+/// returns stops the listing (and is the inner result). The names are read by `getdents64`
+/// into one buffer for the process: no `stat` of the directory and no allocation per
+/// directory, as `opendir` makes.
 pub fn each_entry_at<E>(
     dir: &Path,
-    mut f: impl FnMut(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr, u8) -> Result<(), E>,
+    f: impl FnMut(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr, u8) -> Result<(), E>,
 ) -> io::Result<Result<(), E>> {
     use nix::fcntl::{open, OFlag};
-    use nix::libc;
-    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    use std::os::fd::{FromRawFd, OwnedFd};
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
     let raw = open(dir, flags, nix::sys::stat::Mode::empty())?;
     // SAFETY: `open` just returned this descriptor and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    each_entry_of(unsafe { OwnedFd::from_raw_fd(raw) }, f)
+}
+
+/// The directory `name` of the open directory `fd`, opened for [`each_entry_of`]; not
+/// through a link (`ELOOP`).
+pub fn open_subdir(fd: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{openat, OFlag};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW;
+    let raw = openat(Some(fd.as_raw_fd()), name, flags, nix::sys::stat::Mode::empty())?;
+    // SAFETY: `openat` just returned this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// [`each_entry_at`] of a directory already open (closed when done).
+pub fn each_entry_of<E>(
+    fd: std::os::fd::OwnedFd,
+    mut f: impl FnMut(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr, u8) -> Result<(), E>,
+) -> io::Result<Result<(), E>> {
+    use nix::libc;
+    use std::os::fd::{AsFd, AsRawFd};
+    let raw = fd.as_raw_fd();
     let mut held = dirents::take();
     let buf = held.buf();
     loop {
@@ -691,8 +712,87 @@ pub fn os_to_string(s: &OsStr) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// A listing made inside another's callback, and listings on other threads at the same
+    /// time, each get every name (the shared buffer is one holder's at a time).
+    #[test]
+    fn listings_inside_listings_and_on_threads() {
+        let t = tempfile::tempdir().unwrap();
+        let names = |d: &Path| {
+            let mut v = Vec::new();
+            each_entry(d, |n, _| v.push(n.to_string_lossy().into_owned())).unwrap();
+            v.sort();
+            v
+        };
+        let mut want = Vec::new();
+        for i in 0..300 {
+            let d = t.path().join(format!("dir-with-a-long-name-{i:04}"));
+            fs::create_dir(&d).unwrap();
+            fs::write(d.join(format!("f{i}")), "").unwrap();
+            want.push(format!("dir-with-a-long-name-{i:04}"));
+        }
+        // 300 names of ~40 bytes: more than one read of the buffer.
+        let mut seen = Vec::new();
+        each_entry(t.path(), |n, _| {
+            let inner = names(&t.path().join(n));
+            let i: u32 = n.to_string_lossy()["dir-with-a-long-name-".len()..].parse().unwrap();
+            assert_eq!(inner, [format!("f{i}")]);
+            seen.push(n.to_string_lossy().into_owned());
+        })
+        .unwrap();
+        seen.sort();
+        assert_eq!(seen, want);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4).map(|_| s.spawn(|| (0..20).map(|_| names(t.path())).collect::<Vec<_>>())).collect();
+            for h in hs {
+                for got in h.join().unwrap() {
+                    assert_eq!(got, want);
+                }
+            }
+        });
+        // And the buffer is free again afterwards.
+        assert!(matches!(dirents::take(), dirents::Held::Shared));
+    }
+
+    #[test]
+    fn stat_says_what_a_file_is_as_its_metadata_does() {
+        use std::os::unix::net::UnixListener;
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::write(r.join("file"), "x").unwrap();
+        fs::create_dir(r.join("dir")).unwrap();
+        std::os::unix::fs::symlink("file", r.join("link")).unwrap();
+        nix::unistd::mkfifo(&r.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let _sock = UnixListener::bind(r.join("sock")).unwrap();
+        for (name, what) in [
+            ("file", "a regular file"),
+            ("dir", "a directory"),
+            ("link", "a symbolic link"),
+            ("fifo", "a FIFO"),
+            ("sock", "a socket"),
+        ] {
+            let m = fs::symlink_metadata(r.join(name)).unwrap();
+            let s = Stat::of(&m);
+            assert_eq!(s.kind(), what, "{name}");
+            assert_eq!(kind(m.file_type()), what, "{name}");
+            assert_eq!(
+                (s.is_file(), s.is_dir(), s.is_symlink()),
+                (m.is_file(), m.is_dir(), m.file_type().is_symlink())
+            );
+            assert_eq!(s.regular().is_ok(), name == "file");
+        }
+        let s = Stat::of(&fs::metadata("/dev/null").unwrap());
+        assert_eq!(s.kind(), "a character device");
+        assert_eq!(s.regular().unwrap_err().to_string(), "is a character device, not a regular file");
+        // Through the root: what `stat` keeps of the file a link resolves to.
+        let (p, s) = Root::new(r).stat(Path::new("/link")).unwrap();
+        assert_eq!(p, Path::new("/file"));
+        let m = fs::metadata(r.join("file")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((s.mode(), s.dev(), s.ino()), (m.mode(), m.dev(), m.ino()));
+    }
     use super::*;
-    use std::os::unix::fs::{symlink, MetadataExt};
+    use std::os::unix::fs::symlink;
 
     #[test]
     fn absolute_links_stay_in_root() {

@@ -256,11 +256,14 @@ pub fn is_overlay(dir: &Path) -> bool {
 /// Load every tree and gather its facts.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
     let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    if !dir.is_dir() {
-        return Err(OverlayError::Missing { dir });
-    }
-    let (layout, trees) = if dir.join("trees").is_dir() {
-        (Layout::Ours, ours::load(&dir, opts)?)
+    // Each `stat` kept for the checks of its mode below (one lookup per directory).
+    let meta = match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => m,
+        _ => return Err(OverlayError::Missing { dir }),
+    };
+    let trees_meta = std::fs::metadata(crate::rootfs::join(&dir, "trees")).ok().filter(|m| m.is_dir());
+    let (layout, trees) = if let Some(trees_meta) = trees_meta {
+        (Layout::Ours, ours::load(&dir, opts, [&meta, &trees_meta])?)
     } else {
         (Layout::Infera, infera::load(&dir, opts)?)
     };

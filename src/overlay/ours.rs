@@ -8,7 +8,8 @@ use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
 use crate::manifest::{self, ManifestError};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
 
-pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
+/// `stats`: the overlay's and `trees/`'s own `stat`, as the caller read them.
+pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> Result<Vec<Tree>, OverlayError> {
     let trees_dir = crate::rootfs::join(dir, "trees");
     // `trees/` itself a link elsewhere would make every tree someone else's.
     inside(dir, &trees_dir)?;
@@ -30,8 +31,8 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         return Err(OverlayError::Empty { dir: dir.to_path_buf() });
     }
     if opts.check_writable {
-        not_writable(dir)?;
-        not_writable(&trees_dir)?;
+        not_writable_by_mode(dir, stats[0])?;
+        not_writable_by_mode(&trees_dir, stats[1])?;
     }
     let mut trees: Vec<Tree> = Vec::new();
     // The first tree of each ABI by its hash: a duplicate is found without comparing each

@@ -33,6 +33,9 @@ pub fn inspect(tree: &mut Tree) {
     tree.facts.walked = Some(result);
 }
 
+/// How many directories the walk keeps open ahead of listing them.
+const OPEN_AHEAD: usize = 32;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Dir,
@@ -46,16 +49,20 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
     use nix::sys::stat::{fstatat, FileStat};
     use std::os::fd::AsRawFd;
     let euid = nix::unistd::geteuid().as_raw();
-    let mut stack = vec![part.to_path_buf()];
-    while let Some(dir) = stack.pop() {
+    // Each directory still to list, opened from its parent's descriptor as it is found (one
+    // component for the kernel to look up, and never through a link) while few are
+    // pending; by its path after that (a wide tree cannot run out of descriptors).
+    let mut stack: Vec<(PathBuf, Option<std::os::fd::OwnedFd>)> = vec![(part.to_path_buf(), None)];
+    while let Some((dir, opened)) = stack.pop() {
         let path_of = |name: &std::ffi::CStr| dir.join(OsStr::from_bytes(name.to_bytes()));
         let unreadable = |path: PathBuf, e: nix::Error| OverlayError::Unreadable {
             path,
             reason: std::io::Error::from(e).to_string(),
         };
-        let mut subdirs: Vec<PathBuf> = Vec::new();
+        let mut subdirs: Vec<(PathBuf, Option<std::os::fd::OwnedFd>)> = Vec::new();
+        let pending = stack.iter().filter(|(_, fd)| fd.is_some()).count();
         // Each name's own `lstat`, relative to the directory (one component to look up).
-        let listed = crate::rootfs::each_entry_at(&dir, |fd, name, t| {
+        let each = |fd: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr, t: u8| {
             let lstat = || fstatat(Some(fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW);
             let mut known: Option<FileStat> = None;
             let kind = match Kind::of_dirent(t) {
@@ -92,12 +99,21 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
                         }
                     }
                     if kind == Kind::Dir {
-                        subdirs.push(path_of(name));
+                        // A directory that cannot be opened here is opened again by its path,
+                        // which gives the error the message names.
+                        let open = (pending + subdirs.len() < OPEN_AHEAD)
+                            .then(|| crate::rootfs::open_subdir(fd, name).ok())
+                            .flatten();
+                        subdirs.push((path_of(name), open));
                     }
                 }
             }
             Ok(())
-        });
+        };
+        let listed = match opened {
+            Some(fd) => crate::rootfs::each_entry_of(fd, each),
+            None => crate::rootfs::each_entry_at(&dir, each),
+        };
         listed.map_err(|e| OverlayError::Unreadable { path: dir.clone(), reason: e.to_string() })??;
         stack.extend(subdirs);
     }
@@ -132,6 +148,53 @@ impl Kind {
             libc::S_IFCHR => Kind::Other("a character device"),
             libc::S_IFBLK => Kind::Other("a block device"),
             _ => Kind::Other("not a file"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A tree wider than the directories the walk opens ahead: every directory is still
+    /// listed (the ones past the bound by their path), so a writable file in the last one and a
+    /// shared object in the first are both seen.
+    #[test]
+    fn every_directory_is_walked_past_the_open_ahead_bound() {
+        let t = tempfile::tempdir().unwrap();
+        let tree = t.path().join("tree");
+        let dirs = OPEN_AHEAD * 3;
+        for i in 0..dirs {
+            let d = tree.join(format!("d{i:03}")).join("sub");
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("m.py"), "").unwrap();
+        }
+        fs::write(tree.join("d000/sub/_c.cpython-312-x86_64-linux-gnu.so"), "").unwrap();
+        fs::set_permissions(&tree, fs::Permissions::from_mode(0o755)).unwrap();
+        let writable = Mount { read_only: false, noexec: false, nosuid: false };
+        let mut shared = false;
+        walk(&tree, &tree, writable, &mut shared).unwrap();
+        assert!(shared, "the .so in the first directory");
+
+        let last = tree.join(format!("d{:03}/sub/m.py", dirs - 1));
+        fs::set_permissions(&last, fs::Permissions::from_mode(0o664)).unwrap();
+        match walk(&tree, &tree, writable, &mut false) {
+            Err(OverlayError::Writable { path, who, .. }) => {
+                assert_eq!(path, last);
+                assert_eq!(who, "its group");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A directory replaced by a link is not followed out of the tree.
+        fs::set_permissions(&last, fs::Permissions::from_mode(0o644)).unwrap();
+        let mid = tree.join(format!("d{:03}", dirs / 2));
+        fs::rename(mid.join("sub"), t.path().join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("elsewhere"), mid.join("sub")).unwrap();
+        match walk(&tree, &tree, writable, &mut false) {
+            Err(e) => assert!(e.to_string().contains(&mid.join("sub").display().to_string()), "{e}"),
+            Ok(()) => panic!("a link out of the tree passed"),
         }
     }
 }
