@@ -37,7 +37,7 @@ impl<'l> Table<'l> {
             Opt::ALL
                 .iter()
                 .filter_map(|o| engine.spelling(*o).map(|sp| (*o, sp)))
-                .flat_map(|(o, sp)| sp.names().into_iter().map(move |n| (n, o, sp)))
+                .flat_map(|(o, sp)| sp.names().map(move |n| (n, o, sp)))
                 .collect()
         });
         // A recorded list is sorted and without duplicates (a unit test checks the files),

@@ -84,13 +84,14 @@ impl Spelling {
         }
     }
 
-    /// Every option string of this spelling.
-    pub fn names(self) -> Vec<&'static str> {
-        match self {
-            Spelling::Value(n) | Spelling::ValueOff { names: n, .. } => n.to_vec(),
-            Spelling::Bool { on, off } => vec![on, off],
-            Spelling::OffFlag(f) | Spelling::OnFlag(f) => vec![f],
-        }
+    /// Every option string of this spelling (a slice and up to two more; no allocation).
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        let (list, a, b): (&'static [&'static str], _, _) = match self {
+            Spelling::Value(n) | Spelling::ValueOff { names: n, .. } => (n, None, None),
+            Spelling::Bool { on, off } => (&[], Some(on), Some(off)),
+            Spelling::OffFlag(f) | Spelling::OnFlag(f) => (&[], Some(f), None),
+        };
+        list.iter().copied().chain(a).chain(b)
     }
 }
 
@@ -316,7 +317,7 @@ mod tests {
             // Every spelling is an option string; no two options share one.
             let mut seen = std::collections::BTreeMap::new();
             for &o in Opt::ALL {
-                for n in info.engine.spelling(o).map(Spelling::names).unwrap_or_default() {
+                for n in info.engine.spelling(o).into_iter().flat_map(Spelling::names) {
                     assert!(n.starts_with('-'), "{n}");
                     assert_eq!(seen.insert(n, o), None, "{} spells {n} twice", info.name);
                 }

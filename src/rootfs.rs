@@ -27,16 +27,99 @@ pub struct Root {
     /// through two links), so each directory is looked up once, not once per path under
     /// it. Keys are the paths as asked and the resolved paths (which resolve to
     /// themselves). The image is not expected to change during one start.
-    memo: RefCell<FxHashMap<Vec<u8>, Memo>>,
+    memo: RefCell<Memo>,
+    /// The host path buffer of the last resolution, reused by the next (one allocation per
+    /// root instead of one per path).
+    scratch: RefCell<Vec<u8>>,
+    /// The same for the resolved path of a resolution whose caller only wants the metadata.
+    scratch_done: RefCell<Vec<u8>>,
 }
 
-#[derive(Debug, Clone)]
-enum Memo {
+/// The resolutions of one root, kept without an allocation each: the keys' and resolved
+/// paths' bytes one after another in `bytes`, the entries in `entries`, found by the hash of
+/// their key. (A key kept as its own `Vec` and its resolution as a `PathBuf` were two
+/// allocations per component, a fifth of a start's.)
+#[derive(Debug, Clone, Default)]
+struct Memo {
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+    /// Entry by the FxHash of its key. A key whose hash another key already has is not
+    /// kept (it is walked again when asked: slower, never wrong).
+    by_hash: FxHashMap<u64, u32>,
+}
+
+/// Where a path's bytes are in [`Memo::bytes`].
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    at: u32,
+    len: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    key: Span,
+    kept: Kept,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kept {
     /// The resolved path, what its `lstat` said, and the links followed to get there (which
     /// count toward the kernel's limit again whenever the entry is used).
-    Found(PathBuf, Stat, usize),
+    Found(Span, Stat, usize),
     /// The path is missing (`ENOENT`/`ENOTDIR`, kept as the errno).
     Missing(i32),
+}
+
+impl Memo {
+    fn with_room(paths: usize) -> Memo {
+        Memo {
+            bytes: Vec::with_capacity(paths * 64),
+            entries: Vec::with_capacity(paths),
+            by_hash: FxHashMap::with_capacity_and_hasher(paths, Default::default()),
+        }
+    }
+
+    fn hash(key: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        rustc_hash::FxBuildHasher.hash_one(key)
+    }
+
+    fn bytes(&self, s: Span) -> &[u8] {
+        &self.bytes[s.at as usize..(s.at + s.len) as usize]
+    }
+
+    fn get(&self, key: &[u8]) -> Option<(Kept, &[u8])> {
+        let e = self.entries[*self.by_hash.get(&Memo::hash(key))? as usize];
+        if self.bytes(e.key) != key {
+            return None;
+        }
+        Some(match e.kept {
+            Kept::Found(p, ..) => (e.kept, self.bytes(p)),
+            Kept::Missing(_) => (e.kept, &[][..]),
+        })
+    }
+
+    fn span(&mut self, b: &[u8]) -> Option<Span> {
+        let at = u32::try_from(self.bytes.len()).ok()?;
+        let len = u32::try_from(b.len()).ok()?;
+        at.checked_add(len)?;
+        self.bytes.extend_from_slice(b);
+        Some(Span { at, len })
+    }
+
+    /// Keep `key`'s resolution (`resolved`: its path, for a found one) unless the key, or
+    /// another with its hash, is already kept.
+    fn insert(&mut self, key: &[u8], resolved: &[u8], kept: impl FnOnce(Span) -> Kept) {
+        let h = Memo::hash(key);
+        if self.by_hash.contains_key(&h) {
+            return;
+        }
+        let Some(k) = self.span(key) else { return };
+        let p = if resolved == key { Some(k) } else { self.span(resolved) };
+        let (Some(p), Ok(i)) = (p, u32::try_from(self.entries.len())) else { return };
+        self.entries.push(Entry { key: k, kept: kept(p) });
+        self.by_hash.insert(h, i);
+    }
 }
 
 /// What a resolution keeps of the last component's `lstat`: its type and permission bits
@@ -118,8 +201,12 @@ impl Root {
 
     /// A root a few paths are resolved in.
     pub fn with_room(host: impl Into<PathBuf>, paths: usize) -> Self {
-        let memo = FxHashMap::with_capacity_and_hasher(paths, Default::default());
-        Root { host: host.into(), memo: RefCell::new(memo) }
+        Root {
+            host: host.into(),
+            memo: RefCell::new(Memo::with_room(paths)),
+            scratch: RefCell::default(),
+            scratch_done: RefCell::default(),
+        }
     }
 
     /// The root is a directory this process can read: otherwise every fact would be
@@ -160,8 +247,14 @@ impl Root {
 
     /// [`Root::host`] with room for `extra` more bytes (components pushed after).
     fn host_with_room(&self, cpath: &Path, extra: usize) -> PathBuf {
+        self.host_into(cpath, Vec::new(), extra)
+    }
+
+    /// [`Root::host_with_room`] written into `p` (cleared first; its room reused).
+    fn host_into(&self, cpath: &Path, mut p: Vec<u8>, extra: usize) -> PathBuf {
         let c = cpath.as_os_str().as_bytes();
-        let mut p = Vec::with_capacity(self.host.as_os_str().len() + c.len() + 1 + extra);
+        p.clear();
+        p.reserve(self.host.as_os_str().len() + c.len() + 1 + extra);
         p.extend_from_slice(self.host.as_os_str().as_bytes());
         if normal(c) {
             // The common case, a resolved path (`/usr/lib/x`): the bytes appended as they are.
@@ -191,41 +284,41 @@ impl Root {
     /// component's, taken from the same walk: no second lookup).
     pub fn stat(&self, cpath: &Path) -> io::Result<(PathBuf, Stat)> {
         let mut hops = 0;
-        self.walk(cpath.as_os_str().as_bytes(), &mut hops)
+        self.walk(cpath.as_os_str().as_bytes(), &mut hops, true)
     }
 
     /// The walk behind [`Root::stat`]: one `lstat` per component not yet known, a link's
     /// target resolved by the same walk (so its directories are shared too), `hops`
     /// counting links across the whole resolution as the kernel does.
-    fn walk(&self, path: &[u8], hops: &mut usize) -> io::Result<(PathBuf, Stat)> {
+    /// `keep`: the resolved path is wanted (else it may come back empty, not built).
+    fn walk(&self, path: &[u8], hops: &mut usize, keep: bool) -> io::Result<(PathBuf, Stat)> {
         let base = *hops;
         // The longest prefix (at a `/`) already resolved; a missing one makes the path missing.
         let mut start = 0;
-        // Room for the whole path (a link's target may need more): a component pushed is
-        // then no reallocation.
-        let mut done = PathBuf::with_capacity(path.len() + 1);
-        done.push("/");
+        let mut done = PathBuf::new();
         let mut last: Option<Stat> = None;
         {
             let memo = self.memo.borrow();
             let mut end = path.len();
             loop {
                 match memo.get(&path[..end]) {
-                    Some(Memo::Found(d, m, h)) if end == path.len() || m.is_dir() => {
+                    Some((Kept::Found(_, m, h), d)) if end == path.len() || m.is_dir() => {
                         *hops += h;
                         if *hops > MAX_SYMLINKS {
                             return Err(too_many_links(&path[..end]));
                         }
                         if end == path.len() {
-                            return Ok((d.clone(), *m));
+                            let d = if keep { PathBuf::from(OsStr::from_bytes(d)) } else { PathBuf::new() };
+                            return Ok((d, m));
                         }
                         start = end;
-                        done.as_mut_os_string().clear();
-                        done.push(d);
-                        last = Some(*m);
+                        // Room for the rest of the path: a component pushed is no reallocation.
+                        done = self.done_buffer(keep, d.len() + path.len() - end + 1);
+                        done.push(OsStr::from_bytes(d));
+                        last = Some(m);
                         break;
                     }
-                    Some(Memo::Missing(errno)) => return Err(io::Error::from_raw_os_error(*errno)),
+                    Some((Kept::Missing(errno), _)) => return Err(io::Error::from_raw_os_error(errno)),
                     _ => {}
                 }
                 match path[..end].iter().rposition(|&b| b == b'/') {
@@ -234,7 +327,12 @@ impl Root {
                 }
             }
         }
-        let mut host = self.host_with_room(&done, path.len() - start + 1);
+        if start == 0 {
+            done = self.done_buffer(keep, path.len() + 1);
+            done.push("/");
+        }
+        let scratch = std::mem::take(&mut *self.scratch.borrow_mut());
+        let mut host = self.host_into(&done, scratch, path.len() - start + 1);
         let mut pos = start;
         for comp in path[start..].split(|&b| b == b'/') {
             let end = pos + comp.len();
@@ -254,7 +352,13 @@ impl Root {
             host.push(name);
             let meta = match fs::symlink_metadata(&host) {
                 Ok(m) => Stat::of(&m),
-                Err(e) => return Err(self.remember_missing(path, end, e)),
+                Err(e) => {
+                    *self.scratch.borrow_mut() = host.into_os_string().into_vec();
+                    if !keep {
+                        *self.scratch_done.borrow_mut() = done.into_os_string().into_vec();
+                    }
+                    return Err(self.remember_missing(path, end, e));
+                }
             };
             if meta.is_symlink() {
                 *hops += 1;
@@ -263,9 +367,9 @@ impl Root {
                 }
                 let target = fs::read_link(&host)?;
                 let full = if target.is_absolute() { target } else { done.join(target) };
-                let (d, m) = self.walk(full.as_os_str().as_bytes(), hops)?;
+                let (d, m) = self.walk(full.as_os_str().as_bytes(), hops, true)?;
                 done = d;
-                host = self.host_with_room(&done, path.len().saturating_sub(pos) + 1);
+                host = self.host_into(&done, host.into_os_string().into_vec(), path.len().saturating_sub(pos) + 1);
                 last = Some(m);
             } else {
                 done.push(name);
@@ -284,14 +388,20 @@ impl Root {
             Some(m) => m,
             None => Stat::of(&fs::metadata(&host)?),
         };
+        *self.scratch.borrow_mut() = host.into_os_string().into_vec();
         Ok((done, meta))
     }
 
+    /// An empty path buffer with `room`: the reused one when the caller will not keep it.
+    fn done_buffer(&self, keep: bool, room: usize) -> PathBuf {
+        let mut b = if keep { Vec::new() } else { std::mem::take(&mut *self.scratch_done.borrow_mut()) };
+        b.clear();
+        b.reserve(room);
+        PathBuf::from(OsString::from_vec(b))
+    }
+
     fn remember(&self, key: &[u8], done: &Path, meta: Stat, hops: usize) {
-        let mut memo = self.memo.borrow_mut();
-        if !memo.contains_key(key) {
-            memo.insert(key.to_vec(), Memo::Found(done.to_path_buf(), meta, hops));
-        }
+        self.memo.borrow_mut().insert(key, done.as_os_str().as_bytes(), |p| Kept::Found(p, meta, hops));
     }
 
     /// A missing path is remembered as missing (it is asked again: a search path's
@@ -301,9 +411,9 @@ impl Root {
     fn remember_missing(&self, path: &[u8], end: usize, e: io::Error) -> io::Error {
         if let Some(errno @ (nix::libc::ENOENT | nix::libc::ENOTDIR)) = e.raw_os_error() {
             let mut memo = self.memo.borrow_mut();
-            memo.insert(path[..end].to_vec(), Memo::Missing(errno));
+            memo.insert(&path[..end], &[], |_| Kept::Missing(errno));
             if end < path.len() {
-                memo.insert(path.to_vec(), Memo::Missing(errno));
+                memo.insert(path, &[], |_| Kept::Missing(errno));
             }
         }
         e
@@ -338,7 +448,12 @@ impl Root {
     }
 
     pub fn metadata(&self, cpath: &Path) -> io::Result<Stat> {
-        self.stat(cpath).map(|(_, m)| m)
+        let mut hops = 0;
+        let (done, m) = self.walk(cpath.as_os_str().as_bytes(), &mut hops, false)?;
+        if done.capacity() > 0 {
+            *self.scratch_done.borrow_mut() = done.into_os_string().into_vec();
+        }
+        Ok(m)
     }
 
     pub fn is_dir(&self, cpath: &Path) -> bool {
@@ -752,6 +867,37 @@ mod tests {
         });
         // And the buffer is free again afterwards.
         assert!(matches!(dirents::take(), dirents::Held::Shared));
+    }
+
+    /// Two keys with one hash: the second is never answered with the first's resolution
+    /// (found or missing); it is walked.
+    #[test]
+    fn a_key_whose_hash_is_taken_is_walked_not_mixed_up() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for d in ["a", "b"] {
+            fs::create_dir(r.join(d)).unwrap();
+            fs::write(r.join(d).join("file"), d).unwrap();
+        }
+        let ino = |p: &str| fs::metadata(r.join(p)).unwrap().ino();
+        let root = Root::new(r);
+        let collide = |with: &[u8], key: &[u8]| {
+            let mut m = root.memo.borrow_mut();
+            let i = m.by_hash[&Memo::hash(with)];
+            m.by_hash.insert(Memo::hash(key), i);
+        };
+        assert_eq!(root.stat(Path::new("/a/file")).unwrap().1.ino(), ino("a/file"));
+        collide(b"/a/file", b"/b/file");
+        for _ in 0..2 {
+            let (p, s) = root.stat(Path::new("/b/file")).unwrap();
+            assert_eq!((p.as_path(), s.ino()), (Path::new("/b/file"), ino("b/file")));
+            assert_eq!(root.metadata(Path::new("/b/file")).unwrap().ino(), ino("b/file"));
+        }
+        assert!(root.stat(Path::new("/nope")).is_err());
+        collide(b"/nope", b"/a/file");
+        assert_eq!(root.metadata(Path::new("/a/file")).unwrap().ino(), ino("a/file"));
+        assert_eq!(root.resolve(Path::new("/a/file")).unwrap(), Path::new("/a/file"));
     }
 
     #[test]

@@ -159,14 +159,23 @@ fn probe_into(
 ) {
     let ext = format!(".cpython-{}{}-x86_64-linux-gnu.so", minor.0, minor.1);
     let mut found_here: Vec<String> = Vec::new();
+    // Each candidate's path written into one buffer (five names per module per directory).
+    let mut cand = std::ffi::OsString::new();
     for dir in site_dirs {
         for m in probe {
             if index.modules.contains_key(m) {
                 continue;
             }
-            let hit = [m.clone(), format!("{m}.py"), format!("{m}{ext}"), format!("{m}.abi3.so"), format!("{m}.so")]
-                .iter()
-                .any(|c| root.metadata(&crate::rootfs::join(dir, c)).is_ok());
+            let hit = ["", ".py", ext.as_str(), ".abi3.so", ".so"].iter().any(|suffix| {
+                cand.clear();
+                cand.push(dir);
+                if !dir.as_os_str().as_encoded_bytes().ends_with(b"/") {
+                    cand.push("/");
+                }
+                cand.push(m);
+                cand.push(suffix);
+                root.metadata(Path::new(&cand)).is_ok()
+            });
             if hit {
                 index.modules.insert(m.clone(), dir.clone());
                 found_here.push(m.clone());
