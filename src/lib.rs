@@ -213,11 +213,11 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, env };
     if let (Some(family), Ok(ov)) = (plan::selected_family(&inputs), overlay.as_mut()) {
         if let Some(t) = ov.trees.iter_mut().find(|t| t.family == family) {
+            // The walk of its files comes first inside: its listings serve the facts.
             overlay::gather(t, &opts);
             let probe: std::collections::BTreeSet<String> =
                 t.facts.top_modules.keys().chain(t.facts.cap_modules.values().flatten()).cloned().collect();
             facts.probe_site(&probe);
-            overlay::inspect(t);
             if req.verify != Verify::Off {
                 overlay::verify(t, req.verify == Verify::Digest);
             }

@@ -574,6 +574,9 @@ pub fn kind(t: fs::FileType) -> &'static str {
 /// Each name in `dir` (not `.` or `..`) with its type as the directory records it
 /// (`d_type`; `DT_UNKNOWN` where the filesystem does not).
 pub fn each_entry(dir: &Path, mut f: impl FnMut(&OsStr, u8)) -> io::Result<()> {
+    if listings::each(dir, &mut f) {
+        return Ok(());
+    }
     each_entry_at(dir, |_, name, t| {
         f(OsStr::from_bytes(name.to_bytes()), t);
         Ok::<(), std::convert::Infallible>(())
@@ -651,6 +654,92 @@ pub fn each_entry_of<E>(
                 }
             }
         }
+    }
+}
+
+/// The directories the walk of a tree listed, kept while a [`Listings`] guard lives (one
+/// start): the tree's facts read the same directories right after (its modules, programs and
+/// capability directories), and a kept listing answers them without reading the directory
+/// again or an `lstat` per name. Only listings read whole are kept.
+pub mod listings {
+    use std::cell::RefCell;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    /// By the directory's path: each entry as its type byte, its name, a NUL.
+    type Kept = rustc_hash::FxHashMap<Box<[u8]>, Vec<u8>>;
+
+    thread_local! {
+        static KEPT: RefCell<Option<Kept>> = const { RefCell::new(None) };
+    }
+
+    /// Keep listings until this is dropped.
+    pub struct Listings(());
+
+    impl Listings {
+        pub fn start() -> Listings {
+            KEPT.with(|k| *k.borrow_mut() = Some(Default::default()));
+            Listings(())
+        }
+    }
+
+    impl Drop for Listings {
+        fn drop(&mut self) {
+            KEPT.with(|k| *k.borrow_mut() = None);
+        }
+    }
+
+    /// Are listings being kept?
+    pub fn wanted() -> bool {
+        KEPT.with(|k| k.borrow().is_some())
+    }
+
+    /// Add one entry to a listing being built for [`keep`].
+    pub fn record(into: &mut Vec<u8>, name: &[u8], t: u8) {
+        into.push(t);
+        into.extend_from_slice(name);
+        into.push(0);
+    }
+
+    /// Keep `dir`'s whole listing (built with [`record`]).
+    pub fn keep(dir: &Path, records: Vec<u8>) {
+        KEPT.with(|k| {
+            if let Some(k) = k.borrow_mut().as_mut() {
+                k.insert(dir.as_os_str().as_bytes().into(), records);
+            }
+        });
+    }
+
+    fn entries(records: &[u8]) -> impl Iterator<Item = (&[u8], u8)> {
+        records.split_inclusive(|&b| b == 0).filter_map(|r| {
+            let (&t, rest) = r.split_first()?;
+            Some((rest.strip_suffix(&[0]).unwrap_or(rest), t))
+        })
+    }
+
+    /// `f` with each kept entry of `dir`; false when `dir`'s listing is not kept.
+    pub fn each(dir: &Path, f: &mut impl FnMut(&OsStr, u8)) -> bool {
+        KEPT.with(|k| {
+            let k = k.borrow();
+            let Some(records) = k.as_ref().and_then(|k| k.get(dir.as_os_str().as_bytes())) else { return false };
+            for (name, t) in entries(records) {
+                f(OsStr::from_bytes(name), t);
+            }
+            true
+        })
+    }
+
+    /// What a kept listing of `p`'s directory says of `p`: None when that listing is not
+    /// kept; Some(None) when `p` is not in it; Some(Some(d_type)) when it is.
+    pub fn type_of(p: &Path) -> Option<Option<u8>> {
+        let (dir, name) = (p.parent()?, p.file_name()?.as_bytes());
+        KEPT.with(|k| {
+            let k = k.borrow();
+            let records = k.as_ref()?.get(dir.as_os_str().as_bytes())?;
+            let t = entries(records).find(|(n, _)| *n == name).map(|(_, t)| t);
+            Some(t)
+        })
     }
 }
 
@@ -898,6 +987,39 @@ mod tests {
         collide(b"/nope", b"/a/file");
         assert_eq!(root.metadata(Path::new("/a/file")).unwrap().ino(), ino("a/file"));
         assert_eq!(root.resolve(Path::new("/a/file")).unwrap(), Path::new("/a/file"));
+    }
+
+    #[test]
+    fn kept_listings_answer_while_kept_and_only_for_their_directory() {
+        use nix::libc::{DT_DIR, DT_LNK, DT_REG};
+        let names = |d: &str| {
+            let mut v = Vec::new();
+            each_entry(Path::new(d), |n, t| v.push((n.to_string_lossy().into_owned(), t))).unwrap_or(());
+            v
+        };
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("d");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("on-disk"), "").unwrap();
+        let d = dir.to_str().unwrap();
+        assert_eq!(listings::type_of(&dir.join("a")), None, "nothing kept without a guard");
+        {
+            let _kept = listings::Listings::start();
+            let mut r = Vec::new();
+            for (n, ty) in [(&b"a"[..], DT_DIR), (b"b.py", DT_REG), (b"l \xff", DT_LNK)] {
+                listings::record(&mut r, n, ty);
+            }
+            listings::keep(&dir, r);
+            // The kept listing, not the directory's.
+            assert_eq!(names(d), [("a".into(), DT_DIR), ("b.py".into(), DT_REG), ("l \u{fffd}".into(), DT_LNK)]);
+            assert_eq!(listings::type_of(&dir.join("a")), Some(Some(DT_DIR)));
+            assert_eq!(listings::type_of(&dir.join(OsStr::from_bytes(b"l \xff"))), Some(Some(DT_LNK)));
+            assert_eq!(listings::type_of(&dir.join("on-disk")), Some(None));
+            assert_eq!(listings::type_of(&dir.join("a/deeper")), None, "another directory");
+            assert_eq!(listings::type_of(&t.path().join("d")), None);
+        }
+        assert_eq!(names(d), [("on-disk".into(), DT_REG)], "the guard dropped: the directory again");
+        assert_eq!(listings::type_of(&dir.join("a")), None);
     }
 
     #[test]

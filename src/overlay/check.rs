@@ -62,6 +62,7 @@ impl Drop for Remember {
 fn known_plain(p: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     PLAIN.with(|s| s.borrow().as_ref().is_some_and(|s| s.contains(p.as_os_str().as_bytes())))
+        || matches!(crate::rootfs::listings::type_of(p), Some(Some(nix::libc::DT_DIR | nix::libc::DT_REG)))
 }
 
 /// `p` was looked up (`lstat`) and is not a link: [`inside`] need not look again.
@@ -126,15 +127,21 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
     let mut base = std::path::PathBuf::with_capacity(site.as_os_str().len() + dotted.len() + 5);
     base.push(site);
     base.extend(&parts);
-    // What is found and is not a link, `inside` then need not look up again.
-    let found = |p: &Path| match fs::symlink_metadata(p) {
-        Ok(m) => {
-            if !m.file_type().is_symlink() {
-                note_plain(p);
+    // What is found and is not a link, `inside` then need not look up again. A listing the
+    // walk kept answers without a lookup (a link, or a type the directory does not record,
+    // is looked up).
+    let found = |p: &Path| match crate::rootfs::listings::type_of(p) {
+        Some(None) => false,
+        Some(Some(nix::libc::DT_DIR | nix::libc::DT_REG)) => true,
+        _ => match fs::symlink_metadata(p) {
+            Ok(m) => {
+                if !m.file_type().is_symlink() {
+                    note_plain(p);
+                }
+                true
             }
-            true
-        }
-        Err(_) => false,
+            Err(_) => false,
+        },
     };
     let pkg = crate::rootfs::join(&base, last);
     if found(&pkg) {
@@ -144,11 +151,16 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
     if found(&py) {
         return Some(py);
     }
+    // An extension module: the first `<last>.….so` in the directory's order.
     let prefix = format!("{last}.");
-    fs::read_dir(&base).ok()?.filter_map(|e| e.ok()).find_map(|e| {
-        let n = e.file_name().to_string_lossy().into_owned();
-        (n.starts_with(&prefix) && n.ends_with(".so")).then(|| e.path())
-    })
+    let mut ext = None;
+    let _ = crate::rootfs::each_entry(&base, |name, _| {
+        let n = name.to_string_lossy();
+        if ext.is_none() && n.starts_with(&prefix) && n.ends_with(".so") {
+            ext = Some(crate::rootfs::join(&base, name));
+        }
+    });
+    ext
 }
 
 /// A module of the tree: present inside it, missing, or resolving outside it.

@@ -14,6 +14,22 @@ use crate::rootfs::Root;
 
 /// `root`: what paths of the tree must stay inside (its directory, or the whole payload).
 pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) -> TreeFacts {
+    tree_facts_on(root, paths, m, opts, mount(paths))
+}
+
+/// The mount flags of a tree's parts together: read-only and nosuid only if all are, noexec
+/// if any is.
+pub fn mount(paths: &Paths) -> Mount {
+    let mounts: Vec<Mount> = paths.parts.iter().map(|p| check::mount_of(p)).collect();
+    Mount {
+        read_only: !mounts.is_empty() && mounts.iter().all(|m| m.read_only),
+        noexec: mounts.iter().any(|m| m.noexec),
+        nosuid: !mounts.is_empty() && mounts.iter().all(|m| m.nosuid),
+    }
+}
+
+/// [`tree_facts`] with the mount flags already read.
+pub fn tree_facts_on(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions, mount: Mount) -> TreeFacts {
     let mut modules = BTreeMap::new();
     // A capability's modules are looked for in its own directory first.
     for (name, c) in &m.capabilities {
@@ -49,12 +65,6 @@ pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) 
         cap_modules.insert(name.clone(), ms);
         dists.extend(ds);
     }
-    let mounts: Vec<Mount> = paths.parts.iter().map(|p| check::mount_of(p)).collect();
-    let mount = Mount {
-        read_only: !mounts.is_empty() && mounts.iter().all(|m| m.read_only),
-        noexec: mounts.iter().any(|m| m.noexec),
-        nosuid: !mounts.is_empty() && mounts.iter().all(|m| m.nosuid),
-    };
     TreeFacts {
         bin: programs(&paths.bin),
         top_modules,

@@ -235,8 +235,18 @@ pub struct LoadOptions {
 }
 
 /// The facts of one tree (for a lazy load: the tree the run selected).
+/// The facts of the tree a run uses, and the walk of its files ([`inspect`]) first: the walk
+/// lists every directory of the tree, and its listings answer the facts' questions (modules,
+/// programs, capability directories) without reading the directories again.
 pub fn gather(tree: &mut Tree, opts: &LoadOptions) {
-    tree.facts = gather::tree_facts(&tree.paths.contain.clone(), &tree.paths, &tree.manifest, opts);
+    let mount = gather::mount(&tree.paths);
+    tree.facts.mount = mount;
+    let _kept = crate::rootfs::listings::Listings::start();
+    inspect(tree);
+    let (walked, shared) = (tree.facts.walked.take(), tree.facts.shared_objects);
+    tree.facts = gather::tree_facts_on(&tree.paths.contain.clone(), &tree.paths, &tree.manifest, opts, mount);
+    tree.facts.walked = walked;
+    tree.facts.shared_objects = shared;
 }
 
 /// Does `dir` hold an overlay of either layout (`trees/`, or the Infera payload's

@@ -61,8 +61,14 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
         };
         let mut subdirs: Vec<(PathBuf, Option<std::os::fd::OwnedFd>)> = Vec::new();
         let pending = stack.iter().filter(|(_, fd)| fd.is_some()).count();
+        // The listing, kept for the tree's facts when a start asks for it.
+        let keep = crate::rootfs::listings::wanted();
+        let mut records = Vec::new();
         // Each name's own `lstat`, relative to the directory (one component to look up).
         let each = |fd: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr, t: u8| {
+            if keep {
+                crate::rootfs::listings::record(&mut records, name.to_bytes(), t);
+            }
             let lstat = || fstatat(Some(fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW);
             let mut known: Option<FileStat> = None;
             let kind = match Kind::of_dirent(t) {
@@ -115,6 +121,9 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
             None => crate::rootfs::each_entry_at(&dir, each),
         };
         listed.map_err(|e| OverlayError::Unreadable { path: dir.clone(), reason: e.to_string() })??;
+        if keep {
+            crate::rootfs::listings::keep(&dir, records);
+        }
         stack.extend(subdirs);
     }
     Ok(())

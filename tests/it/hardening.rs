@@ -292,3 +292,57 @@ fn a_model_path_that_is_not_utf8_is_read_as_bytes() {
 }
 
 use std::os::unix::ffi::OsStrExt;
+
+/// The tree a start uses is walked first and its listings then answer the facts (modules,
+/// programs, capability directories): the facts are the same as read without them, for
+/// packages, `.py` files, extension modules, links inside the tree, missing modules, and a
+/// link out of the tree (which also stops the walk, so part of the tree is read again).
+#[test]
+fn facts_from_the_walks_listings_are_the_facts_read_without_them() {
+    use infera_exec::overlay::{self, LoadOptions};
+    let ov = shipped_overlay();
+    let tree = ov.overlay().join("trees/rocm7-py312");
+    let site = tree.join("site-packages");
+    std::fs::write(site.join("extmod.cpython-312-x86_64-linux-gnu.so"), "").unwrap();
+    std::os::unix::fs::symlink("infera", site.join("linked")).unwrap();
+    std::fs::create_dir(site.join("pkg")).unwrap();
+    std::fs::write(site.join("pkg/sub.py"), "").unwrap();
+    let tool = tree.join("bin/infera-tool");
+    std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let modules: Vec<String> =
+        ["extmod", "linked", "linked.engine", "escaping", "pkg.sub", "pkg.none", "missing", "missing.sub"]
+            .map(String::from)
+            .to_vec();
+    let opts = |lazy| LoadOptions { check_writable: true, modules: modules.clone(), lazy };
+    let show = |f: &overlay::TreeFacts| {
+        format!(
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            f.modules, f.top_modules, f.cap_modules, f.dists, f.libraries, f.bin, f.mount
+        )
+    };
+    let both = || {
+        let read = overlay::load(&ov.overlay(), &opts(false)).unwrap();
+        let mut walked = overlay::load(&ov.overlay(), &opts(true)).unwrap();
+        let pick = |o: &overlay::Overlay| o.trees.iter().position(|t| t.family == "rocm7-py312").unwrap();
+        let (a, i) = (read.trees[pick(&read)].facts.clone(), pick(&walked));
+        overlay::gather(&mut walked.trees[i], &opts(true));
+        assert_eq!(show(&a), show(&walked.trees[i].facts));
+        walked.trees.swap_remove(i).facts
+    };
+    let b = both();
+    assert!(matches!(b.walked, Some(Ok(()))), "{:?}", b.walked);
+    let presence = |f: &overlay::TreeFacts, m: &str| format!("{:?}", f.modules[m]);
+    for m in ["extmod", "linked", "linked.engine", "pkg.sub"] {
+        assert_eq!(presence(&b, m), "Present", "{m}");
+    }
+    for m in ["pkg.none", "missing", "missing.sub", "escaping"] {
+        assert_eq!(presence(&b, m), "Missing", "{m}");
+    }
+    assert_eq!(b.bin.keys().collect::<Vec<_>>(), ["infera-tool"]);
+
+    std::os::unix::fs::symlink("/etc", site.join("escaping")).unwrap();
+    let b = both();
+    assert!(presence(&b, "escaping").starts_with("Escapes"), "{}", presence(&b, "escaping"));
+    assert!(matches!(b.walked, Some(Err(_))), "the walk finds the link out: {:?}", b.walked);
+}
