@@ -657,6 +657,22 @@ pub fn each_entry_of<E>(
     }
 }
 
+/// A per-thread store that exists while this guard lives (one start), empty when it begins.
+pub struct Scoped<T: 'static>(&'static std::thread::LocalKey<RefCell<Option<T>>>);
+
+impl<T: Default> Scoped<T> {
+    pub fn start(key: &'static std::thread::LocalKey<RefCell<Option<T>>>) -> Scoped<T> {
+        key.with(|k| *k.borrow_mut() = Some(T::default()));
+        Scoped(key)
+    }
+}
+
+impl<T> Drop for Scoped<T> {
+    fn drop(&mut self) {
+        self.0.with(|k| *k.borrow_mut() = None);
+    }
+}
+
 /// The directories the walk of a tree listed, kept while a [`Listings`] guard lives (one
 /// start): the tree's facts read the same directories right after (its modules, programs and
 /// capability directories), and a kept listing answers them without reading the directory
@@ -675,18 +691,13 @@ pub mod listings {
     }
 
     /// Keep listings until this is dropped.
-    pub struct Listings(());
+    pub struct Listings {
+        _kept: super::Scoped<Kept>,
+    }
 
     impl Listings {
         pub fn start() -> Listings {
-            KEPT.with(|k| *k.borrow_mut() = Some(Default::default()));
-            Listings(())
-        }
-    }
-
-    impl Drop for Listings {
-        fn drop(&mut self) {
-            KEPT.with(|k| *k.borrow_mut() = None);
+            Listings { _kept: super::Scoped::start(&KEPT) }
         }
     }
 

@@ -44,18 +44,13 @@ thread_local! {
 }
 
 /// Remember the plain directories [`inside`] sees until this is dropped (one start).
-pub struct Remember(());
+pub struct Remember {
+    _plain: crate::rootfs::Scoped<rustc_hash::FxHashSet<Box<[u8]>>>,
+}
 
 impl Remember {
     pub fn start() -> Remember {
-        PLAIN.with(|p| *p.borrow_mut() = Some(Default::default()));
-        Remember(())
-    }
-}
-
-impl Drop for Remember {
-    fn drop(&mut self) {
-        PLAIN.with(|p| *p.borrow_mut() = None);
+        Remember { _plain: crate::rootfs::Scoped::start(&PLAIN) }
     }
 }
 
