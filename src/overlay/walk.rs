@@ -53,14 +53,17 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
     // component for the kernel to look up, and never through a link) while few are
     // pending; by its path after that (a wide tree cannot run out of descriptors).
     let mut stack: Vec<(PathBuf, Option<std::os::fd::OwnedFd>)> = vec![(part.to_path_buf(), None)];
+    // How many of them hold a descriptor.
+    let mut pending = 0usize;
     while let Some((dir, opened)) = stack.pop() {
+        pending -= usize::from(opened.is_some());
         let path_of = |name: &std::ffi::CStr| dir.join(OsStr::from_bytes(name.to_bytes()));
         let unreadable = |path: PathBuf, e: nix::Error| OverlayError::Unreadable {
             path,
             reason: std::io::Error::from(e).to_string(),
         };
         let mut subdirs: Vec<(PathBuf, Option<std::os::fd::OwnedFd>)> = Vec::new();
-        let pending = stack.iter().filter(|(_, fd)| fd.is_some()).count();
+        let mut opened_here = 0usize;
         // The listing, kept for the tree's facts when a start asks for it.
         let keep = crate::rootfs::listings::wanted();
         let mut records = Vec::new();
@@ -107,9 +110,10 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
                     if kind == Kind::Dir {
                         // A directory that cannot be opened here is opened again by its path,
                         // which gives the error the message names.
-                        let open = (pending + subdirs.len() < OPEN_AHEAD)
+                        let open = (pending + opened_here < OPEN_AHEAD)
                             .then(|| crate::rootfs::open_subdir(fd, name).ok())
                             .flatten();
+                        opened_here += usize::from(open.is_some());
                         subdirs.push((path_of(name), open));
                     }
                 }
@@ -124,6 +128,7 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
         if keep {
             crate::rootfs::listings::keep(&dir, records);
         }
+        pending += opened_here;
         stack.extend(subdirs);
     }
     Ok(())
