@@ -17,7 +17,7 @@ use super::{Level, Small, Top, HYBRID_KEYS};
 const MAX_DEPTH: usize = 64;
 
 pub(super) fn top(b: &[u8]) -> Option<Top> {
-    let mut s = Scan { b, i: 0, depth: 0, wide: wide(b) };
+    let mut s = Scan { b, i: 0, depth: 0, width: width(b) };
     let mut t = Top::default();
     s.ws();
     s.object(true, |s, key| {
@@ -40,8 +40,7 @@ struct Scan<'a> {
     b: &'a [u8],
     i: usize,
     depth: usize,
-    /// 32 bytes at a time (AVX2).
-    wide: bool,
+    width: Width,
 }
 
 impl<'a> Scan<'a> {
@@ -188,7 +187,7 @@ impl<'a> Scan<'a> {
         loop {
             // A run of plain strings (a list of layer names) in one pass; what it does not
             // take (an escape, another kind of value) is skipped value by value.
-            let run = if self.peek() == Some(b'"') { strings(self.b, self.i, self.wide) } else { self.i };
+            let run = if self.peek() == Some(b'"') { strings(self.b, self.i, self.width) } else { self.i };
             if run > self.i {
                 self.i = run;
             } else {
@@ -247,7 +246,7 @@ impl<'a> Scan<'a> {
     fn string(&mut self) -> Option<()> {
         self.eat(b'"')?;
         loop {
-            self.i = special(self.b, self.i, self.wide);
+            self.i = special(self.b, self.i, self.width);
             match self.peek()? {
                 b'"' => {
                     self.i += 1;
@@ -279,35 +278,91 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// Whether to look 32 and 64 bytes at a time: for a large file only, where AVX2 and
-/// PCLMULQDQ are there (the first feature test costs a few CPUID instructions, which trap
-/// to the hypervisor on a VM; the second is answered from what the first found).
-fn wide(b: &[u8]) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        b.len() > 1 << 16 && std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("pclmulqdq")
+/// How many bytes at a time the scanner looks: one at a time (16 for a string's plain run),
+/// or, for a large file where the CPU has them, 32 (AVX2) and, in runs of strings, 64
+/// (AVX-512BW where present, two AVX2 halves otherwise), with carry-less multiplies
+/// (PCLMULQDQ) for the prefix XORs.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Width {
+    Narrow,
+    Avx2,
+    Avx512,
+}
+
+fn width(b: &[u8]) -> Width {
+    if b.len() <= 1 << 16 {
+        return Width::Narrow;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = b;
-        false
+    cpu::width()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod cpu {
+    use super::Width;
+
+    /// What the CPU has, from glibc's table where glibc is the C library: it probed the CPU
+    /// at start (its CPUID instructions are part of every static glibc program's start-up)
+    /// and keeps what it found and what the kernel enables. `std`'s detection would run
+    /// seven CPUID instructions more, each a trap to the hypervisor on a VM (60 µs here).
+    pub(super) fn width() -> Width {
+        let (avx2, avx512bw, clmul) = features();
+        match (clmul, avx2, avx512bw) {
+            (true, true, true) => Width::Avx512,
+            (true, true, false) => Width::Avx2,
+            _ => Width::Narrow,
+        }
+    }
+
+    #[cfg(target_env = "gnu")]
+    fn features() -> (bool, bool, bool) {
+        // <sys/platform/x86.h> (glibc 2.33+): per CPUID leaf (index 0: leaf 1, index 1:
+        // leaf 7), the registers CPUID gave and the bits usable (`active`: the CPU has the
+        // feature and the kernel saves its registers).
+        #[repr(C)]
+        struct CpuidFeature {
+            cpuid: [u32; 4],
+            active: [u32; 4],
+        }
+        extern "C" {
+            fn __x86_get_cpuid_feature_leaf(leaf: u32) -> *const CpuidFeature;
+        }
+        const EBX: usize = 1;
+        const ECX: usize = 2;
+        // SAFETY: glibc returns a pointer to its static table (or to a zeroed one for a leaf
+        // it does not know), valid for the whole process.
+        let (leaf1, leaf7) = unsafe { (&*__x86_get_cpuid_feature_leaf(0), &*__x86_get_cpuid_feature_leaf(1)) };
+        let bit = |r: u32, n: u32| r & (1 << n) != 0;
+        (bit(leaf7.active[EBX], 5), bit(leaf7.active[EBX], 30) && bit(leaf7.active[EBX], 16), bit(leaf1.active[ECX], 1))
+    }
+
+    #[cfg(not(target_env = "gnu"))]
+    fn features() -> (bool, bool, bool) {
+        use std::arch::is_x86_feature_detected as has;
+        (has!("avx2"), has!("avx512bw") && has!("avx512f"), has!("pclmulqdq"))
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod cpu {
+    pub(super) fn width() -> super::Width {
+        super::Width::Narrow
     }
 }
 
 /// The first byte at or after `i` that ends a string's plain run: `"`, `\`, a control
 /// character, or a byte outside ASCII; `b.len()` if none.
-fn special(b: &[u8], i: usize, wide: bool) -> usize {
+fn special(b: &[u8], i: usize, width: Width) -> usize {
     #[cfg(target_arch = "x86_64")]
     {
-        if wide {
-            // SAFETY: `wide` is only true where AVX2 is present.
+        if width != Width::Narrow {
+            // SAFETY: `width` is wider than narrow only where AVX2 is present.
             return unsafe { special_avx2(b, i) };
         }
         special_sse2(b, i)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = wide;
+        let _ = width;
         special_tail(b, i)
     }
 }
@@ -316,27 +371,144 @@ fn special(b: &[u8], i: usize, wide: bool) -> usize {
 /// character) separated by `,` and whitespace as follow, to just after the last one's
 /// closing quote (`i` when the first is not plain). The separators after it are left to
 /// the caller, as is anything else.
-fn strings(b: &[u8], i: usize, wide: bool) -> usize {
+fn strings(b: &[u8], i: usize, width: Width) -> usize {
     #[cfg(target_arch = "x86_64")]
     {
-        if wide {
-            // SAFETY: `wide` is only true where AVX2 and PCLMULQDQ are present.
-            return unsafe { strings_avx2(b, i) };
+        // SAFETY: `Avx2` only where AVX2 and PCLMULQDQ are present, `Avx512` where
+        // AVX-512BW is too.
+        match width {
+            Width::Avx2 => return unsafe { strings_avx2(b, i) },
+            Width::Avx512 => return unsafe { strings_avx512(b, i) },
+            Width::Narrow => {}
         }
     }
-    strings_with(b, i, |b, j| special(b, j, false))
+    strings_with(b, i, |b, j| special(b, j, Width::Narrow))
+}
+
+/// The blocks, then the loop from where they stopped (see `blocks_with`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn strings_from_blocks(b: &[u8], (o, before): (usize, usize), special: impl Fn(&[u8], usize) -> usize) -> usize {
+    let done = strings_with(b, o, special);
+    if done > o {
+        done
+    } else {
+        before
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,pclmulqdq")]
 unsafe fn strings_avx2(b: &[u8], i: usize) -> usize {
     // SAFETY (of the calls): this function runs only where AVX2 and PCLMULQDQ are present.
-    let (o, before) = unsafe { blocks_avx2(b, i) };
-    let done = strings_with(b, o, |b, j| unsafe { special_avx2(b, j) });
-    if done > o {
-        done
-    } else {
-        before
+    strings_from_blocks(b, unsafe { blocks_avx2(b, i) }, |b, j| unsafe { special_avx2(b, j) })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw,pclmulqdq")]
+unsafe fn strings_avx512(b: &[u8], i: usize) -> usize {
+    // SAFETY (of the calls): this function runs only where AVX-512BW, AVX2 and PCLMULQDQ
+    // are present.
+    strings_from_blocks(b, unsafe { blocks_avx512(b, i) }, |b, j| unsafe { special_avx2(b, j) })
+}
+
+/// One 64-byte block's bits: quotes, commas, what stops a run inside a string (`\\` or a
+/// control character), and what may stand outside one (whitespace, `,`, `"`).
+struct Masks {
+    quotes: u64,
+    commas: u64,
+    bad_inside: u64,
+    allowed_outside: u64,
+}
+
+/// Whitespace, `,` and `"`, by their low nibble, for a byte shuffle (which gives 0 for a
+/// byte from 0x80, which then matches nothing): `" "` 0x20, `"` 0x22, tab 0x09, LF 0x0a,
+/// `,` 0x2c, CR 0x0d; 0xff (0x00 at 0xf) where no byte with that low nibble is allowed.
+const OUTSIDE: [i8; 16] = [0x20, -1, 0x22, -1, -1, -1, -1, -1, -1, 0x09, 0x0a, -1, 0x2c, 0x0d, -1, 0];
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,pclmulqdq")]
+unsafe fn blocks_avx2(b: &[u8], i: usize) -> (usize, usize) {
+    // SAFETY (of the calls): this function runs only where AVX2 and PCLMULQDQ are present.
+    blocks_with(b, i, |run, from, to| unsafe { read_avx2(run, b, from, to) })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,pclmulqdq")]
+unsafe fn blocks_avx512(b: &[u8], i: usize) -> (usize, usize) {
+    // SAFETY (of the calls): this function runs only where AVX-512BW and PCLMULQDQ are
+    // present.
+    blocks_with(b, i, |run, from, to| unsafe { read_avx512(run, b, from, to) })
+}
+
+/// A run's blocks from `p` while they end at or before `to` and nothing stops the run,
+/// with AVX2: each block as two 32-byte halves.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,pclmulqdq")]
+unsafe fn read_avx2(run: &mut Run, b: &[u8], mut p: usize, to: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: `OUTSIDE` is 16 bytes, read unaligned.
+    let table = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(OUTSIDE.as_ptr().cast()) });
+    let half = |c: __m256i| {
+        let allowed = _mm256_cmpeq_epi8(_mm256_shuffle_epi8(table, c), c);
+        let q = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b'"' as i8));
+        let cm = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b',' as i8));
+        let bs = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b'\\' as i8));
+        let ctl = _mm256_cmpeq_epi8(_mm256_min_epu8(c, _mm256_set1_epi8(0x1f)), c);
+        let m = |v: __m256i| _mm256_movemask_epi8(v) as u32 as u64;
+        (m(q), m(cm), m(_mm256_or_si256(bs, ctl)), m(allowed))
+    };
+    let to = to.min(b.len());
+    while p + 64 <= to {
+        // SAFETY: `p + 64 <= b.len()`: both 32-byte loads are inside `b` (unaligned); a
+        // prefetch of any address is harmless.
+        let (lo, hi) = unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(p + PREFETCH).cast());
+            let at = b.as_ptr().add(p).cast::<__m256i>();
+            (half(_mm256_loadu_si256(at)), half(_mm256_loadu_si256(at.add(1))))
+        };
+        let m = Masks {
+            quotes: lo.0 | hi.0 << 32,
+            commas: lo.1 | hi.1 << 32,
+            bad_inside: lo.2 | hi.2 << 32,
+            allowed_outside: lo.3 | hi.3 << 32,
+        };
+        // SAFETY (of the call): this function runs only where PCLMULQDQ is present.
+        if !run.step(p, m, |x| unsafe { clmul_prefix_xor(x) }) {
+            return;
+        }
+        p += 64;
+    }
+}
+
+/// As `read_avx2`, with AVX-512BW: a block in one register, its masks straight from
+/// compares.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,pclmulqdq")]
+unsafe fn read_avx512(run: &mut Run, b: &[u8], mut p: usize, to: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: `OUTSIDE` is 16 bytes, read unaligned.
+    let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(OUTSIDE.as_ptr().cast()) });
+    let to = to.min(b.len());
+    while p + 64 <= to {
+        // SAFETY: `p + 64 <= b.len()`: the load is inside `b` (unaligned); a prefetch of
+        // any address is harmless.
+        let c = unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(p + PREFETCH).cast());
+            _mm512_loadu_si512(b.as_ptr().add(p).cast())
+        };
+        let eq = |x: u8| _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8(x as i8));
+        let m = Masks {
+            quotes: eq(b'"'),
+            commas: eq(b','),
+            bad_inside: eq(b'\\') | _mm512_cmplt_epu8_mask(c, _mm512_set1_epi8(0x20)),
+            allowed_outside: _mm512_cmpeq_epi8_mask(_mm512_shuffle_epi8(table, c), c),
+        };
+        // SAFETY (of the call): this function runs only where PCLMULQDQ is present.
+        if !run.step(p, m, |x| unsafe { clmul_prefix_xor(x) }) {
+            return;
+        }
+        p += 64;
     }
 }
 
@@ -350,79 +522,76 @@ unsafe fn strings_avx2(b: &[u8], i: usize) -> usize {
 /// inside, a `\\` or a control character stops the run (bytes from 0x80 are content, as in
 /// `Scan::string`); outside, anything but whitespace, `,` and `"` does. The opening quotes
 /// and the commas outside strings must alternate, the first opening quote first: a second
-/// prefix XOR, over both, tells each one's place (odd: a quote, even: a comma). Both are
-/// taken for either state at the block's start (inside a string or not), so that only a
-/// choice between them waits for the block before.
+/// prefix XOR, over both, tells each one's place (odd: a quote, even: a comma).
+///
+/// `read` reads the blocks from an offset while they end at or before another and nothing
+/// stops the run.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,pclmulqdq")]
-unsafe fn blocks_avx2(b: &[u8], i: usize) -> (usize, usize) {
-    use std::arch::x86_64::*;
-    // Whitespace, `,` and `"`, by their low nibble (pshufb gives 0 for a byte from 0x80,
-    // which then matches nothing): `" "` 0x20, `"` 0x22, tab 0x09, LF 0x0a, `,` 0x2c,
-    // CR 0x0d; 0xff (0x00 at 0xf) where no byte with that low nibble is allowed.
-    let table = _mm256_setr_epi8(
-        0x20, -1, 0x22, -1, -1, -1, -1, -1, -1, 0x09, 0x0a, -1, 0x2c, 0x0d, -1, 0, 0x20, -1, 0x22, -1, -1, -1, -1, -1,
-        -1, 0x09, 0x0a, -1, 0x2c, 0x0d, -1, 0,
-    );
-    let half = |c: __m256i| {
-        let allowed = _mm256_cmpeq_epi8(_mm256_shuffle_epi8(table, c), c);
-        let q = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b'"' as i8));
-        let cm = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b',' as i8));
-        let bs = _mm256_cmpeq_epi8(c, _mm256_set1_epi8(b'\\' as i8));
-        let ctl = _mm256_cmpeq_epi8(_mm256_min_epu8(c, _mm256_set1_epi8(0x1f)), c);
-        let m = |v: __m256i| _mm256_movemask_epi8(v) as u32 as u64;
-        (m(q), m(cm), m(_mm256_or_si256(bs, ctl)), m(allowed))
-    };
-    // SAFETY (of the calls): this function runs only where PCLMULQDQ is present.
-    let prefix_xor = |x: u64| unsafe { clmul_prefix_xor(x) };
-    // The last block with an opening quote (its start and masks) and, before it, the end
-    // of the last closed string; the end of the last closed string so far.
-    let (mut o_at, mut o_open, mut o_close, mut o_before) = (i, 1u64, 0u64, i);
-    let mut last_c = i;
-    // All ones where the previous block ended inside a string / after an odd event.
-    let (mut inside, mut odd) = (0u64, 0u64);
-    let mut p = i;
-    while p + 64 <= b.len() {
-        // SAFETY: `p + 64 <= b.len()`: both 32-byte loads are inside `b` (unaligned); a
-        // prefetch of any address is harmless.
-        let (lo, hi) = unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(p + PREFETCH).cast());
-            let at = b.as_ptr().add(p).cast::<__m256i>();
-            (half(_mm256_loadu_si256(at)), half(_mm256_loadu_si256(at.add(1))))
-        };
-        let (q, cm, bad_in, allowed) = (lo.0 | hi.0 << 32, lo.1 | hi.1 << 32, lo.2 | hi.2 << 32, lo.3 | hi.3 << 32);
-        // Inside a string at the block's start or not: its strings, and its events' places.
-        let s0 = prefix_xor(q);
-        let x0 = prefix_xor((q & s0) | (cm & !s0));
-        let x1 = prefix_xor((q & !s0) | (cm & s0));
-        let s = s0 ^ inside;
-        let x = if inside == 0 { x0 } else { x1 } ^ odd;
-        let (open, close, comma) = (q & s, q & !s, cm & !s);
-        let bad = (bad_in & s) | (!s & !allowed) | (open & !x) | (comma & x);
+#[inline(always)]
+fn blocks_with(b: &[u8], i: usize, read: impl Fn(&mut Run, usize, usize)) -> (usize, usize) {
+    let mut run = Run::new(i);
+    read(&mut run, i, b.len());
+    run.end()
+}
+
+/// Where a run of blocks stands after the blocks it has read.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    /// All ones where the last block read ended inside a string / after an odd event.
+    inside: u64,
+    odd: u64,
+    /// The last block with an opening quote (its start, and its opening and closing quotes
+    /// up to what stopped the run), and the end of the last string closed before it.
+    o_at: usize,
+    o_open: u64,
+    o_close: u64,
+    o_before: usize,
+    /// The end of the last string closed so far.
+    last_c: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Run {
+    /// From the opening quote at `i`.
+    fn new(i: usize) -> Run {
+        Run { inside: 0, odd: 0, o_at: i, o_open: 1, o_close: 0, o_before: i, last_c: i }
+    }
+
+    /// The block at `p` (its masks); false where it stops the run.
+    #[inline(always)]
+    fn step(&mut self, p: usize, m: Masks, prefix_xor: impl Fn(u64) -> u64) -> bool {
+        let s = prefix_xor(m.quotes) ^ self.inside;
+        let (open, close, comma) = (m.quotes & s, m.quotes & !s, m.commas & !s);
+        let x = prefix_xor(open | comma) ^ self.odd;
+        let bad = (m.bad_inside & s) | (!s & !m.allowed_outside) | (open & !x) | (comma & x);
         if bad != 0 {
             // What comes before the first byte that stops the run.
             let valid = (1u64 << bad.trailing_zeros()) - 1;
             if open & valid != 0 {
-                (o_at, o_open, o_close, o_before) = (p, open & valid, close & valid, last_c);
+                (self.o_at, self.o_open, self.o_close, self.o_before) = (p, open & valid, close & valid, self.last_c);
             }
-            break;
+            return false;
         }
         if open != 0 {
-            (o_at, o_open, o_close, o_before) = (p, open, close, last_c);
+            (self.o_at, self.o_open, self.o_close, self.o_before) = (p, open, close, self.last_c);
         }
         if close != 0 {
-            last_c = p + 64 - close.leading_zeros() as usize;
+            self.last_c = p + 64 - close.leading_zeros() as usize;
         }
-        inside = ((s as i64) >> 63) as u64;
-        odd = ((x as i64) >> 63) as u64;
-        p += 64;
+        self.inside = ((s as i64) >> 63) as u64;
+        self.odd = ((x as i64) >> 63) as u64;
+        true
     }
-    // The last opening quote, and the end of the string closed before it: in its block,
-    // or before.
-    let at = 63 - o_open.leading_zeros() as usize;
-    let closed = o_close & ((1u64 << at) - 1);
-    let before = if closed != 0 { o_at + 64 - closed.leading_zeros() as usize } else { o_before };
-    (o_at + at, before)
+
+    /// The last opening quote, and the end of the string closed before it: in its block,
+    /// or before.
+    fn end(&self) -> (usize, usize) {
+        let at = 63 - self.o_open.leading_zeros() as usize;
+        let closed = self.o_close & ((1u64 << at) - 1);
+        let before = if closed != 0 { self.o_at + 64 - closed.leading_zeros() as usize } else { self.o_before };
+        (self.o_at + at, before)
+    }
 }
 
 /// A block's distance ahead to prefetch.
@@ -706,17 +875,42 @@ mod tests {
         }
     }
 
+    /// The widths this CPU can run beyond the narrow one.
+    #[cfg(target_arch = "x86_64")]
+    fn wide_widths() -> Vec<Width> {
+        match cpu::width() {
+            Width::Avx512 => vec![Width::Avx2, Width::Avx512],
+            Width::Avx2 => vec![Width::Avx2],
+            Width::Narrow => vec![],
+        }
+    }
+
     /// The 64-byte blocks end a run where the loop of strings does, whatever stops it
-    /// (built from strings, separators and single bytes anywhere).
+    /// (built from strings, separators and single bytes anywhere), at every width.
     #[cfg(target_arch = "x86_64")]
     fn blocks_agree(b: &[u8]) {
-        if b.first() != Some(&b'"') || !wide(&[0; 1 << 17]) {
+        if b.first() != Some(&b'"') {
             return;
         }
-        let scalar = strings_with(b, 0, |b, j| special(b, j, false));
-        // SAFETY: AVX2 and PCLMULQDQ are present (tested above).
-        let blocks = unsafe { strings_avx2(b, 0) };
-        assert_eq!(blocks, scalar, "{:?}", String::from_utf8_lossy(b));
+        let scalar = strings_with(b, 0, |b, j| special(b, j, Width::Narrow));
+        for w in wide_widths() {
+            assert_eq!(strings(b, 0, w), scalar, "{w:?} {:?}", String::from_utf8_lossy(b));
+        }
+    }
+
+    /// The CPU's features as glibc's table has them are those `std` finds by CPUID.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_cpus_features_are_the_ones_std_detects() {
+        use std::arch::is_x86_feature_detected as has;
+        let expected = match (has!("pclmulqdq"), has!("avx2"), has!("avx512bw") && has!("avx512f")) {
+            (true, true, true) => Width::Avx512,
+            (true, true, false) => Width::Avx2,
+            _ => Width::Narrow,
+        };
+        assert_eq!(cpu::width(), expected);
+        assert_eq!(width(&[0; 1 << 16]), Width::Narrow, "a small file is read narrow");
+        assert_eq!(width(&[0; (1 << 16) + 1]), expected);
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -739,9 +933,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn blocks_take_a_whole_run() {
-        if !wide(&[0; 1 << 17]) {
-            return;
-        }
+        let widths = wide_widths();
         for (len, shift, escape) in (0..80).flat_map(|l| (0..64).flat_map(move |s| [(l, s, false), (l, s, true)])) {
             // The first string's length moves the rest across the blocks (which start at
             // the run's first quote); the last string plain or not.
@@ -765,10 +957,17 @@ mod tests {
             d.push(b']');
             d.extend_from_slice(&[b' '; 64]);
             let what = String::from_utf8_lossy(&d);
-            // SAFETY: AVX2 and PCLMULQDQ are present (tested above).
-            assert_eq!(unsafe { blocks_avx2(&d, start) }, (last, before), "{what:?}");
-            // SAFETY: as above.
-            assert_eq!(unsafe { strings_avx2(&d, start) }, if escape { before } else { end }, "{what:?}");
+            for &w in &widths {
+                // SAFETY: the CPU has what each width needs (`wide_widths`).
+                let blocks = unsafe {
+                    match w {
+                        Width::Avx512 => blocks_avx512(&d, start),
+                        _ => blocks_avx2(&d, start),
+                    }
+                };
+                assert_eq!(blocks, (last, before), "{w:?} {what:?}");
+                assert_eq!(strings(&d, start, w), if escape { before } else { end }, "{w:?} {what:?}");
+            }
         }
     }
 
