@@ -156,7 +156,7 @@ pub fn from_file(reference: &str, config: &Path, f: &std::fs::File, size: u64) -
 const READ_LIMIT: u64 = 256 << 10;
 
 fn from_map(reference: &str, config: &Path, f: &std::fs::File, io: &dyn Fn(String) -> ModelFacts) -> ModelFacts {
-    // SAFETY: a read-only private map of a regular file the launcher only reads; the
+    // SAFETY: a read-only shared map of a regular file the launcher only reads; the
     // model volume is not rewritten while a pod starts. Populated: every page is read, and
     // one call maps them all (and lets the scanner's prefetches land) where touching them
     // would fault once per 16 pages.

@@ -320,21 +320,58 @@ fn the_mla_rule_fires_on_a_10_mib_config() {
     assert!(big.len() > 10 << 20);
     img.file("/models/kimi-k3/config.json", &big);
     let ov = shipped_overlay();
-    let run = |extra: &[&str]| {
-        infera(&["worker", "--dry-run", "--output", "json", "--", "--model", "/models/kimi-k3"])
-            .args(extra)
-            .root(&img)
-            .overlay(&ov.overlay())
-            .env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
-            .run()
-    };
-    let out = run(&["--kv-cache-dtype", "fp8"]);
-    assert_eq!(out.code, 78, "{}", out.stderr);
-    assert!(out.stderr.starts_with("error[kv-fp8-mla]: "), "{}", out.stderr);
-    let out = run(&[]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    assert_eq!(
-        out.json()["exec"]["added_args"],
-        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
+    // Read as wide as this CPU allows, and as narrow as glibc is told the CPU is (its
+    // tunables clear the features for the process): the same answers at every width.
+    use std::arch::is_x86_feature_detected as has;
+    let (narrow, avx2, avx512) = (
+        "16 bytes at a time (SSE2; no AVX2 or no PCLMULQDQ)",
+        "32 and 64 bytes at a time with AVX2",
+        "32 and 64 bytes at a time with AVX2 and AVX-512BW",
     );
+    let widest = match (has!("pclmulqdq") && has!("avx2"), has!("avx512bw") && has!("avx512f")) {
+        (true, true) => avx512,
+        (true, false) => avx2,
+        (false, _) => narrow,
+    };
+    let mut widths = vec![("", widest)];
+    if cfg!(target_env = "gnu") {
+        if widest == avx512 {
+            widths.push(("glibc.cpu.hwcaps=-AVX512BW", avx2));
+        }
+        widths.push(("glibc.cpu.hwcaps=-AVX2", narrow));
+    }
+    for (tunables, width) in widths {
+        let run = |extra: &[&str]| {
+            infera(&["worker", "--dry-run", "--output", "json", "--", "--model", "/models/kimi-k3"])
+                .args(extra)
+                .root(&img)
+                .overlay(&ov.overlay())
+                .env("HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+                .env("GLIBC_TUNABLES", tunables)
+                .env("INFERA_LOG", "debug")
+                .run()
+        };
+        let out = run(&["--kv-cache-dtype", "fp8"]);
+        assert_eq!(out.code, 78, "{tunables}: {}", out.stderr);
+        assert!(out.stderr.contains("error[kv-fp8-mla]: "), "{tunables}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("a config.json of {} bytes: read {width}", big.len())),
+            "{tunables}: {}",
+            out.stderr
+        );
+        let out = run(&[]);
+        assert_eq!(out.code, 0, "{tunables}: {}", out.stderr);
+        assert_eq!(
+            out.json()["exec"]["added_args"],
+            serde_json::json!([
+                "--tensor-parallel-size",
+                "8",
+                "--mm-encoder-tp-mode",
+                "data",
+                "--kv-cache-dtype",
+                "auto"
+            ]),
+            "{tunables}"
+        );
+    }
 }

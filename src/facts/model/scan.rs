@@ -293,7 +293,19 @@ fn width(b: &[u8]) -> Width {
     if b.len() <= 1 << 16 {
         return Width::Narrow;
     }
-    cpu::width()
+    let w = cpu::width();
+    tracing::debug!(code = "config-scan", "a config.json of {} bytes: read {}", b.len(), w.describe());
+    w
+}
+
+impl Width {
+    fn describe(self) -> &'static str {
+        match self {
+            Width::Narrow => "16 bytes at a time (SSE2; no AVX2 or no PCLMULQDQ)",
+            Width::Avx2 => "32 and 64 bytes at a time with AVX2",
+            Width::Avx512 => "32 and 64 bytes at a time with AVX2 and AVX-512BW",
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
