@@ -397,7 +397,7 @@ fn strings(b: &[u8], i: usize, width: Width) -> usize {
     strings_with(b, i, |b, j| special(b, j, Width::Narrow))
 }
 
-/// The blocks, then the loop from where they stopped (see `blocks_with`).
+/// The blocks, then the loop from where they stopped (see `Run`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn strings_from_blocks(b: &[u8], (o, before): (usize, usize), special: impl Fn(&[u8], usize) -> usize) -> usize {
@@ -424,6 +424,7 @@ unsafe fn strings_avx512(b: &[u8], i: usize) -> usize {
     strings_from_blocks(b, unsafe { blocks_avx512(b, i) }, |b, j| unsafe { special_avx2(b, j) })
 }
 
+#[cfg(target_arch = "x86_64")]
 /// One 64-byte block's bits: quotes, commas, what stops a run inside a string (`\\` or a
 /// control character), and what may stand outside one (whitespace, `,`, `"`).
 struct Masks {
@@ -433,6 +434,7 @@ struct Masks {
     allowed_outside: u64,
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Whitespace, `,` and `"`, by their low nibble, for a byte shuffle (which gives 0 for a
 /// byte from 0x80, which then matches nothing): `" "` 0x20, `"` 0x22, tab 0x09, LF 0x0a,
 /// `,` 0x2c, CR 0x0d; 0xff (0x00 at 0xf) where no byte with that low nibble is allowed.
@@ -442,7 +444,9 @@ const OUTSIDE: [i8; 16] = [0x20, -1, 0x22, -1, -1, -1, -1, -1, -1, 0x09, 0x0a, -
 #[target_feature(enable = "avx2,pclmulqdq")]
 unsafe fn blocks_avx2(b: &[u8], i: usize) -> (usize, usize) {
     // SAFETY (of the calls): this function runs only where AVX2 and PCLMULQDQ are present.
-    blocks_with(b, i, |run, from, to| unsafe { read_avx2(run, b, from, to) })
+    let mut run = Run::new(i);
+    unsafe { read_avx2(&mut run, b, i) };
+    run.end()
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -450,14 +454,16 @@ unsafe fn blocks_avx2(b: &[u8], i: usize) -> (usize, usize) {
 unsafe fn blocks_avx512(b: &[u8], i: usize) -> (usize, usize) {
     // SAFETY (of the calls): this function runs only where AVX-512BW and PCLMULQDQ are
     // present.
-    blocks_with(b, i, |run, from, to| unsafe { read_avx512(run, b, from, to) })
+    let mut run = Run::new(i);
+    unsafe { read_avx512(&mut run, b, i) };
+    run.end()
 }
 
-/// A run's blocks from `p` while they end at or before `to` and nothing stops the run,
-/// with AVX2: each block as two 32-byte halves.
+/// A run's blocks from `p` to the last whole one or to what stops the run, with AVX2: each
+/// block as two 32-byte halves.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,pclmulqdq")]
-unsafe fn read_avx2(run: &mut Run, b: &[u8], mut p: usize, to: usize) {
+unsafe fn read_avx2(run: &mut Run, b: &[u8], mut p: usize) {
     use std::arch::x86_64::*;
     // SAFETY: `OUTSIDE` is 16 bytes, read unaligned.
     let table = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(OUTSIDE.as_ptr().cast()) });
@@ -470,8 +476,7 @@ unsafe fn read_avx2(run: &mut Run, b: &[u8], mut p: usize, to: usize) {
         let m = |v: __m256i| _mm256_movemask_epi8(v) as u32 as u64;
         (m(q), m(cm), m(_mm256_or_si256(bs, ctl)), m(allowed))
     };
-    let to = to.min(b.len());
-    while p + 64 <= to {
+    while p + 64 <= b.len() {
         // SAFETY: `p + 64 <= b.len()`: both 32-byte loads are inside `b` (unaligned); a
         // prefetch of any address is harmless.
         let (lo, hi) = unsafe {
@@ -497,12 +502,11 @@ unsafe fn read_avx2(run: &mut Run, b: &[u8], mut p: usize, to: usize) {
 /// compares.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,pclmulqdq")]
-unsafe fn read_avx512(run: &mut Run, b: &[u8], mut p: usize, to: usize) {
+unsafe fn read_avx512(run: &mut Run, b: &[u8], mut p: usize) {
     use std::arch::x86_64::*;
     // SAFETY: `OUTSIDE` is 16 bytes, read unaligned.
     let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(OUTSIDE.as_ptr().cast()) });
-    let to = to.min(b.len());
-    while p + 64 <= to {
+    while p + 64 <= b.len() {
         // SAFETY: `p + 64 <= b.len()`: the load is inside `b` (unaligned); a prefetch of
         // any address is harmless.
         let c = unsafe {
@@ -524,11 +528,12 @@ unsafe fn read_avx512(run: &mut Run, b: &[u8], mut p: usize, to: usize) {
     }
 }
 
-/// A run of plain strings 64 bytes at a time, as `strings_with` reads it: from the opening
-/// quote at `i`, to the last opening quote `o` up to which every string is plain and closed
-/// and every gap between two of them is whitespace around exactly one comma. Returns `o`
-/// and the end of the string before it (`i` for the first), from where `strings_with`
-/// takes over: the last string, the tail under 64 bytes, or whatever stopped the run.
+/// A run of plain strings read 64 bytes at a time (`blocks_avx2`, `blocks_avx512`), as
+/// `strings_with` reads it: from the opening quote at `i`, to the last opening quote `o` up
+/// to which every string is plain and closed and every gap between two of them is
+/// whitespace around exactly one comma. `end` gives `o` and the end of the string before it
+/// (`i` for the first), from where `strings_with` takes over: the last string, the tail
+/// under 64 bytes, or whatever stopped the run.
 ///
 /// Per block: the quotes' prefix XOR (carried over blocks) marks what is inside a string;
 /// inside, a `\\` or a control character stops the run (bytes from 0x80 are content, as in
@@ -536,17 +541,7 @@ unsafe fn read_avx512(run: &mut Run, b: &[u8], mut p: usize, to: usize) {
 /// and the commas outside strings must alternate, the first opening quote first: a second
 /// prefix XOR, over both, tells each one's place (odd: a quote, even: a comma).
 ///
-/// `read` reads the blocks from an offset while they end at or before another and nothing
-/// stops the run.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn blocks_with(b: &[u8], i: usize, read: impl Fn(&mut Run, usize, usize)) -> (usize, usize) {
-    let mut run = Run::new(i);
-    read(&mut run, i, b.len());
-    run.end()
-}
-
-/// Where a run of blocks stands after the blocks it has read.
+/// Where the run stands after the blocks read so far.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug)]
 struct Run {
