@@ -440,30 +440,11 @@ struct Masks {
 /// `,` 0x2c, CR 0x0d; 0xff (0x00 at 0xf) where no byte with that low nibble is allowed.
 const OUTSIDE: [i8; 16] = [0x20, -1, 0x22, -1, -1, -1, -1, -1, -1, 0x09, 0x0a, -1, 0x2c, 0x0d, -1, 0];
 
+/// A run's blocks from its opening quote at `i` to the last whole one or to what stops the
+/// run (see `Run`), with AVX2: each block as two 32-byte halves.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,pclmulqdq")]
 unsafe fn blocks_avx2(b: &[u8], i: usize) -> (usize, usize) {
-    // SAFETY (of the calls): this function runs only where AVX2 and PCLMULQDQ are present.
-    let mut run = Run::new(i);
-    unsafe { read_avx2(&mut run, b, i) };
-    run.end()
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,pclmulqdq")]
-unsafe fn blocks_avx512(b: &[u8], i: usize) -> (usize, usize) {
-    // SAFETY (of the calls): this function runs only where AVX-512BW and PCLMULQDQ are
-    // present.
-    let mut run = Run::new(i);
-    unsafe { read_avx512(&mut run, b, i) };
-    run.end()
-}
-
-/// A run's blocks from `p` to the last whole one or to what stops the run, with AVX2: each
-/// block as two 32-byte halves.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,pclmulqdq")]
-unsafe fn read_avx2(run: &mut Run, b: &[u8], mut p: usize) {
     use std::arch::x86_64::*;
     // SAFETY: `OUTSIDE` is 16 bytes, read unaligned.
     let table = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(OUTSIDE.as_ptr().cast()) });
@@ -476,6 +457,7 @@ unsafe fn read_avx2(run: &mut Run, b: &[u8], mut p: usize) {
         let m = |v: __m256i| _mm256_movemask_epi8(v) as u32 as u64;
         (m(q), m(cm), m(_mm256_or_si256(bs, ctl)), m(allowed))
     };
+    let (mut run, mut p) = (Run::new(i), i);
     while p + 64 <= b.len() {
         // SAFETY: `p + 64 <= b.len()`: both 32-byte loads are inside `b` (unaligned); a
         // prefetch of any address is harmless.
@@ -492,20 +474,22 @@ unsafe fn read_avx2(run: &mut Run, b: &[u8], mut p: usize) {
         };
         // SAFETY (of the call): this function runs only where PCLMULQDQ is present.
         if !run.step(p, m, |x| unsafe { clmul_prefix_xor(x) }) {
-            return;
+            break;
         }
         p += 64;
     }
+    run.end()
 }
 
-/// As `read_avx2`, with AVX-512BW: a block in one register, its masks straight from
+/// As `blocks_avx2`, with AVX-512BW: a block in one register, its masks straight from
 /// compares.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,pclmulqdq")]
-unsafe fn read_avx512(run: &mut Run, b: &[u8], mut p: usize) {
+unsafe fn blocks_avx512(b: &[u8], i: usize) -> (usize, usize) {
     use std::arch::x86_64::*;
     // SAFETY: `OUTSIDE` is 16 bytes, read unaligned.
     let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(OUTSIDE.as_ptr().cast()) });
+    let (mut run, mut p) = (Run::new(i), i);
     while p + 64 <= b.len() {
         // SAFETY: `p + 64 <= b.len()`: the load is inside `b` (unaligned); a prefetch of
         // any address is harmless.
@@ -522,10 +506,11 @@ unsafe fn read_avx512(run: &mut Run, b: &[u8], mut p: usize) {
         };
         // SAFETY (of the call): this function runs only where PCLMULQDQ is present.
         if !run.step(p, m, |x| unsafe { clmul_prefix_xor(x) }) {
-            return;
+            break;
         }
         p += 64;
     }
+    run.end()
 }
 
 /// A run of plain strings read 64 bytes at a time (`blocks_avx2`, `blocks_avx512`), as
