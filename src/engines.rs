@@ -57,6 +57,10 @@ canonical_options! {
     DisaggregationIbDevice,
     /// sglang's bootstrap server port on the prefill (default 8998).
     DisaggregationBootstrapPort,
+    /// infera's wrapper: the address it publishes for this worker.
+    AdvertiseHost,
+    /// infera's wrapper: `kubernetes` (its default) or `etcd`.
+    DiscoveryBackend,
 }
 
 /// How an option is spelled in one engine.
@@ -123,6 +127,14 @@ pub struct Info {
     /// The infera module that wraps the engine (`python -m <module>`).
     pub module: &'static str,
     pub normalise: Normalise,
+    /// Whether the wrapper module's parser takes a prefix of an option for the option.
+    /// infera.engine.vllm parses vLLM's options too with `allow_abbrev=False` and no
+    /// FlexibleArgumentParser (infera/engine/vllm/args.py): on its command line an
+    /// abbreviation, `--an_underscore` or a dotted `--json-option.key` is "unrecognized".
+    pub wrapper_abbrev: bool,
+    /// The wrapper module's own options (infera/engine/<engine>/args.py), which the
+    /// engine's parser never sees.
+    wrapper_options: &'static str,
     /// Option values the engine assumes when an option is absent and the launcher must
     /// know (sglang's transfer backend defaults to mooncake).
     pub defaults: &'static [(Opt, &'static str)],
@@ -138,6 +150,8 @@ pub const TABLE: [Info; 2] = [
         version_files: &["vllm/_version.py"],
         module: "infera.engine.vllm",
         normalise: Normalise::UnderscoresToDashes,
+        wrapper_abbrev: false,
+        wrapper_options: include_str!("engine_options/infera.engine.vllm.txt"),
         defaults: &[],
         spell: vllm,
     },
@@ -150,6 +164,8 @@ pub const TABLE: [Info; 2] = [
         version_files: &["sglang/_version.py", "sglang/version.py"],
         module: "infera.engine.sglang",
         normalise: Normalise::Verbatim,
+        wrapper_abbrev: true,
+        wrapper_options: include_str!("engine_options/infera.engine.sglang.txt"),
         defaults: &[(Opt::DisaggregationBackend, "mooncake")],
         spell: sglang,
     },
@@ -187,6 +203,10 @@ impl Engine {
     pub fn flag(self, o: Opt) -> String {
         self.spelling(o).map_or_else(|| format!("({o:?})"), |s| s.primary().to_string())
     }
+    /// The wrapper module's own option names.
+    pub fn wrapper_options(self) -> impl Iterator<Item = &'static str> {
+        self.info().wrapper_options.lines().map(str::trim).filter(|l| l.starts_with("--"))
+    }
     /// The value the engine assumes for an absent option, when the table records one.
     pub fn default_of(self, o: Opt) -> Option<&'static str> {
         self.info().defaults.iter().find(|(x, _)| *x == o).map(|(_, v)| *v)
@@ -220,6 +240,8 @@ fn vllm(o: Opt) -> Option<Spelling> {
         Opt::DataParallelStartRank => Some(Value(&["--data-parallel-start-rank", "-dpr"])),
         Opt::DataParallelBackend => Some(Value(&["--data-parallel-backend", "-dpb"])),
         Opt::DisaggregationIbDevice | Opt::DisaggregationBootstrapPort => None,
+        Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
+        Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
     }
 }
 
@@ -249,6 +271,8 @@ fn sglang(o: Opt) -> Option<Spelling> {
         Opt::MasterAddr | Opt::MasterPort | Opt::Headless | Opt::DataParallelStartRank | Opt::DataParallelBackend => {
             None
         }
+        Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
+        Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
     }
 }
 
@@ -263,22 +287,34 @@ pub struct OptionList {
     /// The version it was recorded from.
     pub recorded: &'static str,
     text: &'static str,
-    /// The names, read from `text` once per process (a start reads the args more than once).
+    /// The names with the wrapper module's own, sorted (the wrapper parses before the engine).
     names: std::sync::OnceLock<Vec<&'static str>>,
 }
 
 impl OptionList {
-    /// The option names, in the file's order (sorted, without duplicates: a unit test
-    /// checks the files).
+    /// The engine's and its wrapper's option names, sorted, without duplicates.
     pub fn names(&self) -> &[&'static str] {
-        self.names.get_or_init(|| self.text.lines().map(str::trim).filter(|l| l.starts_with("--")).collect())
+        self.names.get_or_init(|| {
+            let mut v: Vec<&'static str> = self.text.lines().map(str::trim).filter(|l| l.starts_with("--")).collect();
+            v.extend(self.engine.wrapper_options());
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
     }
 }
 
 /// Recorded lists. A later release of the same minor may add options (an abbreviation the
 /// list calls unique may then be ambiguous to the engine, which exits 2 at once); it never
 /// removes the meaning of an unambiguous one without a deprecation cycle.
-pub static OPTION_LISTS: [OptionList; 2] = [
+pub static OPTION_LISTS: [OptionList; 3] = [
+    OptionList {
+        engine: Engine::Vllm,
+        versions: ">=0.11.1, <0.29",
+        recorded: "0.28.0",
+        text: include_str!("engine_options/vllm-0.28.0.txt"),
+        names: std::sync::OnceLock::new(),
+    },
     OptionList {
         engine: Engine::Vllm,
         versions: ">=0.33, <0.34",

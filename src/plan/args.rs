@@ -47,6 +47,16 @@ pub enum ArgsError {
     )]
     #[refuse(code = "arg-ambiguous", exit = Usage, hint = "write the option in full")]
     Ambiguous { written: String, index: usize, engine: &'static str, version: String, candidates: Vec<&'static str> },
+    #[error(
+        "`{written}` (arg {index}) is not an option of {module}: its parser takes no abbreviations (allow_abbrev=False) and exits 2 with `unrecognized arguments`; you meant {full}"
+    )]
+    #[refuse(code = "arg-abbreviation-refused", exit = Usage, hint = "write the option in full")]
+    WrapperAbbrev { written: String, index: usize, module: &'static str, full: String },
+    #[error(
+        "`{written}` (arg {index}) is not an option of {module}: it parses vLLM's options with a plain argparse parser, which reads no `{form}` form (only `vllm serve` does), and exits 2 with `unrecognized arguments`"
+    )]
+    #[refuse(code = "arg-form-refused", exit = Usage, hint = "{fix}")]
+    WrapperForm { written: String, index: usize, module: &'static str, form: &'static str, fix: String },
     #[error("{flag} {value}: a {what} must be at least 1; the engine would fail only after it starts")]
     #[refuse(code = "parallel-size-invalid", exit = Refused, hint = "give a positive size, or leave it out for the launcher's default")]
     NotPositive { flag: String, value: i64, what: &'static str },
@@ -248,6 +258,61 @@ pub fn abbreviations(
                     recorded.join("; ")
                 ),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// What the wrapper module's parser refuses on the command line where the bare engine's would
+/// not: an abbreviation (infera.engine.vllm: allow_abbrev=False), and for vLLM
+/// `--under_scores` and dotted `--json-option.key` (FlexibleArgumentParser forms). A
+/// `--config` file is read by the engine itself, so its keys keep the engine's dialect.
+pub fn wrapper_dialect(
+    e: Engine,
+    module: &'static str,
+    args: &[std::ffi::OsString],
+    list: Option<&crate::engines::OptionList>,
+    parsed: &Parsed,
+) -> Result<(), ArgsError> {
+    if e.info().wrapper_abbrev {
+        return Ok(());
+    }
+    let is_config = |i: usize| args.get(i).is_some_and(|a| a == "--config");
+    if let Some((i, written, full, _)) = parsed.abbreviations.iter().find(|a| !is_config(a.0)) {
+        return Err(ArgsError::WrapperAbbrev { written: written.clone(), index: i + 1, module, full: full.clone() });
+    }
+    let known = |name: &str| {
+        list.map_or(false, |l| l.names().binary_search(&name).is_ok())
+            || crate::engines::Opt::ALL.iter().any(|o| e.spelling(*o).is_some_and(|sp| sp.names().any(|n| n == name)))
+    };
+    for (i, a) in args.iter().enumerate() {
+        let a = a.to_string_lossy();
+        if a == "--" {
+            break;
+        }
+        let Some(name) = a.split('=').next().filter(|n| n.starts_with("--")) else { continue };
+        if let Some((head, _)) = name.split_once('.') {
+            let head = format!("--{}", head[2..].replace('_', "-"));
+            if known(&head) {
+                return Err(ArgsError::WrapperForm {
+                    written: name.to_string(),
+                    index: i + 1,
+                    module,
+                    form: "--option.key",
+                    fix: format!("give {head} one JSON object with every key, e.g. {head} '{{\"kv_role\": \"kv_producer\"}}'"),
+                });
+            }
+        } else if name.contains('_') {
+            let dashed = format!("--{}", name[2..].replace('_', "-"));
+            if known(&dashed) {
+                return Err(ArgsError::WrapperForm {
+                    written: name.to_string(),
+                    index: i + 1,
+                    module,
+                    form: "--under_score",
+                    fix: format!("write {dashed}"),
+                });
+            }
         }
     }
     Ok(())

@@ -156,9 +156,32 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let parsed = read.parsed;
     if let Some(e) = engine {
         args::abbreviations(e, facts.engine(e).map(|i| i.version.as_str()), list, &parsed, &mut p.findings)?;
+        // Under infera's wrapper module (not a program of the pod's own choosing).
+        if run.module() == Some(e.info().module) {
+            args::wrapper_dialect(e, e.info().module, &req.args, list, &parsed)?;
+        }
+    }
+    // The address infera's wrapper will publish, made explicit (not on a vLLM rank > 0, which
+    // runs vLLM itself, nor on sglang's ranks > 0, which do not register).
+    let mut addressed = Vec::new();
+    let mut advertised = None;
+    if let Some(e) = engine.filter(|e| run.module() == Some(e.info().module)) {
+        if req.group.as_ref().is_none_or(|g| g.size < 2 || g.rank == 0) {
+            let role = pd::role(e, &req.args, &parsed);
+            advertised = pd::advertise(e, &parsed, role, inp.env, &mut addressed, &mut p.findings)?;
+        }
     }
     if let Some(e) = engine {
-        p.pd = pd::plan(e, &req.args, &parsed, req.group.as_ref(), facts, inp.env, &mut p.findings)?;
+        p.pd = pd::plan(
+            e,
+            &req.args,
+            &parsed,
+            req.group.as_ref(),
+            advertised.as_deref(),
+            facts,
+            inp.env,
+            &mut p.findings,
+        )?;
     }
     let copies = caps::copies(tree, facts, &mut p.findings);
     p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed, &copies) {
@@ -176,13 +199,14 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     }
     safety::shadowing(tree, facts, &copies)?;
 
-    let added = match engine {
+    let mut added = match engine {
         Some(e) => args::apply(
             &args::Ctx { req, facts, engine: e, parsed: &parsed, env: inp.env, defaults: read.defaults },
             &mut p.findings,
         )?,
         None => Vec::new(),
     };
+    added.extend(addressed);
     let own: Vec<PathBuf> = tree
         .paths
         .caps
@@ -206,7 +230,18 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
             let host = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
             let mut argv: Vec<OsString> = vec![program.clone().into_os_string()];
             argv.extend(options.iter().cloned());
-            argv.extend(["-m".into(), OsString::from(*module)]);
+            if vllm_follower(req, engine, module) {
+                argv.extend(["-c".into(), OsString::from(ranks::VLLM_FOLLOWER)]);
+                p.findings.push(Finding::info(
+                    "vllm-follower",
+                    "rank > 0 of a vLLM group: runs vLLM's own CLI headless in the python process, after \
+                     infera.engine.vllm's argument split and environment defaults (`python -c`), not the \
+                     wrapper: the wrapper waits for a /health that a headless rank never serves \
+                     (infera/engine/vllm/worker.py _wait_ready), so its follower gate is never reached",
+                ));
+            } else {
+                argv.extend(["-m".into(), OsString::from(*module)]);
+            }
             (program, host, argv, facts.interpreter_file.as_ref())
         }
         select::Run::Program { path, host, file } => {
@@ -244,6 +279,13 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         program::runnable(&program, run.what(), file)?;
     }
     Ok(())
+}
+
+/// A rank > 0 of a vLLM group under infera's wrapper.
+fn vllm_follower(req: &Request, engine: Option<crate::engines::Engine>, module: &str) -> bool {
+    engine == Some(crate::engines::Engine::Vllm)
+        && module == crate::engines::Engine::Vllm.info().module
+        && req.group.as_ref().is_some_and(|g| g.size > 1 && g.rank > 0)
 }
 
 /// The working directory: the request's, as the image has it (and where it is on this

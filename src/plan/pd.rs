@@ -30,18 +30,21 @@ pub enum PdError {
     #[error("MC_GID_INDEX={index}: the GID of {device} port {port} is {why} ({gid}); Mooncake could not reach another node with it")]
     #[refuse(code = "gid-unusable", exit = Refused, hint = "pick the index of a routable (RoCE v2, IPv4-mapped) GID (`show_gids`)")]
     GidUnusable { index: u32, device: String, port: u32, gid: String, why: &'static str },
+    #[error("this {role} worker would publish `{host}` ({why}): infera's wrapper refuses a disaggregated worker whose address is a wildcard or loopback, before the engine starts")]
+    #[refuse(code = "advertise-unroutable", exit = Refused, hint = "set POD_IP from the downward API (status.podIP), or pass --advertise-host with the pod's routable address")]
+    Advertise { role: &'static str, host: String, why: String },
     #[error("the prefill's bootstrap address {what} `{host}` is a wildcard or loopback; decode nodes of a {nodes}-node group cannot reach it")]
     #[refuse(code = "bootstrap-unreachable", exit = Refused, hint = "advertise the prefill leader's name or IP (the launcher uses LWS_LEADER_ADDRESS when nothing is given)")]
     Bootstrap { what: String, host: String, nodes: u32 },
 }
 
+/// A disaggregated role, as infera's wrapper registers it (vLLM: `_KV_ROLE_TO_DISAGG` maps
+/// `kv_producer`/`kv_consumer`; `kv_both` is a MIXED worker to the router).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Prefill,
     Decode,
-    /// vLLM's `kv_both`.
-    Both,
 }
 
 impl Role {
@@ -49,8 +52,93 @@ impl Role {
         match self {
             Role::Prefill => "prefill",
             Role::Decode => "decode",
-            Role::Both => "prefill and decode (kv_both)",
         }
+    }
+}
+
+/// The address infera's wrapper publishes for this worker (infera/engine/<engine>/__main__.py):
+/// `--advertise-host`, else `POD_IP` under kubernetes discovery (its default), else `--host`.
+/// The launcher makes it explicit: `--host 0.0.0.0` where none is given (a worker pod serves
+/// a router in another pod; vLLM's default None would make the wrapper probe and publish
+/// `http://None:PORT`, sglang's binds 127.0.0.1), and `--advertise-host $POD_IP` where the
+/// wrapper would otherwise publish that bind address (etcd discovery). Without POD_IP, a
+/// wildcard or loopback address is refused for a disaggregated worker (as the wrapper does
+/// after its imports) and a warning otherwise. Returns the published host.
+pub fn advertise(
+    e: Engine,
+    p: &Parsed,
+    role: Option<Role>,
+    env: &Env,
+    added: &mut Vec<std::ffi::OsString>,
+    findings: &mut Vec<Finding>,
+) -> Result<Option<String>, PdError> {
+    let flag = |o: Opt, v: &str| crate::dialect::render(e, o, v).unwrap_or_default();
+    let mut host = p.value(Opt::Host).map(str::to_string);
+    if host.is_none() {
+        added.extend(flag(Opt::Host, "0.0.0.0"));
+        findings.push(Finding::info(
+            "host-default",
+            format!(
+                "added --host 0.0.0.0: the router reaches this worker from another pod, and {}",
+                match e {
+                    Engine::Vllm => "with vLLM's default (None) infera.engine.vllm waits for http://None:PORT/health and never becomes ready",
+                    Engine::Sglang => "sglang binds 127.0.0.1 by default",
+                }
+            ),
+        ));
+        host = Some("0.0.0.0".into());
+    }
+    if let Some(a) = p.value(Opt::AdvertiseHost) {
+        if let Some(r) = role.filter(|_| unreachable_host(a)) {
+            return Err(PdError::Advertise { role: r.name(), host: a.into(), why: "--advertise-host".into() });
+        }
+        return Ok(Some(a.to_string()));
+    }
+    let pod_ip = ev::get(env, ev::POD_IP).map(|v| v.to_string_lossy().trim().to_string()).filter(|v| !v.is_empty());
+    let k8s = p.value(Opt::DiscoveryBackend).is_none_or(|d| d == "kubernetes");
+    match pod_ip {
+        Some(ip) if k8s => Ok(Some(ip)),
+        Some(ip) => {
+            added.extend(flag(Opt::AdvertiseHost, &ip));
+            findings.push(Finding::info(
+                "advertise-host",
+                format!("added --advertise-host {ip} (POD_IP): with etcd discovery infera's wrapper publishes --host (`{}`) otherwise", host.as_deref().unwrap_or("")),
+            ));
+            Ok(Some(ip))
+        }
+        None => {
+            let h = host.unwrap_or_default();
+            if unreachable_host(&h) {
+                let why = "no --advertise-host, no POD_IP, and --host is the bind address".to_string();
+                if let Some(r) = role {
+                    return Err(PdError::Advertise { role: r.name(), host: h, why });
+                }
+                findings.push(Finding::warn(
+                    "advertise-unroutable",
+                    format!("this worker would register `{h}` ({why}): only a router in this pod could reach it; set POD_IP (downward API) or --advertise-host"),
+                ));
+            }
+            Ok(Some(h))
+        }
+    }
+}
+
+/// The role infera's wrapper registers this worker with (None: MIXED).
+pub fn role(e: Engine, args: &[std::ffi::OsString], p: &Parsed) -> Option<Role> {
+    match e {
+        Engine::Vllm => {
+            let kv = crate::dialect::json_option(e, args, p, Opt::KvTransferConfig).ok().flatten()?;
+            match kv.get("kv_role").and_then(|r| r.as_str()) {
+                Some("kv_producer") => Some(Role::Prefill),
+                Some("kv_consumer") => Some(Role::Decode),
+                _ => None,
+            }
+        }
+        Engine::Sglang => match p.value(Opt::DisaggregationMode) {
+            Some("prefill") => Some(Role::Prefill),
+            Some("decode") => Some(Role::Decode),
+            _ => None,
+        },
     }
 }
 
@@ -68,11 +156,15 @@ pub struct PdView {
 }
 
 /// The role, the node checks, the view.
+/// `advertised`: the address the wrapper publishes (`advertise`), None when this rank does
+/// not register.
+#[allow(clippy::too_many_arguments)]
 pub fn plan(
     e: Engine,
     args: &[std::ffi::OsString],
     p: &Parsed,
     group: Option<&Group>,
+    advertised: Option<&str>,
     facts: &Facts,
     env: &Env,
     findings: &mut Vec<Finding>,
@@ -81,21 +173,15 @@ pub fn plan(
     devices_and_gid(e, p, facts, env, findings)?;
     // A --kv-transfer-config that is not JSON is the capability check's refusal.
     let kv = crate::dialect::json_option(e, args, p, Opt::KvTransferConfig).ok().flatten();
-    let role = match e {
-        Engine::Vllm => match kv.as_ref().and_then(|j| j.get("kv_role")).and_then(|r| r.as_str()) {
-            Some("kv_producer") => Role::Prefill,
-            Some("kv_consumer") => Role::Decode,
-            Some("kv_both") => Role::Both,
-            _ => return Ok(None),
-        },
-        Engine::Sglang => match p.value(Opt::DisaggregationMode) {
-            Some("prefill") => Role::Prefill,
-            Some("decode") => Role::Decode,
-            _ => return Ok(None),
-        },
-    };
+    if kv.as_ref().and_then(|j| j.get("kv_role")).and_then(|r| r.as_str()) == Some("kv_both") {
+        findings.push(Finding::info(
+            "pd-kv-both",
+            "kv_role kv_both: a MIXED worker to the router (infera's wrapper maps kv_both to MIXED), not a prefill or decode pod",
+        ));
+    }
+    let Some(role) = role(e, args, p) else { return Ok(None) };
     let nodes = group.map_or(1, |g| g.size);
-    let pod_ip = var(ev::POD_IP).filter(|h| !h.trim().is_empty());
+    let pod_ip = advertised.map(str::to_string).or_else(|| var(ev::POD_IP).filter(|h| !h.trim().is_empty()));
     let (host, port, transfer) = match e {
         Engine::Vllm => {
             let extra = kv
@@ -113,33 +199,14 @@ pub fn plan(
                 return Err(PdError::Bootstrap { what: "VLLM_HOST_IP".into(), host: ip, nodes });
             }
             let port = var(ev::VLLM_MOONCAKE_BOOTSTRAP_PORT).and_then(|v| v.trim().parse().ok()).unwrap_or(8998);
-            // Multi-node: the model-parallel master is the bootstrap endpoint of every rank.
-            let host = extra
-                .and_then(|a| a.as_str())
-                .map(|a| a.rsplit_once(':').map_or(a, |(h, _)| h).to_string())
-                .or_else(|| {
-                    (nodes > 1)
-                        .then(|| {
-                            p.value(Opt::MasterAddr)
-                                .map(str::to_string)
-                                .or_else(|| group.and_then(|g| g.leader.clone()))
-                        })
-                        .flatten()
-                })
-                .or(pod_ip);
-            (host, port, "mooncake")
+            // infera.engine.vllm registers `bootstrap_addr` = http://<advertised host>:<port>
+            // (args.py _compute_disagg_meta), whatever the connector's own settings.
+            (pod_ip, port, vllm_transfer(kv.as_ref()))
         }
         Engine::Sglang => {
             let port = p.value(Opt::DisaggregationBootstrapPort).and_then(|v| v.trim().parse().ok()).unwrap_or(8998);
-            // Multi-node: the bootstrap server's host is --dist-init-addr's.
-            let host = (nodes > 1)
-                .then(|| {
-                    p.value(Opt::DistInitAddr)
-                        .map(|a| a.rsplit_once(':').map_or(a, |(h, _)| h).to_string())
-                        .or_else(|| group.and_then(|g| g.leader.clone()))
-                })
-                .flatten()
-                .or(pod_ip);
+            // infera.engine.sglang registers `<advertised host>:<bootstrap port>` (worker.py).
+            let host = pod_ip;
             let transfer = match p.value(Opt::DisaggregationBackend) {
                 Some("nixl") => "nixl",
                 Some("mooncake_tcp") => "mooncake_tcp",
@@ -166,6 +233,25 @@ pub fn plan(
         },
     ));
     Ok(Some(view))
+}
+
+/// The transfer of a vLLM connector, as infera's `_CONNECTOR_TO_PROTOCOL` names it
+/// (a MultiConnector's first child that has one).
+fn vllm_transfer(kv: Option<&serde_json::Value>) -> &'static str {
+    let of = |c: Option<&str>| match c {
+        Some("MoRIIOConnector") => Some("moriio"),
+        Some("NixlConnector") => Some("nixl"),
+        Some("MooncakeConnector" | "MooncakeStoreConnector") => Some("mooncake"),
+        _ => None,
+    };
+    let Some(kv) = kv else { return "mooncake" };
+    let connector = kv.get("kv_connector").and_then(|c| c.as_str());
+    of(connector)
+        .or_else(|| {
+            let children = kv.get("kv_connector_extra_config")?.get("connectors")?.as_array()?;
+            children.iter().find_map(|c| of(c.get("kv_connector").and_then(|x| x.as_str())))
+        })
+        .unwrap_or("mooncake")
 }
 
 /// The RDMA devices the args name exist; the GID `MC_GID_INDEX` picks is routable.

@@ -9,8 +9,8 @@
 //! load balancing; `--nnodes > 1` needs `--data-parallel-backend mp`; Ray
 //! (`--distributed-executor-backend ray`) places ranks itself and cannot be combined with
 //! `--nnodes`. sglang 0.5: `--nnodes N --node-rank R --dist-init-addr A:PORT`; (TP·PP) % N
-//! == 0; no `--dp-size > 1` across nodes; only rank 0 serves HTTP and binds 127.0.0.1
-//! unless told otherwise.
+//! == 0; no `--dp-size > 1` across nodes; only rank 0 serves HTTP (its `--host` is
+//! pd::advertise's).
 
 use std::ffi::OsString;
 
@@ -28,8 +28,22 @@ pub const VLLM_MASTER_PORT: u16 = 29501;
 /// The port of sglang's `--dist-init-addr` (LeaderWorkerSet's sglang example uses it).
 pub const SGLANG_DIST_INIT_PORT: u16 = 20000;
 
+/// What a vLLM rank > 0 runs instead of `-m infera.engine.vllm` (as `python -c`): the real
+/// wrapper's argument split, fp8 default and ROCm environment defaults, then vLLM's own CLI
+/// in this process. infera.engine.vllm would start `vllm serve … --headless` and wait for a
+/// /health a headless rank never serves (infera/engine/vllm/worker.py `_wait_ready`), and
+/// its follower gate only comes after that wait.
+pub const VLLM_FOLLOWER: &str = "import runpy, sys; \
+from infera.engine import rocm_rdma_env as env; \
+from infera.engine.vllm.args import parse_vllm_args; \
+a = parse_vllm_args(sys.argv[1:]); \
+[f() for f in (env.apply_rocm_rdma_env_defaults, env.apply_vllm_aiter_default, env.apply_kv_host_ip_default, env.apply_mooncake_topology_default)]; \
+sys.argv = ['vllm', 'serve', *a.vllm_argv]; \
+runpy.run_module('vllm.entrypoints.cli.main', run_name='__main__')";
+
 /// The flags whose values differ per rank: left out of the args digest.
-pub const RANK_OPTS: [Opt; 4] = [Opt::NodeRank, Opt::Headless, Opt::Host, Opt::DataParallelStartRank];
+pub const RANK_OPTS: [Opt; 5] =
+    [Opt::NodeRank, Opt::Headless, Opt::Host, Opt::DataParallelStartRank, Opt::AdvertiseHost];
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum RankError {
@@ -178,10 +192,6 @@ pub fn plan(
                     }
                 }
                 None => add(e, Opt::DistInitAddr, &format!("{leader}:{SGLANG_DIST_INIT_PORT}"), added, &mut said),
-            }
-            // Only rank 0 serves HTTP, and sglang binds 127.0.0.1 by default.
-            if g.rank == 0 && !p.is_set(Opt::Host) {
-                add(e, Opt::Host, "0.0.0.0", added, &mut said);
             }
         }
     }

@@ -16,4 +16,5 @@ mod multinode;
 mod payload;
 mod planning;
 mod refuse;
+mod stack;
 mod startup;
