@@ -161,6 +161,14 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
             args::wrapper_dialect(e, e.info().module, &req.args, list, &parsed)?;
         }
     }
+    let copies = caps::copies(tree, facts, &mut p.findings);
+    p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed, &copies) {
+        Ok(rows) => rows,
+        Err((rows, refusal)) => {
+            p.capabilities = rows;
+            return Err(refusal);
+        }
+    };
     // The address infera's wrapper will publish, made explicit (not on a vLLM rank > 0, which
     // runs vLLM itself, nor on sglang's ranks > 0, which do not register).
     let mut addressed = Vec::new();
@@ -168,7 +176,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     if let Some(e) = engine.filter(|e| run.module() == Some(e.info().module)) {
         if req.group.as_ref().is_none_or(|g| g.size < 2 || g.rank == 0) {
             let role = pd::role(e, &req.args, &parsed);
-            advertised = pd::advertise(e, &parsed, role, inp.env, &mut addressed, &mut p.findings)?;
+            advertised = pd::advertise(e, &parsed, role, read.defaults, inp.env, &mut addressed, &mut p.findings)?;
         }
     }
     if let Some(e) = engine {
@@ -183,14 +191,6 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
             &mut p.findings,
         )?;
     }
-    let copies = caps::copies(tree, facts, &mut p.findings);
-    p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed, &copies) {
-        Ok(rows) => rows,
-        Err((rows, refusal)) => {
-            p.capabilities = rows;
-            return Err(refusal);
-        }
-    };
     caps::usability(&mut p.capabilities, req.privileges.keep_caps.as_deref(), facts, rocm, inp.env)?;
     safety::noexec(tree)?;
     if req.role.runs_engine() {

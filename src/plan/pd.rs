@@ -64,17 +64,19 @@ impl Role {
 /// wrapper would otherwise publish that bind address (etcd discovery). Without POD_IP, a
 /// wildcard or loopback address is refused for a disaggregated worker (as the wrapper does
 /// after its imports) and a warning otherwise. Returns the published host.
+/// `defaults`: false when a `--config` file could not be read (it may set `host`).
 pub fn advertise(
     e: Engine,
     p: &Parsed,
     role: Option<Role>,
+    defaults: bool,
     env: &Env,
     added: &mut Vec<std::ffi::OsString>,
     findings: &mut Vec<Finding>,
 ) -> Result<Option<String>, PdError> {
     let flag = |o: Opt, v: &str| crate::dialect::render(e, o, v).unwrap_or_default();
     let mut host = p.value(Opt::Host).map(str::to_string);
-    if host.is_none() {
+    if host.is_none() && defaults {
         added.extend(flag(Opt::Host, "0.0.0.0"));
         findings.push(Finding::info(
             "host-default",
@@ -113,7 +115,7 @@ pub fn advertise(
                 if let Some(r) = role {
                     return Err(PdError::Advertise { role: r.name(), host: h, why });
                 }
-                findings.push(Finding::warn(
+                findings.push(Finding::info(
                     "advertise-unroutable",
                     format!("this worker would register `{h}` ({why}): only a router in this pod could reach it; set POD_IP (downward API) or --advertise-host"),
                 ));

@@ -50,7 +50,16 @@ fn engine_modules_plan_exactly_like_worker() {
     same_plan(&c, &w);
     assert_eq!(
         c["exec"]["added_args"],
-        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
+        serde_json::json!([
+            "--tensor-parallel-size",
+            "8",
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto",
+            "--host",
+            "0.0.0.0"
+        ])
     );
     assert_eq!(c["exec"]["cwd"], "/", "the image's WORKDIR cannot shadow: the run is in /");
 
@@ -65,7 +74,10 @@ fn engine_modules_plan_exactly_like_worker() {
     let b = dry(&sg, &ov, &["worker", "--", "--model-path", "/models/kimi-k3"]).json();
     same_plan(&a, &b);
     assert_eq!(a["exec"]["program"], "/opt/venv/bin/python3");
-    assert_eq!(a["exec"]["added_args"], serde_json::json!(["--tp-size", "8", "--kv-cache-dtype", "auto"]));
+    assert_eq!(
+        a["exec"]["added_args"],
+        serde_json::json!(["--tp-size", "8", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"])
+    );
 }
 
 #[test]

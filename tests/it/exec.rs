@@ -24,7 +24,10 @@ fn real_cpython_runs_the_standin_engine() {
     let r = out.standin();
     assert_eq!(r["standin"], "infera.engine.vllm");
     assert_eq!(r["python"], "3.12");
-    assert_eq!(r["argv"], serde_json::json!(args));
+    // The wrapper publishes and probes its --host: the launcher makes it explicit.
+    let mut planned = args.to_vec();
+    planned.extend(["--host", "0.0.0.0"]);
+    assert_eq!(r["argv"], serde_json::json!(planned));
     let site = tree.join("site-packages");
     let caps = |c: &str| tree.join("capabilities").join(c).display().to_string();
     assert_eq!(
@@ -48,7 +51,7 @@ fn real_cpython_runs_the_standin_engine() {
         .json();
     let argv: Vec<String> =
         dry["exec"]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
-    assert_eq!(&argv[3..], &args);
+    assert_eq!(&argv[3..], &planned);
     assert_eq!(dry["exec"]["env"]["PYTHONPATH"], r["env"]["PYTHONPATH"]);
     // Nothing was written into the payload.
     let pyc = walk(&tree).into_iter().filter(|p| p.to_string_lossy().contains("__pycache__")).count();

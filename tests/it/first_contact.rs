@@ -241,7 +241,9 @@ fn a_start_logs_one_line_and_json_for_collectors() {
              present); fp8 KV with MLA crashes on ROCm\n \
              INFO infera-exec: [start] vllm 0.11.0+rocm700 (infera.engine.vllm) from tree rocm7-py312 ({}) with \
              /usr/bin/python3.12 3.12; added --tensor-parallel-size 8 --mm-encoder-tp-mode data --kv-cache-dtype auto \
-             ([tp-default] added --tensor-parallel-size 8: the GPUs visible to this container \
+             --host 0.0.0.0 ([host-default] added --host 0.0.0.0: the router reaches this worker from another pod, and \
+             with vLLM's default (None) infera.engine.vllm waits for http://None:PORT/health and never becomes ready; \
+             [tp-default] added --tensor-parallel-size 8: the GPUs visible to this container \
              (HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7), which the model's 64 attention heads divide; \
              [mm-encoder-tp-mode] added --mm-encoder-tp-mode data: /models/kimi-k3 is multimodal and TP is 8; the \
              vision encoder runs data-parallel instead of sharded; [kv-cache-dtype-mla] added --kv-cache-dtype auto: \
@@ -393,8 +395,8 @@ fn allow_engine_version_runs_a_newer_engine_knowingly() {
     assert_eq!(
         out.stderr,
         format!(
-            "error[engine-version]: the image has vllm 0.34.1 (`{record}`) but tree rocm7-py312 supports vllm >=0.10, \
-             <0.34\nhint: use an overlay release that supports this engine version, or the engine image the overlay \
+            "error[engine-version]: the image has vllm 0.34.1 (`{record}`) but tree rocm7-py312 supports vllm >=0.9, \
+             <0.29\nhint: use an overlay release that supports this engine version, or the engine image the overlay \
              was released with; or set INFERA_ALLOW=engine-version to run it anyway\n"
         )
     );
@@ -406,7 +408,7 @@ fn allow_engine_version_runs_a_newer_engine_knowingly() {
         assert!(
             out.stdout.contains(&format!(
                 "  warn      [engine-version] allowed by INFERA_ALLOW/--allow: the image has vllm 0.34.1 (`{record}`) but tree \
-                 rocm7-py312 supports vllm >=0.10, <0.34; the tree was not built against this version\n"
+                 rocm7-py312 supports vllm >=0.9, <0.29; the tree was not built against this version\n"
             )),
             "{}",
             out.stdout
@@ -531,64 +533,55 @@ fn docs_link_only_files_in_the_repository() {
     assert!(checked >= 10, "{checked} links checked");
 }
 
-/// Abbreviations read as the engine's own parser reads them: against vLLM 0.33's full option
-/// list (recorded from its parser; these cases were checked against vLLM 0.33.0's
-/// FlexibleArgumentParser: `--max-num-s` and `--kv-cache-d` exit 2 "ambiguous option",
-/// `--tensor-parallel 2 --max-num-se 4` parse to TP 2 and 4 sequences).
+/// infera.engine.vllm parses vLLM's options itself with a plain argparse parser and
+/// `allow_abbrev=False` (infera/engine/vllm/args.py): on its command line a prefix, an
+/// `--under_score` or a dotted `--json-option.key` is "unrecognized arguments" (checked
+/// against the real wrapper with vLLM 0.28.0's parser), so the launcher refuses them with the
+/// full option, whatever the bare `vllm serve` would accept. The wrapper's own options pass.
 #[test]
-fn abbreviations_resolve_as_the_engines_parser_does() {
-    let img = image("vllm-rocm10");
+fn the_wrappers_parser_takes_no_abbreviations_or_flexible_forms() {
+    let img = image("vllm-0.28");
     let ov = shipped_overlay();
     let run = |args: &[&str]| dry_json(&img, &ov, "0,1,2,3", args);
-    for (args, written, could) in [
-        (&["--max-num-s", "12"][..], "--max-num-s", "--max-num-scheduled-tokens, --max-num-seqs"),
-        (&["--model", "/m", "--kv-cache-d=auto"], "--kv-cache-d", "--kv-cache-dtype, --kv-cache-dtype-skip-layers"),
+    for (args, code, message) in [
+        (
+            &["--model", "/m", "--tensor-parallel", "2"][..],
+            "arg-abbreviation-refused",
+            "`--tensor-parallel` (arg 3) is not an option of infera.engine.vllm: its parser takes no abbreviations \
+             (allow_abbrev=False) and exits 2 with `unrecognized arguments`; you meant --tensor-parallel-size",
+        ),
+        (
+            &["--model", "/m", "--max_num_seqs", "4"],
+            "arg-form-refused",
+            "`--max_num_seqs` (arg 3) is not an option of infera.engine.vllm: it parses vLLM's options with a plain \
+             argparse parser, which reads no `--under_score` form (only `vllm serve` does), and exits 2 with \
+             `unrecognized arguments`",
+        ),
+        (
+            &["--model", "/m", "--kv-transfer-config.kv_role=kv_producer"],
+            "arg-form-refused",
+            "`--kv-transfer-config.kv_role` (arg 3) is not an option of infera.engine.vllm: it parses vLLM's options \
+             with a plain argparse parser, which reads no `--option.key` form (only `vllm serve` does), and exits 2 \
+             with `unrecognized arguments`",
+        ),
     ] {
         let out = run(args);
-        assert_eq!(out.code, 2, "{}", out.stderr);
-        let index = args.iter().position(|a| a.starts_with(written)).unwrap() + 1;
-        assert_eq!(
-            out.stderr,
-            format!(
-                "error[arg-ambiguous]: `{written}` (arg {index}) is ambiguous for vllm 0.33.0+rocm1000's parser: it \
-                 could be {could}; the engine exits 2 with `ambiguous option`\nhint: write the option in full\n"
-            )
-        );
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        let j = out.json();
+        assert_eq!((j["error"]["code"].as_str(), j["error"]["message"].as_str()), (Some(code), Some(message)));
     }
-    let out = run(&["--tensor-parallel", "2", "--max-num-se", "4"]);
+    // The wrapper's own `--kv-events` is not a prefix of vLLM's `--kv-events-config`.
+    let out = run(&["--model", "/m", "--kv-events", "on", "--tensor-parallel-size", "2"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let j = out.json();
-    assert_eq!(j["exec"]["added_args"], serde_json::json!([]), "the user's TP stands: {:#}", j["exec"]);
-    let said: Vec<&str> = j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["code"] == "arg-abbreviation")
-        .map(|f| f["message"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        said,
-        [
-            "`--tensor-parallel` (arg 1) read as --tensor-parallel-size, as vllm 0.33.0's parser reads it",
-            "`--max-num-se` (arg 3) read as --max-num-seqs, as vllm 0.33.0's parser reads it",
-        ]
-    );
-    // vLLM 0.11 (no recorded list): read from the launcher's own options, and said so.
+    // vLLM 0.11 (no recorded list): the launcher's own spellings are enough to refuse.
     let old = vllm_image(None);
-    let j = infera(&["worker", "--dry-run", "--output", "json", "--", "--tensor-parallel", "2"])
+    let out = infera(&["worker", "--dry-run", "--", "--tensor-parallel", "2"])
         .root(&old)
         .overlay(&ov.overlay())
         .env("HIP_VISIBLE_DEVICES", "0,1,2,3")
-        .run()
-        .json();
-    assert_eq!(j["exec"]["added_args"], serde_json::json!([]));
-    let w = j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "arg-abbreviation-unchecked").unwrap();
-    assert_eq!(
-        w["message"],
-        "`--tensor-parallel` (arg 1) read as --tensor-parallel-size from the launcher's own options: vllm \
-         0.11.0+rocm700's full option list is not recorded (recorded: vllm >=0.33, <0.34), so whether its parser finds \
-         it ambiguous is not checked; write options in full"
-    );
+        .run();
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("error[arg-abbreviation-refused]: `--tensor-parallel` (arg 1)"), "{}", out.stderr);
 }
 
 /// vLLM's `--config FILE.yaml`: its options come before the command line's (CLI > file >
@@ -618,7 +611,7 @@ fn engine_config_file_is_read_and_its_settings_are_not_overridden() {
     let j = out.json();
     assert_eq!(
         j["exec"]["added_args"],
-        serde_json::json!(["--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"]),
+        serde_json::json!(["--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"]),
         "{:#}",
         j["findings"]
     );

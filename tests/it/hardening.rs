@@ -44,7 +44,7 @@ fn a_non_root_launcher_refuses_a_tree_others_can_change() {
     as_nobody(&img, &ov, &["check"], &[]).assert(0, "infera-exec check plan");
     // A file of the tree writable by everyone (an emptyDir copy shared with another
     // container): refused for uid 65534 as it is for root.
-    let f = ov.overlay().join("trees/rocm7-py312/site-packages/infera/engine/vllm.py");
+    let f = ov.overlay().join("trees/rocm7-py312/site-packages/infera/engine/vllm/__main__.py");
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
     as_nobody(&img, &ov, &["check"], &[])
         .assert(65, &format!("error[overlay-writable]: `{}` is writable by everyone (mode 666)", f.display()));

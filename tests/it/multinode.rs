@@ -57,7 +57,7 @@ fn v(s: &[&str]) -> Vec<String> {
 
 #[test]
 fn vllm_tp8_pp2_and_tp8_pp4_every_rank() {
-    let img = image("vllm-rocm10");
+    let img = image("vllm-0.28");
     let ov = shipped_overlay();
     let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "--max-num-seqs", "128"];
     for size in [2u32, 4] {
@@ -78,6 +78,9 @@ fn vllm_tp8_pp2_and_tp8_pp4_every_rank() {
             }
             want.extend(v(&["--tensor-parallel-size", "8", "--pipeline-parallel-size", &size.to_string()]));
             want.extend(v(&["--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"]));
+            if r == 0 {
+                want.extend(v(&["--host", "0.0.0.0"]));
+            }
             assert_eq!(added, &want, "{size} nodes, rank {r}");
             // Ranks > 0 wait for the leader's name; the leader never waits.
             let waits = steps.as_array().unwrap().iter().filter(|s| s["kind"] == "await-leader").count();
@@ -90,7 +93,7 @@ fn vllm_tp8_pp2_and_tp8_pp4_every_rank() {
 #[test]
 fn vllm_tp16_over_two_nodes_and_sglang_tp16() {
     let ov = shipped_overlay();
-    let img = image("vllm-rocm10");
+    let img = image("vllm-0.28");
     let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "-tp", "16"];
     let all = ranks(&img, &ov, &cmd, 2);
     assert_eq!(
@@ -107,7 +110,9 @@ fn vllm_tp16_over_two_nodes_and_sglang_tp16() {
             "--mm-encoder-tp-mode",
             "data",
             "--kv-cache-dtype",
-            "auto"
+            "auto",
+            "--host",
+            "0.0.0.0"
         ])
     );
     assert_eq!(
@@ -142,10 +147,10 @@ fn vllm_tp16_over_two_nodes_and_sglang_tp16() {
             "0",
             "--dist-init-addr",
             "kimi-0.kimi.infera:20000",
-            "--host",
-            "0.0.0.0",
             "--kv-cache-dtype",
-            "auto"
+            "auto",
+            "--host",
+            "0.0.0.0"
         ])
     );
     assert_eq!(
@@ -186,38 +191,50 @@ fn vllm_tp16_over_two_nodes_and_sglang_tp16() {
 #[test]
 fn pd_prefill_and_decode_say_what_the_router_needs() {
     let ov = shipped_overlay();
-    let img = image("vllm-rocm10");
+    let img = image("vllm-0.28");
     for (role, kv_role) in [("prefill", "kv_producer"), ("decode", "kv_consumer")] {
         let kv = format!(r#"{{"kv_connector":"MooncakeConnector","kv_role":"{kv_role}"}}"#);
         let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "--kv-transfer-config", &kv];
-        let j = plan(&img, &ov, &cmd, &rank_env(2, 1)).json();
+        // What infera's wrapper registers: the advertised address (POD_IP under kubernetes discovery).
+        let mut env = rank_env(2, 0);
+        env.push(("POD_IP".into(), "10.4.0.9".into()));
+        let j = plan(&img, &ov, &cmd, &env).json();
         assert!(j.get("error").is_none(), "{j}");
         let mut want = serde_json::json!({"role": role, "transfer": "mooncake"});
         if role == "prefill" {
-            want["bootstrap_host"] = LEADER.into();
+            want["bootstrap_host"] = "10.4.0.9".into();
             want["bootstrap_port"] = 8998.into();
         }
         assert_eq!(j["pd"], want);
         let mc = j["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "mooncake").unwrap().clone();
         assert_eq!(mc["requested_by"], "--kv-transfer-config kv_connector=MooncakeConnector");
     }
-    // vLLM's dotted form of the same config.
-    let cmd = [
-        "python3",
-        "-m",
-        "infera.engine.vllm",
-        "--model",
-        "/models/kimi-k3",
-        "--kv-transfer-config.kv_connector",
-        "MooncakeConnector",
-        "--kv-transfer-config.kv_role=kv_producer",
-    ];
-    let j = plan(&img, &ov, &cmd, &[("POD_IP".into(), "10.4.0.7".into())]).json();
+    // With etcd discovery the wrapper would publish --host: the launcher adds --advertise-host.
+    let kv = r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}"#;
+    let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "--kv-transfer-config", kv];
+    let mut etcd = cmd.to_vec();
+    etcd.extend(["--discovery-backend", "etcd"]);
+    let j = plan(&img, &ov, &etcd, &[("POD_IP".into(), "10.4.0.7".into())]).json();
     assert_eq!(
         j["pd"],
         serde_json::json!({"role": "prefill", "bootstrap_host": "10.4.0.7", "bootstrap_port": 8998, "transfer": "mooncake"})
     );
-    // sglang: --disaggregation-mode; a 2-node prefill's bootstrap is the rendezvous host.
+    let added = j["exec"]["added_args"].as_array().unwrap();
+    assert_eq!(
+        added[added.len() - 4..],
+        serde_json::json!(["--host", "0.0.0.0", "--advertise-host", "10.4.0.7"]).as_array().unwrap()[..]
+    );
+    // No POD_IP and no --advertise-host: the wrapper would refuse a prefill worker publishing 0.0.0.0.
+    let out = plan(&img, &ov, &cmd, &[]);
+    assert_eq!(out.code, 78, "{}", out.stdout);
+    assert_eq!(out.json()["error"]["code"], "advertise-unroutable");
+    // kv_both is a MIXED worker to the router: no PD view.
+    let both = r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_both"}"#;
+    let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "--kv-transfer-config", both];
+    let j = plan(&img, &ov, &cmd, &[("POD_IP".into(), "10.4.0.7".into())]).json();
+    assert!(j["pd"].is_null(), "{}", j["pd"]);
+    assert!(j["findings"].to_string().contains("pd-kv-both"), "{}", j["findings"]);
+    // sglang: --disaggregation-mode; the prefill's bootstrap is its advertised address.
     let img = image("sglang-rocm724");
     let cmd = [
         "python3",
@@ -230,17 +247,19 @@ fn pd_prefill_and_decode_say_what_the_router_needs() {
         "--disaggregation-mode",
         "prefill",
     ];
-    let j = plan(&img, &ov, &cmd, &rank_env(2, 0)).json();
+    let mut env = rank_env(2, 0);
+    env.push(("POD_IP".into(), "10.4.0.9".into()));
+    let j = plan(&img, &ov, &cmd, &env).json();
     assert_eq!(
         j["pd"],
-        serde_json::json!({"role": "prefill", "bootstrap_host": LEADER, "bootstrap_port": 8998, "transfer": "mooncake"})
+        serde_json::json!({"role": "prefill", "bootstrap_host": "10.4.0.9", "bootstrap_port": 8998, "transfer": "mooncake"})
     );
 }
 
 #[test]
 fn refusals_before_anything_loads() {
     let ov = shipped_overlay();
-    let vllm = image("vllm-rocm10");
+    let vllm = image("vllm-0.28");
     let sglang = image("sglang-rocm724");
     let vcmd = |extra: &[&'static str]| -> Vec<&'static str> {
         let mut c = vec!["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3"];
@@ -285,10 +304,10 @@ fn refusals_before_anything_loads() {
         (&vllm, vcmd(&[]), e(&[("CUDA_VISIBLE_DEVICES", "0,1")]), 78,
          "error[visible-devices-disagree]: HIP_VISIBLE_DEVICES=`0,1,2,3,4,5,6,7` and CUDA_VISIBLE_DEVICES=`0,1` select different GPUs"),
         (&vllm, vcmd(&["--kv-transfer-config", r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}"#]),
-         [rank_env(2, 0), e(&[("VLLM_HOST_IP", "0.0.0.0")])].concat(), 78,
+         [rank_env(2, 0), e(&[("VLLM_HOST_IP", "0.0.0.0"), ("POD_IP", "10.4.0.9")])].concat(), 78,
          "error[bootstrap-unreachable]: the prefill's bootstrap address VLLM_HOST_IP `0.0.0.0` is a wildcard or loopback"),
         (&vllm, vcmd(&["--kv-transfer-config", r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_producer","kv_connector_extra_config":{"bootstrap_server_address":"127.0.0.1:8998"}}"#]),
-         rank_env(2, 0), 78, "kv_connector_extra_config.bootstrap_server_address `127.0.0.1`"),
+         [rank_env(2, 0), e(&[("POD_IP", "10.4.0.9")])].concat(), 78, "kv_connector_extra_config.bootstrap_server_address `127.0.0.1`"),
     ];
     for (img, cmd, env, code, msg) in cases {
         plan(img, &ov, &cmd, &env).assert(code, msg);
@@ -318,7 +337,7 @@ fn rdma_devices_and_the_gid_mooncake_would_use() {
             dev,
         ]
     };
-    let e = |idx: &str| vec![("MC_GID_INDEX".to_string(), idx.to_string())];
+    let e = |idx: &str| vec![("MC_GID_INDEX".to_string(), idx.to_string()), ("POD_IP".into(), "10.4.0.9".into())];
     assert_eq!(plan(&img, &ov, &cmd("mlx5_0,mlx5_1"), &e("3")).code, 0);
     plan(&img, &ov, &cmd("mlx5_0,mlx5_9"), &e("3")).assert(78,
         "error[ib-device-missing]: --disaggregation-ib-device: `mlx5_9` is not an RDMA device of this node (under /sys/class/infiniband: mlx5_0, mlx5_1)");
@@ -397,7 +416,8 @@ fn a_rank_waits_for_the_leader_then_runs_or_gives_up_in_time() {
     let _ns = nameserver("127.0.53.7", "kimi-0.kimi.infera.svc.cluster.local", Some(Duration::from_millis(1500)));
     let (out, took) = rank1(&img, &ov, "20");
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert_eq!(out.standin()["standin"], "infera.engine.vllm");
+    // Rank 1 runs the follower program: infera's argument split, then vLLM's own CLI.
+    assert_eq!(out.standin()["standin"], "infera.engine.vllm.args");
     assert!(out.standin()["argv"].to_string().contains("\"--headless\""), "rank 1 of vLLM is headless");
     assert!(out.stderr.contains("[leader-wait] waiting for the leader `kimi-0.kimi.infera` to resolve (NXDOMAIN for `kimi-0.kimi.infera` from 127.0.53.7)"), "{}", out.stderr);
     assert!(out.stderr.contains("[leader-resolved] `kimi-0.kimi.infera` is 10.4.0.9"), "{}", out.stderr);
@@ -507,7 +527,7 @@ fn lws_examples_validate_and_every_rank_plans() {
     assert!(o.status.success());
     let templates: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let ov = shipped_overlay();
-    let (vllm, sglang) = (image("vllm-rocm10"), image("sglang-rocm724"));
+    let (vllm, sglang) = (image("vllm-0.28"), image("sglang-rocm724"));
     for img in [&vllm, &sglang] {
         for dev in ["mlx5_0", "mlx5_1"] {
             img.file(

@@ -224,7 +224,7 @@ fn install_copies_the_overlay_and_checks_the_copy() {
     std::fs::create_dir(&target).unwrap();
     std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
-    out.assert(0, "(40 files); trees match their records");
+    out.assert(0, "(46 files); trees match their records");
     infera(&["manifest", "verify", "--digest"]).args([&target]).run().assert(0, "ok: 2 trees");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&target).unwrap().permissions()) & 0o777;
     assert_eq!(mode, 0o755, "the emptyDir root is no longer world-writable");
@@ -261,7 +261,7 @@ fn install_copies_the_overlay_and_checks_the_copy() {
     assert_eq!(std::fs::read_to_string(target.join(".infera-install")).unwrap(), "bin\npatches\nrdma\ntrees\n");
     // Re-installing over an earlier copy (a restarted initContainer) is fine.
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();
-    out.assert(0, "(40 files)");
+    out.assert(0, "(46 files)");
     // A source that does not match its record is not installed silently.
     std::fs::write(ov.overlay().join("trees/rocm7-py312/site-packages/kvd/__init__.py"), "tampered").unwrap();
     let out = infera(&["install"]).args([target.as_os_str()]).args(["--from".as_ref(), ov.overlay().as_os_str()]).run();

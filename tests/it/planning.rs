@@ -36,12 +36,12 @@ fn kimi_k3_seed_recipe_on_vllm() {
     let j = out.json();
     let mut want: Vec<String> = SEED_ARGS.iter().map(|s| s.to_string()).collect();
     want.extend(
-        ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"].map(String::from),
+        ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"].map(String::from),
     );
     assert_eq!(argv(&j), want);
     assert_eq!(
         j["exec"]["added_args"],
-        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
+        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"])
     );
     let c = codes(&j);
     for code in ["tp-default", "mm-encoder-tp-mode", "kv-cache-dtype-mla"] {
@@ -82,7 +82,7 @@ fn kimi_k3_on_sglang_uses_sglang_spellings() {
     let j = out.json();
     assert_eq!(j["exec"]["argv"][2], "infera.engine.sglang");
     // sglang has no --mm-encoder-tp-mode; TP is --tp-size.
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tp-size", "8", "--kv-cache-dtype", "auto"]));
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tp-size", "8", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"]));
     // sglang rejects plain fp8.
     let mut a = args.to_vec();
     a.extend(["--kv-cache-dtype", "fp8"]);
@@ -92,7 +92,7 @@ fn kimi_k3_on_sglang_uses_sglang_spellings() {
     a.extend(["--kv-cache-dtype", "fp8_e4m3"]);
     let j = plan(&img, &ov, &a, &[]).json();
     assert!(j.get("error").is_none(), "{j}");
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tp-size", "8"]), "the user's kv dtype is kept");
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tp-size", "8", "--host", "0.0.0.0"]), "the user's kv dtype is kept");
 }
 
 #[test]
@@ -103,17 +103,19 @@ fn defaults_not_added_when_the_user_set_them() {
         "/models/kimi-k3",
         "-tp",
         "4",
-        "--mm_encoder_tp_mode=weights",
+        "--mm-encoder-tp-mode=weights",
         "--kv-cache-dtype=auto",
         "--max-num-seqs",
         "1",
+        "--host",
+        "0.0.0.0",
     ];
     let j = plan(&img, &ov, &args, &[]).json();
     assert_eq!(argv(&j), args.map(String::from).to_vec());
     assert_eq!(j["exec"]["added_args"], serde_json::json!([]));
     // Data-parallel layout: no TP default.
     let j = plan(&img, &ov, &["--model", "/models/kimi-k3", "-dp", "8"], &[]).json();
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto"]));
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto", "--host", "0.0.0.0"]));
     assert!(codes(&j).contains(&"tp-default-skipped".to_string()));
 }
 
@@ -124,17 +126,17 @@ fn kv_fp8_default_for_non_mla_models() {
     let j = plan(&img, &ov, &["--model", "/models/llama"], &[]).json();
     assert_eq!(
         j["exec"]["added_args"],
-        serde_json::json!(["--tensor-parallel-size", "8", "--kv-cache-dtype", "fp8_e4m3"])
+        serde_json::json!(["--tensor-parallel-size", "8", "--kv-cache-dtype", "fp8_e4m3", "--host", "0.0.0.0"])
     );
     let j = plan(&img, &ov, &["--model", "/models/llama"], &[("INFERA_DEFAULT_KV_FP8", "0")]).json();
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tensor-parallel-size", "8"]));
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tensor-parallel-size", "8", "--host", "0.0.0.0"]));
     // TP 1 on a multimodal model: no encoder mode.
     img.file(
         "/models/vl/config.json",
         r#"{"model_type":"qwen2_5_vl","vision_config":{},"text_config":{"num_attention_heads":28}}"#,
     );
     let j = plan(&img, &ov, &["--model", "/models/vl", "-tp", "1"], &[]).json();
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "fp8_e4m3"]));
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "fp8_e4m3", "--host", "0.0.0.0"]));
 }
 
 #[test]
@@ -202,7 +204,7 @@ fn hf_cache_resolution() {
         let out = plan(&img, &ov, &["--model", "moonshotai/Kimi-K3"], &env);
         assert_eq!(out.code, 0, "{}", out.stderr);
         let j = out.json();
-        assert!(argv(&j).ends_with(&["--kv-cache-dtype".to_string(), "auto".to_string()]), "{:?}", argv(&j));
+        assert!(argv(&j).ends_with(&["--kv-cache-dtype", "auto", "--host", "0.0.0.0"].map(String::from)), "{:?}", argv(&j));
         assert_eq!(j["facts"]["models"][0]["config"], format!("{hub}/snapshots/abc123/config.json"));
     }
     // ~/.cache/huggingface/hub from HOME.
@@ -213,14 +215,14 @@ fn hf_cache_resolution() {
     let j = plan(&img, &ov, &["--model", "org/llama"], &[("HOME", "/home/u")]).json();
     assert_eq!(
         j["exec"]["added_args"],
-        serde_json::json!(["--tensor-parallel-size", "8", "--kv-cache-dtype", "fp8_e4m3"])
+        serde_json::json!(["--tensor-parallel-size", "8", "--kv-cache-dtype", "fp8_e4m3", "--host", "0.0.0.0"])
     );
     // Not in the cache: a warning, nothing refused, no fp8 guess.
     let out = plan(&img, &ov, &["--model", "org/absent"], &[]);
     assert_eq!(out.code, 0);
     let j = out.json();
     assert!(j["findings"].to_string().contains("`org/absent` is not in the Hugging Face cache"));
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tensor-parallel-size", "8"]));
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tensor-parallel-size", "8", "--host", "0.0.0.0"]));
 }
 
 #[test]
@@ -258,7 +260,7 @@ fn sglang_short_flags_and_multi_node_layouts() {
     let ov = shipped_overlay();
     // argparse accepts `--tp` for `--tp-size` (sglang's docs use it): the user chose TP.
     let j = plan(&img, &ov, &["--model-path", "/models/kimi-k3", "--tp", "4"], &[]).json();
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto"]));
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto", "--host", "0.0.0.0"]));
     plan(&img, &ov, &["--model-path", "/models/kimi-k3", "--tp", "16"], &[])
         .assert(78, "--tp-size 16 (set in the args), 8 GPUs visible");
     // TP 16 over two 8-GPU nodes (the LeaderWorkerSet recipe) is fine; over one it is not.
@@ -276,7 +278,7 @@ fn sglang_short_flags_and_multi_node_layouts() {
     ];
     let out = plan(&img, &ov, &multi, &[]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert_eq!(out.json()["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto"]));
+    assert_eq!(out.json()["exec"]["added_args"], serde_json::json!(["--kv-cache-dtype", "auto", "--host", "0.0.0.0"]));
     plan(&img, &ov, &["--model-path", "/models/kimi-k3", "--tp-size", "32", "--nnodes", "2"], &[])
         .assert(78, "8 GPUs visible on each of 2 nodes");
 }
@@ -369,7 +371,9 @@ fn the_mla_rule_fires_on_a_10_mib_config() {
                 "--mm-encoder-tp-mode",
                 "data",
                 "--kv-cache-dtype",
-                "auto"
+                "auto",
+                "--host",
+                "0.0.0.0"
             ]),
             "{tunables}"
         );

@@ -249,12 +249,12 @@ fn engine_choice() {
 fn engine_version_outside_the_trees_range() {
     let img = vllm_image(None);
     img.rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
-        .dist(VLLM_SITE, "vllm", "0.9.2")
-        .file(&format!("{VLLM_SITE}/vllm/_version.py"), "__version__ = version = '0.9.2'\n");
+        .dist(VLLM_SITE, "vllm", "0.8.5")
+        .file(&format!("{VLLM_SITE}/vllm/_version.py"), "__version__ = version = '0.8.5'\n");
     let ov = shipped_overlay();
-    infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(69, "the image has vllm 0.9.2");
+    infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(69, "the image has vllm 0.8.5");
     let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
-    assert!(out.stderr.contains("but tree rocm7-py312 supports vllm >=0.10, <0.34"), "{}", out.stderr);
+    assert!(out.stderr.contains("but tree rocm7-py312 supports vllm >=0.9, <0.29"), "{}", out.stderr);
 }
 
 #[test]
