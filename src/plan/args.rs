@@ -282,7 +282,7 @@ pub fn wrapper_dialect(
         return Err(ArgsError::WrapperAbbrev { written: written.clone(), index: i + 1, module, full: full.clone() });
     }
     let known = |name: &str| {
-        list.map_or(false, |l| l.names().binary_search(&name).is_ok())
+        list.is_some_and(|l| l.names().binary_search(&name).is_ok())
             || crate::engines::Opt::ALL.iter().any(|o| e.spelling(*o).is_some_and(|sp| sp.names().any(|n| n == name)))
     };
     for (i, a) in args.iter().enumerate() {
@@ -299,7 +299,9 @@ pub fn wrapper_dialect(
                     index: i + 1,
                     module,
                     form: "--option.key",
-                    fix: format!("give {head} one JSON object with every key, e.g. {head} '{{\"kv_role\": \"kv_producer\"}}'"),
+                    fix: format!(
+                        "give {head} one JSON object with every key, e.g. {head} '{{\"kv_role\": \"kv_producer\"}}'"
+                    ),
                 });
             }
         } else if name.contains('_') {

@@ -179,21 +179,19 @@ pub fn plan(
                 add(e, Opt::Headless, "on", added, &mut said);
             }
         }
-        Engine::Sglang => {
-            match p.value(Opt::DistInitAddr) {
-                Some(a) => {
-                    let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
-                    if unreachable_host(host) {
-                        return Err(RankError::Unreachable {
-                            what: "--dist-init-addr".into(),
-                            host: host.into(),
-                            nodes: n,
-                        });
-                    }
+        Engine::Sglang => match p.value(Opt::DistInitAddr) {
+            Some(a) => {
+                let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
+                if unreachable_host(host) {
+                    return Err(RankError::Unreachable {
+                        what: "--dist-init-addr".into(),
+                        host: host.into(),
+                        nodes: n,
+                    });
                 }
-                None => add(e, Opt::DistInitAddr, &format!("{leader}:{SGLANG_DIST_INIT_PORT}"), added, &mut said),
             }
-        }
+            None => add(e, Opt::DistInitAddr, &format!("{leader}:{SGLANG_DIST_INIT_PORT}"), added, &mut said),
+        },
     }
     let sizes = sizes(e, n, gpus, user, added, &mut said)?;
     if !said.is_empty() {

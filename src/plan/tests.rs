@@ -185,7 +185,16 @@ fn kimi_k3_plan_is_complete() {
     let x = p.exec.as_ref().unwrap();
     assert_eq!(
         strs(&x.added_args),
-        ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"]
+        [
+            "--tensor-parallel-size",
+            "8",
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto",
+            "--host",
+            "0.0.0.0"
+        ]
     );
     assert_eq!(strs(&x.argv[..5]), ["/usr/bin/python3.12", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3"]);
     assert_eq!(x.host_program.as_deref(), Some(std::path::Path::new("/image/usr/bin/python3.12")));

@@ -36,12 +36,31 @@ fn kimi_k3_seed_recipe_on_vllm() {
     let j = out.json();
     let mut want: Vec<String> = SEED_ARGS.iter().map(|s| s.to_string()).collect();
     want.extend(
-        ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"].map(String::from),
+        [
+            "--tensor-parallel-size",
+            "8",
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto",
+            "--host",
+            "0.0.0.0",
+        ]
+        .map(String::from),
     );
     assert_eq!(argv(&j), want);
     assert_eq!(
         j["exec"]["added_args"],
-        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"])
+        serde_json::json!([
+            "--tensor-parallel-size",
+            "8",
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto",
+            "--host",
+            "0.0.0.0"
+        ])
     );
     let c = codes(&j);
     for code in ["tp-default", "mm-encoder-tp-mode", "kv-cache-dtype-mla"] {
@@ -82,7 +101,10 @@ fn kimi_k3_on_sglang_uses_sglang_spellings() {
     let j = out.json();
     assert_eq!(j["exec"]["argv"][2], "infera.engine.sglang");
     // sglang has no --mm-encoder-tp-mode; TP is --tp-size.
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tp-size", "8", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"]));
+    assert_eq!(
+        j["exec"]["added_args"],
+        serde_json::json!(["--tp-size", "8", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"])
+    );
     // sglang rejects plain fp8.
     let mut a = args.to_vec();
     a.extend(["--kv-cache-dtype", "fp8"]);
@@ -92,7 +114,11 @@ fn kimi_k3_on_sglang_uses_sglang_spellings() {
     a.extend(["--kv-cache-dtype", "fp8_e4m3"]);
     let j = plan(&img, &ov, &a, &[]).json();
     assert!(j.get("error").is_none(), "{j}");
-    assert_eq!(j["exec"]["added_args"], serde_json::json!(["--tp-size", "8", "--host", "0.0.0.0"]), "the user's kv dtype is kept");
+    assert_eq!(
+        j["exec"]["added_args"],
+        serde_json::json!(["--tp-size", "8", "--host", "0.0.0.0"]),
+        "the user's kv dtype is kept"
+    );
 }
 
 #[test]
@@ -204,7 +230,11 @@ fn hf_cache_resolution() {
         let out = plan(&img, &ov, &["--model", "moonshotai/Kimi-K3"], &env);
         assert_eq!(out.code, 0, "{}", out.stderr);
         let j = out.json();
-        assert!(argv(&j).ends_with(&["--kv-cache-dtype", "auto", "--host", "0.0.0.0"].map(String::from)), "{:?}", argv(&j));
+        assert!(
+            argv(&j).ends_with(&["--kv-cache-dtype", "auto", "--host", "0.0.0.0"].map(String::from)),
+            "{:?}",
+            argv(&j)
+        );
         assert_eq!(j["facts"]["models"][0]["config"], format!("{hub}/snapshots/abc123/config.json"));
     }
     // ~/.cache/huggingface/hub from HOME.
