@@ -14,6 +14,7 @@ const SGLANG: &str = "localhost/infera-standin-sglang:test";
 const VLLM_ROCM10: &str = "localhost/infera-standin-vllm-rocm10:test";
 const SEED: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"];
 const GPUS8: &str = "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7";
+const ALLOW_033: &str = "INFERA_ALLOW=engine-version";
 
 fn conf() -> PathBuf {
     repo().join("tests/containers/containers.conf")
@@ -116,7 +117,17 @@ fn vllm_image_execs_the_engine_as_pid1_from_the_read_only_overlay() {
     assert_eq!(r["executable"], "/usr/bin/python3.12");
     let mut want: Vec<String> = SEED.map(String::from).to_vec();
     want.extend(
-        ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"].map(String::from),
+        [
+            "--tensor-parallel-size",
+            "8",
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto",
+            "--host",
+            "0.0.0.0",
+        ]
+        .map(String::from),
     );
     assert_eq!(strings(&r["argv"]), want);
     let t = "/opt/infera/trees/rocm7-py312";
@@ -164,9 +175,11 @@ fn vllm_rocm10_image_runs_the_router_and_a_worker_with_its_own_mooncake() {
     assert_eq!((r["pid"].as_i64(), r["standin"].as_str()), (Some(1), Some("infera.server")));
     assert_eq!(r["imports"]["mooncake"]["file"], image_mooncake);
 
+    // vLLM 0.33 is outside the tree's range (the Infera snapshot's wrapper imports a module it
+    // moved): allowed here, where the capabilities are the point.
     let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake,hipfile", "--"];
     cmd.extend(SEED);
-    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
+    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1", ALLOW_033], &cmd);
     // No /dev/kfd here: hipFile is refused as unusable on this node, after the ROCm 10.0.0
     // release passed its >= 7.2 check.
     o.assert(
@@ -175,7 +188,7 @@ fn vllm_rocm10_image_runs_the_router_and_a_worker_with_its_own_mooncake() {
     );
     let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--"];
     cmd.extend(SEED);
-    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
+    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1", ALLOW_033], &cmd);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let r = o.standin();
     assert_eq!(r["standin"], "infera.engine.vllm");
@@ -192,7 +205,7 @@ fn vllm_rocm10_image_runs_the_router_and_a_worker_with_its_own_mooncake() {
     let mut dry =
         vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--dry-run", "--output", "json", "--"];
     dry.extend(SEED);
-    let d = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &dry);
+    let d = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1", ALLOW_033], &dry);
     assert_eq!(d.code, 0, "{}", d.stderr);
     let plan = d.json();
     assert_eq!(plan["facts"]["rocm"]["version"], "10.0.0");
@@ -217,7 +230,7 @@ fn sglang_image_selects_py310_and_refuses_hipfile() {
     assert_eq!(r["executable"], "/opt/venv/bin/python3");
     assert_eq!(r["env"]["INFERA_TREE_FAMILY"], "rocm7-py310");
     let mut want: Vec<String> = args.map(String::from).to_vec();
-    want.extend(["--tp-size", "8", "--kv-cache-dtype", "auto"].map(String::from));
+    want.extend(["--tp-size", "8", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"].map(String::from));
     assert_eq!(strings(&r["argv"]), want);
     assert_eq!(r["imports"]["hipfile"]["ok"], false);
     assert!(r["sys_path"].to_string().contains("/opt/venv/lib/python3.10/site-packages"), "the venv is active");
@@ -278,7 +291,9 @@ fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
         let router = document(&text, "Deployment", "kimi-k3-router");
         for (what, want) in [
             ("strategy", "  strategy:\n    type: Recreate\n"),
-            ("startup probe", "        startupProbe:\n          failureThreshold: 120\n          httpGet:\n            path: /health\n            port: http\n          periodSeconds: 10\n"),
+            ("startup probe", "        startupProbe:\n          failureThreshold: 120\n          httpGet:\n            path: /health\n            port: http\n          periodSeconds: 10\n          timeoutSeconds: 10\n"),
+            ("downward API", "        - name: POD_IP\n          valueFrom:\n            fieldRef:\n              fieldPath: status.podIP\n"),
+            ("service account", "      serviceAccountName: infera-worker\n"),
             ("termination message", "        terminationMessagePolicy: FallbackToLogsOnError\n"),
             ("service links", "      enableServiceLinks: false\n"),
             ("shm", "      - emptyDir:\n          medium: Memory\n          sizeLimit: 64Gi\n        name: dshm\n"),
@@ -287,7 +302,13 @@ fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
         ] {
             assert!(server.contains(want), "{overlay}: {what}:\n{server}");
         }
-        assert!(router.contains("- http://kimi-k3-server:8000\n"), "{router}");
+        // The real router finds the workers itself and needs the model's tokenizer.
+        assert!(
+            router.contains("- --k8s-label-selector\n        - app.kubernetes.io/name=kimi-k3-server\n"),
+            "{router}"
+        );
+        assert!(router.contains("- --router-tokenizer-path\n        - /models/kimi-k3\n"), "{router}");
+        assert!(router.contains("      serviceAccountName: infera-router\n"), "{router}");
         assert!(router.contains("      enableServiceLinks: false\n"));
         let svc = document(&text, "Service", "kimi-k3-server");
         assert!(svc.contains("  - name: http\n    port: 8000\n    targetPort: http\n"), "{svc}");
@@ -343,7 +364,7 @@ fn kube_play_runs_the_worker_pod_spec() {
     images();
     let spec = document(&kustomize("initcontainer"), "Deployment", "kimi-k3-server");
     let spec = spec
-        .replace("docker.io/rocm/vllm:rocm7.0.0_vllm_0.11.0", VLLM)
+        .replace("docker.io/vllm/vllm-openai-rocm:kimi-k3", VLLM)
         .replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
     // The init container (removed by podman once it succeeded) copied the overlay: the
     // worker found and imported it from the emptyDir mounted at /opt/infera.
@@ -357,12 +378,19 @@ fn kube_play_runs_the_worker_pod_spec() {
         "/models/kimi-k3",
         "--served-model-name",
         "kimi-k3",
+        "--trust-remote-code",
         "--max-num-seqs",
         "128",
         "--port",
         "8000",
+        "--request-transport",
+        "http",
+        "--kv-event-transport",
+        "zmq",
         "--kv-cache-dtype",
         "auto",
+        "--host",
+        "0.0.0.0",
     ];
     assert_eq!(strings(&r["argv"]), want);
     assert_eq!(
@@ -473,7 +501,16 @@ fn local_dry_run_against_the_image_root() {
     assert!(h["findings"].to_string().contains("`/models/kimi-k3` is not in the image root (a volume in the pod?)"));
     assert_eq!(
         i["exec"]["added_args"],
-        serde_json::json!(["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto"])
+        serde_json::json!([
+            "--tensor-parallel-size",
+            "8",
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto",
+            "--host",
+            "0.0.0.0"
+        ])
     );
 }
 
@@ -737,7 +774,8 @@ fn the_stacks_pod_spec_commands_run_as_written() {
                 "--disaggregation-transfer-backend",
                 "mooncake",
             ],
-            &["INFERA_REQUIRE_NATIVE=mooncake", "MC_FORCE_TCP=1"],
+            // POD_IP from the downward API, as the stack's pod specs set it.
+            &["INFERA_REQUIRE_NATIVE=mooncake", "MC_FORCE_TCP=1", "POD_IP=10.88.0.5"],
             "infera.engine.sglang",
         ),
         (
