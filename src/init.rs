@@ -90,6 +90,7 @@ pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::
             }
         }
         if let Some(code) = status {
+            end_leftovers(pid1);
             return Ok(code);
         }
         let timeout = match deadline {
@@ -115,6 +116,62 @@ pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::
             deadline = None;
         }
     }
+}
+
+/// How long what the child left behind gets between SIGTERM and SIGKILL.
+const LEFTOVER_GRACE: Duration = Duration::from_secs(10);
+
+/// The child is gone; what it left is ours now (we are its subreaper, or PID 1): a wrapper
+/// killed before its engine was ready leaves that engine running in its own session. Each
+/// such process (and its process group) gets SIGTERM, SIGKILL after LEFTOVER_GRACE, and is
+/// reaped: the launcher leaves no process behind.
+fn end_leftovers(pid1: bool) {
+    let me = std::process::id() as i32;
+    let deadline = Instant::now() + LEFTOVER_GRACE;
+    let mut termed: Vec<i32> = Vec::new();
+    let mut killing = false;
+    loop {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Err(Errno::ECHILD) => return,
+                Err(Errno::EINTR) | Ok(_) => continue,
+                Err(_) => return,
+            }
+        }
+        if !killing && Instant::now() >= deadline {
+            tracing::warn!(
+                code = "init-leftovers",
+                "processes the engine left outlived {LEFTOVER_GRACE:?} after SIGTERM; sending SIGKILL"
+            );
+            killing = true;
+        }
+        let sig = if killing { Signal::SIGKILL } else { Signal::SIGTERM };
+        let targets = if pid1 { vec![-1] } else { children_of(me) };
+        for pid in targets {
+            if killing || !termed.contains(&pid) {
+                if pid > 0 {
+                    // The group first: an engine started with start_new_session leads its own.
+                    let _ = kill(Pid::from_raw(-pid), sig);
+                }
+                let _ = kill(Pid::from_raw(pid), sig);
+                termed.push(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The processes whose parent is `parent` (/proc/PID/stat's fourth field).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| {
+                s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+            }) == Some(parent)
+        })
+        .collect()
 }
 
 /// sigtimedwait: the next pending signal of `set`, or None on timeout.

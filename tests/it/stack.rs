@@ -23,6 +23,7 @@ fn completions_through_the_real_router_groups_refusal_and_drain() {
         "ok: vLLM rank 1 joined the leader's rendezvous address",
         "ok: the refused worker exits 69 and says why, in its log and its termination message",
         "ok: the router still serves the other workers",
+        "ok: SIGTERM while the engine loads: the launcher (--init) exits 143 and its engine is gone",
         "ok: the vLLM worker deregistered on SIGTERM",
         "ok: every container exited within 60 s of SIGTERM",
         "ok: no process is left behind",

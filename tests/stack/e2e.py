@@ -292,6 +292,22 @@ def main() -> int:
     code, text = chat(router, "tiny-vllm", "hello world")
     check(code == 200, "the router still serves the other workers", text)
 
+    log("== SIGTERM before the engine is ready, infera-exec --init: the engine it left is ended")
+    slow = container("slow", vroot, overlay, models, [
+        L, "worker", "--init", "--", "--model", "/models/tiny", *DISCOVERY, "--port", "8301"],
+        {**gpu1, "STANDIN_LOAD_SECONDS": "600"}, work)
+    started = wait_for("the slow engine loads", lambda: any("vllm.entrypoints.cli.main" in cmd and "8301" in cmd
+                                                            for _, cmd in pids_in_netns()), 30)
+    slow.send_signal(signal.SIGTERM)
+    try:
+        rc = slow.wait(30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    left = [(p, cmd) for p, cmd in pids_in_netns() if "8301" in cmd]
+    check(started and rc == 143 and not left,
+          "SIGTERM while the engine loads: the launcher (--init) exits 143 and its engine is gone",
+          f"started={started} rc={rc} left={left}\n{logtail(os.path.join(work, 'slow.log'))}")
+
     log("== SIGTERM: each container drains and leaves no process behind")
     c["vllm"].send_signal(signal.SIGTERM)
     check(wait_for("deregistered", lambda: "tiny-vllm" not in models_listed(router), 30),

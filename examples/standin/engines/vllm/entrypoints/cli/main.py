@@ -33,6 +33,8 @@ def serve(argv):
     if not os.path.isdir(model) and os.path.sep in model:
         s.log(E, f"{model}: no such model directory")
         return 1
+    # The model load: STANDIN_LOAD_SECONDS (default 0), with the signals' default actions.
+    s.time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "0")))
     served = (args.served_model_name or [model])[0]
     layout = {"model": model, "tp": args.tensor_parallel_size, "pp": args.pipeline_parallel_size,
               "dp": args.data_parallel_size, "kv_cache_dtype": args.kv_cache_dtype, "nnodes": args.nnodes}
