@@ -214,6 +214,10 @@ impl Parsed {
     pub fn is_set(&self, o: Opt) -> bool {
         self.opts.contains_key(&o)
     }
+    /// Set by a `--config` file, not on the command line.
+    pub fn from_config(&self, o: Opt) -> bool {
+        self.opts.get(&o).is_some_and(|x| x.from_config)
+    }
 }
 
 /// Normalise a long option name the way the engine's parser does.

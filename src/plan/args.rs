@@ -200,8 +200,29 @@ fn defaults<'a>(
             Some(_) => findings.push(Finding::info("kv-cache-dtype-default", "no --kv-cache-dtype added: INFERA_DEFAULT_KV_FP8=0")),
             None => findings.push(Finding::info(
                 "kv-cache-dtype-default",
-                "no --kv-cache-dtype added: the model's config.json could not be read, so the engine's default (auto) stays",
+                "no --kv-cache-dtype added: the model's config.json could not be read (infera's wrapper adds its own default, fp8_e4m3, unless INFERA_DEFAULT_KV_FP8=0)",
             )),
+        }
+    }
+
+    // infera.engine.vllm looks at its command line only: without `--model` there it exits 2
+    // ("vLLM --model is required"), and without `--kv-cache-dtype` there it appends
+    // fp8_e4m3, which then overrides a `--config` file's value. What the file sets is
+    // written out, so that the file is what runs.
+    if e == Engine::Vllm {
+        let fp8_default = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).is_none_or(|v| v != "0");
+        for (o, needed) in [(Opt::Model, true), (Opt::KvCacheDtype, fp8_default)] {
+            if let (true, true, Some(v)) = (needed, p.from_config(o), p.value(o)) {
+                let flag = e.flag(o);
+                add(e, o, v, added);
+                findings.push(Finding::info(
+                    "config-made-explicit",
+                    format!(
+                        "added {flag} {v} from the --config file: infera.engine.vllm reads only its command line for {flag} ({})",
+                        if o == Opt::Model { "without it there it exits 2, `vLLM --model is required`" } else { "without it there it appends --kv-cache-dtype fp8_e4m3, overriding the file" }
+                    ),
+                ));
+            }
         }
     }
 

@@ -605,15 +605,30 @@ fn engine_config_file_is_read_and_its_settings_are_not_overridden() {
             .map(|f| f["message"].as_str().unwrap().to_string())
             .collect()
     };
-    // The file sets TP 4 and names the model: no TP default; the model's rules apply.
+    // The file sets TP 4 and names the model: no TP default; the model's rules apply. The
+    // file's model is written out: infera.engine.vllm wants --model on its command line.
     let out = run(&["--config", "/etc/serve/kimi.yaml"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let j = out.json();
     assert_eq!(
         j["exec"]["added_args"],
-        serde_json::json!(["--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"]),
+        serde_json::json!([
+            "--mm-encoder-tp-mode",
+            "data",
+            "--kv-cache-dtype",
+            "auto",
+            "--model",
+            "/models/kimi-k3",
+            "--host",
+            "0.0.0.0"
+        ]),
         "{:#}",
         j["findings"]
+    );
+    assert_eq!(
+        findings(&j, "config-made-explicit"),
+        ["added --model /models/kimi-k3 from the --config file: infera.engine.vllm reads only its command line for \
+          --model (without it there it exits 2, `vLLM --model is required`)"]
     );
     assert_eq!(
         findings(&j, "engine-config"),
