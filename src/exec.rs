@@ -87,7 +87,8 @@ impl Prepared {
         let file = file(x);
         let path = cstring(file.as_os_str().as_bytes())?;
         let args = x.argv.iter().skip(1).map(|a| a.as_bytes());
-        let size = path.as_bytes_with_nul().len()
+        let size = x.host_argv0.as_deref().unwrap_or(file).as_os_str().len()
+            + 1
             + args.clone().map(|a| a.len() + 1).sum::<usize>()
             + x.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
         let mut strings: Vec<u8> = Vec::with_capacity(size);
@@ -105,7 +106,8 @@ impl Prepared {
             strings.push(0);
             Ok(())
         };
-        put(&[file.as_os_str().as_bytes()], &mut argv_at)?;
+        let argv0 = x.host_argv0.as_deref().unwrap_or(file);
+        put(&[argv0.as_os_str().as_bytes()], &mut argv_at)?;
         for a in args {
             put(&[a], &mut argv_at)?;
         }
@@ -336,6 +338,7 @@ mod tests {
         ExecSpec {
             program: "/usr/bin/python3".into(),
             host_program: Some("/img/usr/bin/python3.12".into()),
+            host_argv0: None,
             argv: argv.iter().map(|a| OsString::from_vec(a.to_vec())).collect(),
             env: env.iter().map(|(k, v)| (OsString::from_vec(k.to_vec()), OsString::from_vec(v.to_vec()))).collect(),
             env_set: Vec::new(),

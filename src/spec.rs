@@ -14,9 +14,14 @@ pub struct ExecSpec {
     /// The program, as a container path.
     #[serde(serialize_with = "ser_path")]
     pub program: PathBuf,
-    /// With `--root` other than `/`: the host file the real run execs (also its argv[0]).
+    /// With `--root` other than `/`: the host file the real run execs.
     #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
     pub host_program: Option<PathBuf>,
+    /// With `--root` other than `/`: the real run's argv[0], the program as named (not
+    /// resolved) on this host. CPython finds a venv's `pyvenv.cfg` from argv[0]'s directory:
+    /// given the resolved base interpreter it would miss the venv's site-packages.
+    #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
+    pub host_argv0: Option<PathBuf>,
     #[serde(serialize_with = "ser_os_vec")]
     pub argv: Vec<OsString>,
     /// The child's complete environment (the pod's, with the launcher's changes).

@@ -220,6 +220,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         child.put(crate::envvars::RDMAV_DRIVERS, v);
     }
     let (cwd, host_cwd) = workdir(req, facts)?;
+    let mut host_argv0 = None;
     let (program, host_program, mut argv, file) = match &run {
         select::Run::Module { module, options, .. } => {
             // The plan names container paths. With --root (an unpacked image read in place) a
@@ -228,6 +229,10 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
             // point at the host's own python).
             let program = python.executable.clone();
             let host = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
+            // Its argv[0]: the name (a venv's python), where CPython looks for pyvenv.cfg.
+            if host.is_some() && python.executable != python.resolved {
+                host_argv0 = Some(facts.root.host(&python.executable));
+            }
             let mut argv: Vec<OsString> = vec![program.clone().into_os_string()];
             argv.extend(options.iter().cloned());
             if vllm_follower(req, engine, module) {
@@ -258,6 +263,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     p.exec = Some(ExecSpec {
         program: program.clone(),
         host_program,
+        host_argv0,
         argv,
         env: child.env,
         env_set: child.set,

@@ -304,3 +304,31 @@ fn started_with_fds_closed_or_a_broken_pipe_the_launcher_behaves() {
     let given: Vec<Vec<u8>> = argv[3..6].iter().map(hex_of).collect();
     assert_eq!(given, [b"--model".to_vec(), b"/models/m".to_vec(), b"caf\xe9".to_vec()], "{plan}");
 }
+
+/// In place (`--root`), a venv's python is exec'd as its resolved base file but named by its
+/// own path (argv[0]): CPython then finds the venv's pyvenv.cfg and puts the venv's
+/// site-packages (sglang's) on sys.path, as in the container.
+#[test]
+fn in_place_a_venv_python_sees_its_venv() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("sglang");
+    let st = std::process::Command::new(repo().join("examples/make-image-root"))
+        .args(["--standalone", "sglang"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let ov = shipped_overlay();
+    let out = infera(&["python3", "-m", "infera.engine.sglang", "--model-path", "/m"])
+        .overlay(&ov.overlay())
+        .env("INFERA_ROOT", dir.as_os_str())
+        .env("PATH", "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("HIP_VISIBLE_DEVICES", "0")
+        .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let r = out.standin();
+    assert_eq!(r["executable"], format!("{}/opt/venv/bin/python3", dir.display()));
+    let venv_site = format!("{}/opt/venv/lib/python3.10/site-packages", dir.display());
+    assert!(r["sys_path"].as_array().unwrap().iter().any(|p| p == &venv_site), "{}", r["sys_path"]);
+}
