@@ -63,7 +63,7 @@ impl Role {
 /// `http://None:PORT`, sglang's binds 127.0.0.1), and `--advertise-host $POD_IP` where the
 /// wrapper would otherwise publish that bind address (etcd discovery). Without POD_IP, a
 /// wildcard or loopback address is refused for a disaggregated worker (as the wrapper does
-/// after its imports) and a warning otherwise. Returns the published host.
+/// after its imports) and an info finding otherwise. Returns the published host.
 /// `defaults`: false when a `--config` file could not be read (it may set `host`).
 pub fn advertise(
     e: Engine,
