@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::error::Refusal;
@@ -79,14 +78,9 @@ pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::
 
     loop {
         // Reap everything that has exited: the child and any orphan reparented to us.
-        loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) if pid == child => status = Some(code),
-                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => status = Some(128 + sig as i32),
-                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
-                Ok(_) => continue,
-                Err(Errno::EINTR) => continue,
-                Err(_) => break,
+        while let Reap::Exited(pid, code) = reap_one() {
+            if pid == child.as_raw() {
+                status = Some(code);
             }
         }
         if let Some(code) = status {
@@ -98,10 +92,12 @@ pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::
             None => Duration::from_secs(1),
         };
         match wait_signal(&set, timeout) {
-            Some(Signal::SIGCHLD) | None => {}
+            Some(nix::libc::SIGCHLD) | None => {}
             Some(sig) => {
-                let _ = kill(target, sig);
-                if sig == Signal::SIGTERM && deadline.is_none() {
+                // Every catchable signal, real-time ones included (nix has no enum for them).
+                // SAFETY: kill(2) with a pid and a signal number the kernel just delivered.
+                unsafe { nix::libc::kill(target.as_raw(), sig) };
+                if sig == nix::libc::SIGTERM && deadline.is_none() {
                     deadline = grace.and_then(|g| Instant::now().checked_add(g));
                 }
             }
@@ -132,11 +128,10 @@ fn end_leftovers(pid1: bool) {
     let mut killing = false;
     loop {
         loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => break,
-                Err(Errno::ECHILD) => return,
-                Err(Errno::EINTR) | Ok(_) => continue,
-                Err(_) => return,
+            match reap_one() {
+                Reap::Exited(..) => continue,
+                Reap::Running => break,
+                Reap::NoChildren => return,
             }
         }
         if !killing && Instant::now() >= deadline {
@@ -162,6 +157,42 @@ fn end_leftovers(pid1: bool) {
     }
 }
 
+enum Reap {
+    /// A child exited: its pid and code (128+n for a death by signal n).
+    Exited(i32, i32),
+    /// Children remain, none has exited.
+    Running,
+    NoChildren,
+}
+
+/// Reap one exited child without blocking. The raw status is read with libc's macros: nix's
+/// waitpid fails with EINVAL for a signal it has no enum value for (a real-time one) after the
+/// kernel already reaped the child, and that status would be lost.
+fn reap_one() -> Reap {
+    loop {
+        let mut st: nix::libc::c_int = 0;
+        // SAFETY: waitpid(2) with a valid out-pointer; WNOHANG never blocks.
+        let pid = unsafe { nix::libc::waitpid(-1, &mut st, nix::libc::WNOHANG) };
+        if pid > 0 {
+            let code = if nix::libc::WIFEXITED(st) {
+                nix::libc::WEXITSTATUS(st)
+            } else if nix::libc::WIFSIGNALED(st) {
+                128 + nix::libc::WTERMSIG(st)
+            } else {
+                continue; // stopped or continued: not an exit
+            };
+            return Reap::Exited(pid, code);
+        }
+        if pid == 0 {
+            return Reap::Running;
+        }
+        if Errno::last() == Errno::EINTR {
+            continue;
+        }
+        return Reap::NoChildren; // ECHILD (or nothing waitpid could ever report)
+    }
+}
+
 /// The processes whose parent is `parent` (/proc/PID/stat's fourth field).
 fn children_of(parent: i32) -> Vec<i32> {
     let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
@@ -174,13 +205,10 @@ fn children_of(parent: i32) -> Vec<i32> {
         .collect()
 }
 
-/// sigtimedwait: the next pending signal of `set`, or None on timeout.
-fn wait_signal(set: &SigSet, timeout: Duration) -> Option<Signal> {
+/// sigtimedwait: the number of the next pending signal of `set`, or None on timeout.
+fn wait_signal(set: &SigSet, timeout: Duration) -> Option<i32> {
     let ts = nix::libc::timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
     // SAFETY: a valid signal set and timespec; no info struct requested.
     let r = unsafe { nix::libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
-    if r <= 0 {
-        return None;
-    }
-    Signal::try_from(r).ok()
+    (r > 0).then_some(r)
 }

@@ -91,6 +91,35 @@ fn exits_128_plus_signal_when_the_child_dies_of_it() {
     assert_eq!(code, 143, "{err}");
 }
 
+/// Real-time signals: a child killed by one (`kill -64`) is exit 128+64, not a hang (nix's
+/// waitpid has no enum value for it and would lose the status), and one sent to init is
+/// forwarded like any other (here it kills the child: 128+n).
+#[test]
+fn real_time_signals_are_forwarded_and_deaths_by_them_are_128_plus_n() {
+    let img = vllm_image(None);
+    img.exe("/usr/bin/python3.12", "#!/bin/sh\necho started\nexec sleep 30\n");
+    let ov = shipped_overlay();
+    let rtmax = nix::libc::SIGRTMAX();
+    let rtmin3 = nix::libc::SIGRTMIN() + 3;
+    // A child killed by SIGRTMAX.
+    let mut child = launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap();
+    read_until(&mut child, "started");
+    let kids = children_of(child.id());
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    // SAFETY: kill(2) on the launcher's own child, a process this test started.
+    assert_eq!(unsafe { nix::libc::kill(kids[0].0 as i32, rtmax) }, 0);
+    let (code, _, err) = finish(child);
+    assert_eq!(code, 128 + rtmax, "{err}");
+    // SIGRTMIN+3 sent to init reaches the child.
+    let mut child = launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap();
+    read_until(&mut child, "started");
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: kill(2) on the launcher this test started.
+    assert_eq!(unsafe { nix::libc::kill(child.id() as i32, rtmin3) }, 0);
+    let (code, _, err) = finish(child);
+    assert_eq!(code, 128 + rtmin3, "{err}");
+}
+
 #[test]
 fn grace_period_then_sigkill() {
     let img = vllm_image(None);
