@@ -243,10 +243,12 @@ fn lock_patches() -> Option<nix::fcntl::Flock<std::fs::File>> {
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok()
 }
 
-/// Run one patch in `/` with the exec's environment; kill it after `limit`.
+/// Run one patch in `/` with the exec's environment, in a process group of its own; after
+/// `limit` the whole group is killed (what the patch started would otherwise keep running,
+/// holding the container's stderr).
 fn patch(x: &ExecSpec, program: &Path, file: &Path, argv: &[std::ffi::OsString], limit: std::time::Duration) {
     let mut c = Command::new(program);
-    c.arg0(&argv[0]).args(&argv[1..]).env_clear().envs(x.env.iter()).current_dir("/");
+    c.arg0(&argv[0]).args(&argv[1..]).env_clear().envs(x.env.iter()).current_dir("/").process_group(0);
     c.stdin(std::process::Stdio::null()).stdout(io::stderr());
     let name = file.display();
     let mut child = match c.spawn() {
@@ -262,6 +264,9 @@ fn patch(x: &ExecSpec, program: &Path, file: &Path, argv: &[std::ffi::OsString],
             tracing::warn!(code = "engine-patch-failed", "`{name}` exited with {st}; continuing without it");
         }
         Ok(None) => {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), nix::sys::signal::Signal::SIGKILL);
+            }
             let _ = child.kill();
             let _ = child.wait();
             tracing::warn!(

@@ -129,6 +129,14 @@ fn engine_patches_run_for_the_installed_engine_and_only_warn() {
     assert!(out.stderr.contains("ran longer than 1 s and was killed; continuing"), "{}", out.stderr);
     assert!(t.elapsed() < std::time::Duration::from_secs(20));
     assert_eq!(out.standin()["standin"], "infera.engine.vllm");
+    // ... with what it started: the patch's process group goes with it.
+    let t = std::time::Instant::now();
+    let out = run(&[("INFERA_STANDIN_PATCH", "hang-with-child"), ("INFERA_ENGINE_PATCH_TIMEOUT", "1")]);
+    let left = std::process::Command::new("pgrep").args(["-f", "^sleep 3599$"]).output().unwrap();
+    let _ = std::process::Command::new("pkill").args(["-f", "^sleep 3599$"]).status();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    assert!(left.stdout.is_empty(), "the patch's helper outlived it: {}", String::from_utf8_lossy(&left.stdout));
     // Skipped on request, and said so.
     std::fs::remove_file(&m).unwrap();
     let out = run(&[("INFERA_SKIP_ENGINE_PATCHES", "1"), ("INFERA_LOG", "warn")]);

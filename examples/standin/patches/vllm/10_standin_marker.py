@@ -4,7 +4,8 @@ The real patches fix vendor code before the engine starts (e.g. the Mooncake con
 unpacks every Mamba-family layer as a 2-tuple, which Kimi-K3's KDA layers are not). Like them,
 this one finds its target through the installed package without importing it, is idempotent,
 and writes into the image (its site-packages), never into the payload: it leaves a marker
-beside the engine package. Knobs for tests: INFERA_STANDIN_PATCH=fail exits 3, =hang sleeps.
+beside the engine package. Knobs for tests: INFERA_STANDIN_PATCH=fail exits 3, =hang sleeps, =hang-with-child
+sleeps after starting `sleep 3599`.
 """
 import importlib.util
 import os
@@ -17,6 +18,10 @@ if mode == "fail":
     print(f"standin patch for {engine}: anchor not found", file=sys.stderr)
     sys.exit(3)
 if mode == "hang":
+    time.sleep(3600)
+if mode == "hang-with-child":  # a helper it started, holding the launcher's stderr
+    import subprocess
+    subprocess.Popen(["sleep", "3599"])
     time.sleep(3600)
 spec = importlib.util.find_spec(engine)
 if spec is None or not spec.submodule_search_locations:
