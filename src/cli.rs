@@ -22,7 +22,8 @@ use crate::request::Role;
 mod quick;
 
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
-const EXIT_CODES: &str = "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, \
+const EXIT_CODES: &str =
+    "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 74 output not written, \
                           78 engine configuration refused, 126 cannot execute, 127 not found.";
 
 /// The variables that are not an option's (the options show theirs as `[env: ...]`).
@@ -49,7 +50,7 @@ Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), IN
                   --model /models/m`: `-m infera.engine.<engine>` runs as `worker --engine <engine>`, `-m infera.server` \
                   as `server`, anything else with the selected tree's environment. The OPTIONS of `worker` go before \
                   PROGRAM, or in INFERA_* variables (`infera-exec worker --help` lists them).\n\n\
-                  Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, \
+                  Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 74 output not written, \
                   78 engine configuration refused, 126 cannot execute, 127 not found."
 )]
 pub struct Cli {

@@ -18,6 +18,9 @@ pub enum Exit {
     Missing = 66,
     /// No tree for this ABI, or a capability cannot be supplied.
     Unsupported = 69,
+    /// The output could not be written (stdout full or closed): an answer that did not
+    /// arrive is not a success.
+    Output = 74,
     /// Engine configuration refused.
     Refused = 78,
     /// The target exists but cannot be executed.

@@ -77,10 +77,10 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Invocation::Install { dest, from } => install::run(&dest, from).map(Done::Print),
     };
     match outcome {
-        Ok(Done::Print(text)) => {
-            let _ = std::io::stdout().write_all(text.as_bytes());
-            Exit::Ok.code()
-        }
+        Ok(Done::Print(text)) => match emit(&text) {
+            Ok(()) => Exit::Ok.code(),
+            Err(code) => code,
+        },
         Ok(Done::Exit(code)) => code,
         Err(r) => {
             // Refused before there is a plan to print (a usage error in a variable, a root
@@ -139,6 +139,20 @@ enum Done {
     Print(String),
     /// The launch already printed what it had to; exit with this code.
     Exit(i32),
+}
+
+/// Write an answer to stdout, flushed. A write error (a full disk, a closed pipe) is said on
+/// stderr and is exit 74.
+fn emit(text: &str) -> Result<(), i32> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::io::stderr()
+                .write_all(format!("error[output-failed]: cannot write the answer to stdout: {e}\n").as_bytes());
+            Err(Exit::Output.code())
+        }
+    }
 }
 
 /// The one place a refusal is printed (and written where Kubernetes shows it).
@@ -230,10 +244,11 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
             Output::Json => report::json(&plan) + "\n",
             Output::Text => report::text(&plan, req.role == Role::Check),
         };
-        let _ = std::io::stdout().write_all(text.as_bytes());
-        let code = match &plan.error {
-            Some(e) => refuse(e, env),
-            None => Exit::Ok.code(),
+        let written = emit(&text);
+        let code = match (&plan.error, written) {
+            (Some(e), _) => refuse(e, env),
+            (None, Err(code)) => code,
+            (None, Ok(())) => Exit::Ok.code(),
         };
         // The process exits next: freeing every tree, fact and finding one by one would
         // cost more than the rest of a dry run of a large overlay (the exec path never

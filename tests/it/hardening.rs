@@ -346,3 +346,28 @@ fn facts_from_the_walks_listings_are_the_facts_read_without_them() {
     assert!(presence(&b, "escaping").starts_with("Escapes"), "{}", presence(&b, "escaping"));
     assert!(matches!(b.walked, Some(Err(_))), "the walk finds the link out: {:?}", b.walked);
 }
+
+/// An answer that could not be written is not a success: `> /dev/full` is exit 74 with a
+/// message on stderr, not 0.
+#[test]
+fn an_answer_written_to_a_full_device_is_exit_74() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    for args in [&["--version"][..], &["check", "--output", "json"], &["worker", "--dry-run"]] {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .env("INFERA_ROOT", img.path())
+            .env("INFERA_OVERLAY", ov.overlay())
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HIP_VISIBLE_DEVICES", "0")
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{args:?}: {err}");
+        assert!(
+            err.contains("error[output-failed]: cannot write the answer to stdout: No space left on device"),
+            "{err}"
+        );
+    }
+}
