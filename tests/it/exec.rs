@@ -290,12 +290,15 @@ fn started_with_fds_closed_or_a_broken_pipe_the_launcher_behaves() {
     let out = c.stderr(std::process::Stdio::piped()).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "/dev/null /dev/null\n");
-    // A pipe whose reading end is closed.
+    // A pipe whose reading end is closed: no death by SIGPIPE, and no success either (the
+    // answer did not arrive): exit 74, said on stderr.
     let (r, w) = nix::unistd::pipe().unwrap();
     drop(r);
     let out = cmd().stdout(std::process::Stdio::from(w)).stderr(std::process::Stdio::piped()).output().unwrap();
     assert_eq!(out.status.signal(), None, "killed by a signal: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(74), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("error[output-failed]: cannot write the answer to stdout: Broken pipe"));
     // The same run with stdout read: the plan, with the engine's args as given.
     let out = cmd().arg(OsString::from_vec(b"caf\xe9".to_vec())).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
