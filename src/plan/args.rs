@@ -312,30 +312,27 @@ pub fn wrapper_dialect(
             break;
         }
         let Some(name) = a.split('=').next().filter(|n| n.starts_with("--")) else { continue };
-        if let Some((head, _)) = name.split_once('.') {
-            let head = format!("--{}", head[2..].replace('_', "-"));
-            if known(&head) {
-                return Err(ArgsError::WrapperForm {
-                    written: name.to_string(),
-                    index: i + 1,
-                    module,
-                    form: "--option.key",
-                    fix: format!(
-                        "give {head} one JSON object with every key, e.g. {head} '{{\"kv_role\": \"kv_producer\"}}'"
-                    ),
-                });
-            }
-        } else if name.contains('_') {
-            let dashed = format!("--{}", name[2..].replace('_', "-"));
-            if known(&dashed) {
-                return Err(ArgsError::WrapperForm {
-                    written: name.to_string(),
-                    index: i + 1,
-                    module,
-                    form: "--under_score",
-                    fix: format!("write {dashed}"),
-                });
-            }
+        // What vLLM's FlexibleArgumentParser would have read it as.
+        let dashed = |s: &str| format!("--{}", s[2..].replace('_', "-"));
+        let (meant, dotted) = match name.split_once('.') {
+            Some((head, _)) => (dashed(head), true),
+            None if name.contains('_') => (dashed(name), false),
+            None => continue,
+        };
+        if known(&meant) {
+            return Err(ArgsError::WrapperForm {
+                written: name.to_string(),
+                index: i + 1,
+                module,
+                form: if dotted { "--option.key" } else { "--under_score" },
+                fix: if dotted {
+                    format!(
+                        "give {meant} one JSON object with every key, e.g. {meant} '{{\"kv_role\": \"kv_producer\"}}'"
+                    )
+                } else {
+                    format!("write {meant}")
+                },
+            });
         }
     }
     Ok(())

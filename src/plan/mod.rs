@@ -145,6 +145,11 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         });
     }
     let engine = run.engine();
+    // The engine under infera's wrapper module (not a program of the pod's own choosing).
+    let wrapped = engine.filter(|e| run.module() == Some(e.info().module));
+    // A rank > 0 of a vLLM group under the wrapper runs vLLM itself (ranks::VLLM_FOLLOWER).
+    let vllm_follower =
+        wrapped == Some(crate::engines::Engine::Vllm) && req.group.as_ref().is_some_and(|g| g.size > 1 && g.rank > 0);
 
     // The engine's full option list for its version, when recorded: abbreviations are then
     // resolved exactly as its parser resolves them.
@@ -156,10 +161,9 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let parsed = read.parsed;
     if let Some(e) = engine {
         args::abbreviations(e, facts.engine(e).map(|i| i.version.as_str()), list, &parsed, &mut p.findings)?;
-        // Under infera's wrapper module (not a program of the pod's own choosing).
-        if run.module() == Some(e.info().module) {
-            args::wrapper_dialect(e, e.info().module, &req.args, list, &parsed)?;
-        }
+    }
+    if let Some(e) = wrapped {
+        args::wrapper_dialect(e, e.info().module, &req.args, list, &parsed)?;
     }
     let copies = caps::copies(tree, facts, &mut p.findings);
     p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed, &copies) {
@@ -173,7 +177,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     // runs vLLM itself, nor on sglang's ranks > 0, which do not register).
     let mut addressed = Vec::new();
     let mut advertised = None;
-    if let Some(e) = engine.filter(|e| run.module() == Some(e.info().module)) {
+    if let Some(e) = wrapped {
         if req.group.as_ref().is_none_or(|g| g.size < 2 || g.rank == 0) {
             let role = pd::role(e, &req.args, &parsed);
             advertised = pd::advertise(e, &parsed, role, read.defaults, inp.env, &mut addressed, &mut p.findings)?;
@@ -235,7 +239,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
             }
             let mut argv: Vec<OsString> = vec![program.clone().into_os_string()];
             argv.extend(options.iter().cloned());
-            if vllm_follower(req, engine, module) {
+            if vllm_follower {
                 argv.extend(["-c".into(), OsString::from(ranks::VLLM_FOLLOWER)]);
                 p.findings.push(Finding::info(
                     "vllm-follower",
@@ -285,13 +289,6 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         program::runnable(&program, run.what(), file)?;
     }
     Ok(())
-}
-
-/// A rank > 0 of a vLLM group under infera's wrapper.
-fn vllm_follower(req: &Request, engine: Option<crate::engines::Engine>, module: &str) -> bool {
-    engine == Some(crate::engines::Engine::Vllm)
-        && module == crate::engines::Engine::Vllm.info().module
-        && req.group.as_ref().is_some_and(|g| g.size > 1 && g.rank > 0)
 }
 
 /// The working directory: the request's, as the image has it (and where it is on this

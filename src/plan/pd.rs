@@ -183,7 +183,8 @@ pub fn plan(
     }
     let Some(role) = role(e, args, p) else { return Ok(None) };
     let nodes = group.map_or(1, |g| g.size);
-    let pod_ip = advertised.map(str::to_string).or_else(|| var(ev::POD_IP).filter(|h| !h.trim().is_empty()));
+    // What the wrapper publishes; a rank that does not register: the pod's IP.
+    let published = advertised.map(str::to_string).or_else(|| var(ev::POD_IP).filter(|h| !h.trim().is_empty()));
     let (host, port, transfer) = match e {
         Engine::Vllm => {
             let extra = kv
@@ -203,12 +204,12 @@ pub fn plan(
             let port = var(ev::VLLM_MOONCAKE_BOOTSTRAP_PORT).and_then(|v| v.trim().parse().ok()).unwrap_or(8998);
             // infera.engine.vllm registers `bootstrap_addr` = http://<advertised host>:<port>
             // (args.py _compute_disagg_meta), whatever the connector's own settings.
-            (pod_ip, port, vllm_transfer(kv.as_ref()))
+            (published, port, vllm_transfer(kv.as_ref()))
         }
         Engine::Sglang => {
             let port = p.value(Opt::DisaggregationBootstrapPort).and_then(|v| v.trim().parse().ok()).unwrap_or(8998);
             // infera.engine.sglang registers `<advertised host>:<bootstrap port>` (worker.py).
-            let host = pod_ip;
+            let host = published;
             let transfer = match p.value(Opt::DisaggregationBackend) {
                 Some("nixl") => "nixl",
                 Some("mooncake_tcp") => "mooncake_tcp",

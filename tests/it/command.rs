@@ -48,19 +48,7 @@ fn engine_modules_plan_exactly_like_worker() {
     let (c, w) = (c.json(), w.json());
     assert_eq!(c["role"], "worker");
     same_plan(&c, &w);
-    assert_eq!(
-        c["exec"]["added_args"],
-        serde_json::json!([
-            "--tensor-parallel-size",
-            "8",
-            "--mm-encoder-tp-mode",
-            "data",
-            "--kv-cache-dtype",
-            "auto",
-            "--host",
-            "0.0.0.0"
-        ])
-    );
+    assert_eq!(c["exec"]["added_args"], serde_json::json!(KIMI_TP8_ADDED));
     assert_eq!(c["exec"]["cwd"], "/", "the image's WORKDIR cannot shadow: the run is in /");
 
     // The router, and sglang on its image.

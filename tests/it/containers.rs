@@ -116,19 +116,7 @@ fn vllm_image_execs_the_engine_as_pid1_from_the_read_only_overlay() {
     assert_eq!(r["python"], "3.12");
     assert_eq!(r["executable"], "/usr/bin/python3.12");
     let mut want: Vec<String> = SEED.map(String::from).to_vec();
-    want.extend(
-        [
-            "--tensor-parallel-size",
-            "8",
-            "--mm-encoder-tp-mode",
-            "data",
-            "--kv-cache-dtype",
-            "auto",
-            "--host",
-            "0.0.0.0",
-        ]
-        .map(String::from),
-    );
+    want.extend(KIMI_TP8_ADDED.map(String::from));
     assert_eq!(strings(&r["argv"]), want);
     let t = "/opt/infera/trees/rocm7-py312";
     assert_eq!(
@@ -499,19 +487,7 @@ fn local_dry_run_against_the_image_root() {
     // The model is a volume in the pod, not part of the image: the host run says so and
     // skips the model rules instead of guessing; inside, the model is read.
     assert!(h["findings"].to_string().contains("`/models/kimi-k3` is not in the image root (a volume in the pod?)"));
-    assert_eq!(
-        i["exec"]["added_args"],
-        serde_json::json!([
-            "--tensor-parallel-size",
-            "8",
-            "--mm-encoder-tp-mode",
-            "data",
-            "--kv-cache-dtype",
-            "auto",
-            "--host",
-            "0.0.0.0"
-        ])
-    );
+    assert_eq!(i["exec"]["added_args"], serde_json::json!(KIMI_TP8_ADDED));
 }
 
 /// The README's form for an image whose CPython is only on its own PATH (sglang's venv):

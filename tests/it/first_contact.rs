@@ -573,6 +573,9 @@ fn the_wrappers_parser_takes_no_abbreviations_or_flexible_forms() {
     // The wrapper's own `--kv-events` is not a prefix of vLLM's `--kv-events-config`.
     let out = run(&["--model", "/m", "--kv-events", "on", "--tensor-parallel-size", "2"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert!(!j["findings"].to_string().contains("arg-abbreviation"), "{}", j["findings"]);
+    assert!(j["exec"]["argv"].to_string().contains(r#""--kv-events","on""#), "{}", j["exec"]["argv"]);
     // vLLM 0.11 (no recorded list): the launcher's own spellings are enough to refuse.
     let old = vllm_image(None);
     let out = infera(&["worker", "--dry-run", "--", "--tensor-parallel", "2"])

@@ -35,33 +35,9 @@ fn kimi_k3_seed_recipe_on_vllm() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let j = out.json();
     let mut want: Vec<String> = SEED_ARGS.iter().map(|s| s.to_string()).collect();
-    want.extend(
-        [
-            "--tensor-parallel-size",
-            "8",
-            "--mm-encoder-tp-mode",
-            "data",
-            "--kv-cache-dtype",
-            "auto",
-            "--host",
-            "0.0.0.0",
-        ]
-        .map(String::from),
-    );
+    want.extend(KIMI_TP8_ADDED.map(String::from));
     assert_eq!(argv(&j), want);
-    assert_eq!(
-        j["exec"]["added_args"],
-        serde_json::json!([
-            "--tensor-parallel-size",
-            "8",
-            "--mm-encoder-tp-mode",
-            "data",
-            "--kv-cache-dtype",
-            "auto",
-            "--host",
-            "0.0.0.0"
-        ])
-    );
+    assert_eq!(j["exec"]["added_args"], serde_json::json!(KIMI_TP8_ADDED));
     let c = codes(&j);
     for code in ["tp-default", "mm-encoder-tp-mode", "kv-cache-dtype-mla"] {
         assert!(c.contains(&code.to_string()), "{code} in {c:?}");
@@ -393,19 +369,6 @@ fn the_mla_rule_fires_on_a_10_mib_config() {
         );
         let out = run(&[]);
         assert_eq!(out.code, 0, "{tunables}: {}", out.stderr);
-        assert_eq!(
-            out.json()["exec"]["added_args"],
-            serde_json::json!([
-                "--tensor-parallel-size",
-                "8",
-                "--mm-encoder-tp-mode",
-                "data",
-                "--kv-cache-dtype",
-                "auto",
-                "--host",
-                "0.0.0.0"
-            ]),
-            "{tunables}"
-        );
+        assert_eq!(out.json()["exec"]["added_args"], serde_json::json!(KIMI_TP8_ADDED), "{tunables}");
     }
 }

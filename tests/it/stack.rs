@@ -104,7 +104,9 @@ fn every_example_container_and_rank_plans_what_the_real_parsers_accept() {
         assert_eq!(o.code, 0, "{what}: {}\n{}", o.stderr, o.stdout);
         planned.push(serde_json::json!({"what": what, "argv": o.json()["exec"]["argv"]}));
     }
-    assert!(planned.len() >= 14, "{} containers planned", planned.len());
+    // Kustomize: router + worker per overlay; stack-form: worker + kvd; the CR: router +
+    // worker; lws/: 4 groups × 2 ranks.
+    assert_eq!(planned.len(), 16, "{planned:#?}");
 
     let tree = overlay.join("trees/rocm7-py312/site-packages");
     let vsite = vllm.p("/usr/local/lib/python3.12/dist-packages/vllm");

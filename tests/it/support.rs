@@ -247,6 +247,11 @@ pub fn custom_overlay(trees: &[(&str, &str, &[&str])]) -> Fx {
     fx
 }
 
+/// What the launcher adds for the Kimi-K3 seed on an 8-GPU node under infera's wrapper: TP
+/// from the GPUs, the multimodal encoder data-parallel, auto KV (MLA), the bind address.
+pub const KIMI_TP8_ADDED: [&str; 8] =
+    ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"];
+
 pub const PY312_MANIFEST: &str = infera_exec::manifest::MINIMAL;
 
 pub struct Out {

@@ -27,9 +27,7 @@ def serve(argv):
             if a.startswith("--") else a for a in argv]
     parser = make_arg_parser(argparse.ArgumentParser(prog="vllm serve", allow_abbrev=False))
     args = parser.parse_args(argv)
-    model = args.model_tag or args.model
-    if args.model_tag and "--model" in argv and args.model_tag != args.model:
-        parser.error(f"the positional model {args.model_tag!r} and --model {args.model!r} differ")
+    model = args.model_tag or args.model  # `vllm serve` takes the positional one over --model
     if not os.path.isdir(model) and os.path.sep in model:
         s.log(E, f"{model}: no such model directory")
         return 1
