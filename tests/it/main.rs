@@ -16,5 +16,6 @@ mod multinode;
 mod payload;
 mod planning;
 mod refuse;
+mod snapshots;
 mod stack;
 mod startup;

@@ -1,0 +1,121 @@
+//! Snapshots of the dry run, text and JSON, over image kinds × roles × common args: every
+//! message and every planned argument is pinned, so a change to any of them shows up as a
+//! reviewed snapshot diff (`INSTA_UPDATE=always cargo nextest run snapshots` rewrites them;
+//! `git diff tests/it/snapshots` is the review).
+
+use crate::support::*;
+
+/// (name, launcher args, extra environment). `{model}` is the engine's model option.
+const CASES: &[(&str, &[&str], &[(&str, &str)])] = &[
+    ("worker", &["worker", "--dry-run", "--", "{model}", "/models/kimi-k3", "--max-num-seqs", "128"], &[]),
+    (
+        "worker-kv-fp8",
+        &["worker", "--dry-run", "--", "{model}", "/models/kimi-k3", "--kv-cache-dtype", "fp8_e4m3"],
+        &[],
+    ),
+    (
+        "worker-explicit-tp",
+        &["worker", "--dry-run", "--", "{model}", "/models/kimi-k3", "{tp}", "4"],
+        &[("INFERA_GPUS", "8")],
+    ),
+    (
+        "worker-rank1",
+        &["worker", "--dry-run", "--", "{model}", "/models/kimi-k3"],
+        &[("INFERA_GPUS", "8"), ("LWS_LEADER_ADDRESS", "10.1.2.3"), ("LWS_GROUP_SIZE", "2"), ("LWS_WORKER_INDEX", "1")],
+    ),
+    ("worker-missing-model", &["worker", "--dry-run", "--", "{model}", "/models/absent"], &[]),
+    ("server", &["server", "--dry-run", "--", "--port", "8000", "--policy", "cache_aware"], &[]),
+    ("check-hipfile", &["check", "--require", "hipfile"], &[]),
+];
+
+fn snapshot(kind: &str, engine: &str) {
+    let img = image(kind);
+    let ov = shipped_overlay();
+    let (model, tp) =
+        if engine == "sglang" { ("--model-path", "--tp-size") } else { ("--model", "--tensor-parallel-size") };
+    for (name, args, env) in CASES {
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| {
+                if *a == "{model}" {
+                    model
+                } else if *a == "{tp}" {
+                    tp
+                } else {
+                    a
+                }
+            })
+            .collect();
+        for json in [false, true] {
+            let mut a = args.clone();
+            if json {
+                a.insert(1, "--output");
+                a.insert(2, "json");
+            }
+            if args[0] == "worker" {
+                a.insert(1, "--engine");
+                a.insert(2, engine);
+            }
+            let mut r = infera(&a).root(&img).overlay(&ov.overlay()).env("INFERA_ALLOW", "engine-version");
+            for (k, v) in *env {
+                r = r.env(k, *v);
+            }
+            let out = r.run();
+            let shown = format!("exit {}\n--- stdout\n{}--- stderr\n{}", out.code, out.stdout, out.stderr)
+                .replace(&ov.overlay().display().to_string(), "[OVERLAY]")
+                .replace(&img.path().display().to_string(), "[ROOT]");
+            let suffix = if json { "json" } else { "text" };
+            insta::assert_snapshot!(format!("{kind}-{engine}-{name}-{suffix}"), shown, &a.join(" "));
+        }
+    }
+}
+
+#[test]
+fn vllm() {
+    snapshot("vllm", "vllm");
+}
+
+#[test]
+fn vllm_rocm72() {
+    snapshot("vllm-rocm72", "vllm");
+}
+
+#[test]
+fn vllm_0_28() {
+    snapshot("vllm-0.28", "vllm");
+}
+
+#[test]
+fn vllm_rocm10() {
+    snapshot("vllm-rocm10", "vllm");
+}
+
+#[test]
+fn sglang_rocm700() {
+    snapshot("sglang-rocm700", "sglang");
+}
+
+#[test]
+fn sglang_rocm700_vllm() {
+    snapshot("sglang-rocm700", "vllm");
+}
+
+#[test]
+fn sglang_rocm720() {
+    snapshot("sglang-rocm720", "sglang");
+}
+
+#[test]
+fn sglang_rocm724() {
+    snapshot("sglang-rocm724", "sglang");
+}
+
+#[test]
+fn sglang_rocm1000() {
+    snapshot("sglang-rocm1000", "sglang");
+}
+
+#[test]
+fn sglang_pip() {
+    snapshot("sglang-pip", "sglang");
+}
