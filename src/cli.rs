@@ -19,8 +19,6 @@ use crate::engines::Engine;
 use crate::envvars as ev;
 use crate::request::Role;
 
-mod quick;
-
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
 const EXIT_CODES: &str =
     "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 74 output not written, \
@@ -363,29 +361,13 @@ pub enum Invocation {
 /// Find which form argv is and parse it. Errors are clap's, with a value that came from a
 /// variable named as that variable.
 pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
-    match quick::parse(&argv) {
-        Some(quick) => Ok(quick),
-        None => with_clap(argv),
-    }
-}
-
-/// What clap reads from argv (and the variables): the reference `quick` is tested against.
-fn with_clap(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
     let first = argv.get(1).map(|a| a.as_bytes());
     let subcommand_form = first.is_none_or(|a| {
         SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) || [&b"-h"[..], b"--help", b"-V", b"--version"].contains(&a)
     });
     if subcommand_form {
-        // A role's run builds only that role's parser (the whole command line interface is
-        // a sixth of a start's instructions); anything else, and any error or help, goes
-        // through the whole parser, so every message is the whole parser's.
-        let (cmd, m) = match argv.get(1).and_then(|a| a.to_str()).and_then(role_only) {
-            Some(mut one) => match one.try_get_matches_from_mut(&argv) {
-                Ok(m) => (one, m),
-                Err(_) => whole(&argv)?,
-            },
-            None => whole(&argv)?,
-        };
+        let mut cmd = Cli::command();
+        let m = cmd.try_get_matches_from_mut(&argv).map_err(|e| explain(e, &argv, &cmd))?;
         let cli = Cli::from_arg_matches(&m)?;
         let from_env = |name: &str| {
             let sub = cmd.find_subcommand(name);
@@ -428,7 +410,7 @@ fn with_clap(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
     if let Some(e) = mistyped_subcommand(&argv, &mut cmd) {
         return Err(e);
     }
-    let (options_end, command) = match command_start(&argv) {
+    let (options_end, command) = match command_start(&argv, &cmd) {
         Some(at) => (if argv[at - 1] == "--" { at - 1 } else { at }, Some(argv[at..].to_vec())),
         // An option that is not ours, or no PROGRAM: the parser says which.
         None => (argv.len(), None),
@@ -470,30 +452,6 @@ fn near_subcommand(argv: &[OsString]) -> Option<(&str, &'static str)> {
     }
     let near = SUBCOMMANDS.iter().find(|s| strsim::damerau_levenshtein(word, s) <= 2 && **s != "help")?;
     Some((word, near))
-}
-
-/// The whole subcommand-form parser's answer.
-fn whole(argv: &[OsString]) -> Result<(clap::Command, clap::ArgMatches), clap::Error> {
-    let mut cmd = Cli::command();
-    let m = cmd.try_get_matches_from_mut(argv).map_err(|e| explain(e, argv, &cmd))?;
-    Ok((cmd, m))
-}
-
-/// The parser of the top level with only this role's subcommand: the same matches as the
-/// whole parser for a valid command line of that role.
-fn role_only(name: &str) -> Option<clap::Command> {
-    let sub = match name {
-        "worker" => <WorkerArgs as clap::Args>::augment_args(clap::Command::new("worker")),
-        "server" => <ServerArgs as clap::Args>::augment_args(clap::Command::new("server")),
-        "check" => <CheckArgs as clap::Args>::augment_args(clap::Command::new("check")),
-        _ => return None,
-    };
-    Some(
-        clap::Command::new("infera-exec")
-            .disable_version_flag(true)
-            .arg(clap::Arg::new("version").short('V').long("version").action(clap::ArgAction::SetTrue))
-            .subcommand(sub),
-    )
 }
 
 /// `(long option, variable)` of each value clap took from the environment.
@@ -576,34 +534,10 @@ fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> 
 /// The subcommands (`help` is clap's).
 const SUBCOMMANDS: [&str; 6] = ["worker", "server", "check", "install", "manifest", "help"];
 
-/// The long options of the command form that take a separate value (`--overlay DIR`); the
-/// others are flags (`--dry-run`) or clap's own (`--help`). Kept as data so finding the
-/// command costs no clap parser; a test checks it against the parser.
-const VALUE_OPTIONS: [&str; 18] = [
-    "overlay",
-    "root",
-    "image-env",
-    "engine",
-    "python",
-    "require",
-    "require-native",
-    "family",
-    "allow",
-    "chdir",
-    "engine-patch-timeout",
-    "output",
-    "init-grace",
-    "drop-caps",
-    "nnodes",
-    "node-rank",
-    "leader-address",
-    "leader-wait",
-];
-
 /// Where the command of the command form starts: the first word after the launcher's own
 /// options that is not a subcommand (`--` ends the options explicitly). None when an option
 /// is not the launcher's (the parser then says so) or there is no command.
-fn command_start(argv: &[OsString]) -> Option<usize> {
+fn command_start(argv: &[OsString], cmd: &clap::Command) -> Option<usize> {
     let mut i = 1;
     while i < argv.len() {
         let a = argv[i].as_bytes();
@@ -615,11 +549,9 @@ fn command_start(argv: &[OsString]) -> Option<usize> {
                 Some(p) => (&long[..p], true),
                 None => (long, false),
             };
-            let value = VALUE_OPTIONS.iter().any(|o| o.as_bytes() == name);
-            let flag = FLAG_OPTIONS.iter().any(|o| o.as_bytes() == name);
-            match (value, flag) {
-                (true, _) if !inline => i += 2,
-                (true, _) | (_, true) => i += 1,
+            match takes_value(cmd, name) {
+                Some(true) if !inline => i += 2,
+                Some(_) if name != b"help" => i += 1,
                 // Not ours (or --help): clap says what it is.
                 _ => return None,
             }
@@ -637,6 +569,7 @@ fn command_start(argv: &[OsString]) -> Option<usize> {
 /// an error found while parsing it can still be printed as JSON: the launcher's options
 /// only (before `--` or the command form's program), the last `--output` wins.
 pub fn wants_json(argv: &[OsString], env: &crate::envvars::Env) -> bool {
+    let cmd = CommandForm::command();
     let mut out: Option<&[u8]> = None;
     let mut i = 1;
     while i < argv.len() {
@@ -650,7 +583,7 @@ pub fn wants_json(argv: &[OsString], env: &crate::envvars::Env) -> bool {
             out = argv.get(i + 1).map(|v| v.as_bytes());
             i += 1;
         } else if let Some(name) = a.strip_prefix(b"--") {
-            i += usize::from(VALUE_OPTIONS.iter().any(|o| o.as_bytes() == name));
+            i += usize::from(takes_value(&cmd, name) == Some(true));
         } else if !a.starts_with(b"-") && !SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) {
             break; // the command form's program: what follows is its own
         }
@@ -662,8 +595,14 @@ pub fn wants_json(argv: &[OsString], env: &crate::envvars::Env) -> bool {
     }
 }
 
-/// The long options of the command form that take no separate value.
-const FLAG_OPTIONS: [&str; 6] = ["skip-engine-patches", "dry-run", "init", "init-group", "no-new-privs", "help"];
+/// Whether the command form's long option `name` takes a separate value (`--overlay DIR`),
+/// or None when it is not one of its options (its options are the worker's: one list, the
+/// parser's).
+fn takes_value(cmd: &clap::Command, name: &[u8]) -> Option<bool> {
+    let arg = cmd.get_arguments().find(|a| a.get_long().is_some_and(|l| l.as_bytes() == name))?;
+    // The boolean options are `num_args = 0` with a default-missing value; the others take one.
+    Some(arg.get_num_args().map_or(arg.get_action().takes_values(), |n| n.max_values() > 0))
+}
 
 #[cfg(test)]
 mod tests {
@@ -673,32 +612,17 @@ mod tests {
         std::iter::once("infera-exec").chain(v.iter().copied()).map(OsString::from).collect()
     }
 
-    /// The option tables `command_start` uses are the parser's.
+    /// The command form finds its PROGRAM with the parser's own option list.
     #[test]
-    fn option_tables_match_the_parser() {
-        let mut cmd = CommandForm::command();
-        cmd.build();
-        let mut values = Vec::new();
-        let mut flags = vec!["help".to_string()];
-        for a in cmd.get_arguments() {
-            let Some(long) = a.get_long() else { continue };
-            if long == "help" {
-                continue;
-            }
-            if a.get_num_args().map_or(a.get_action().takes_values(), |n| n.max_values() > 0) {
-                values.push(long.to_string());
-            } else {
-                flags.push(long.to_string());
-            }
+    fn option_kinds_come_from_the_parser() {
+        let cmd = CommandForm::command();
+        for v in ["overlay", "root", "engine", "leader-wait", "output", "drop-caps"] {
+            assert_eq!(takes_value(&cmd, v.as_bytes()), Some(true), "{v}");
         }
-        values.sort();
-        flags.sort();
-        let mut want_values: Vec<String> = VALUE_OPTIONS.iter().map(|s| s.to_string()).collect();
-        let mut want_flags: Vec<String> = FLAG_OPTIONS.iter().map(|s| s.to_string()).collect();
-        want_values.sort();
-        want_flags.sort();
-        assert_eq!(values, want_values);
-        assert_eq!(flags, want_flags);
+        for f in ["dry-run", "init", "no-new-privs", "skip-engine-patches"] {
+            assert_eq!(takes_value(&cmd, f.as_bytes()), Some(false), "{f}");
+        }
+        assert_eq!(takes_value(&cmd, b"gpus"), None);
         let subs: Vec<String> =
             <Cli as CommandFactory>::command().get_subcommands().map(|s| s.get_name().to_string()).collect();
         assert_eq!(subs.iter().chain(["help".to_string()].iter()).cloned().collect::<Vec<_>>(), SUBCOMMANDS);

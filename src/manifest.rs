@@ -10,8 +10,6 @@ use crate::engines::Engine;
 use crate::facts::site::is_identifier;
 use crate::rootfs::parse_minor;
 
-mod quick;
-
 pub const SCHEMA: u32 = 1;
 
 /// infera's router module (`[server] module` of the shipped manifests).
@@ -212,10 +210,7 @@ pub enum ManifestError {
 
 /// Parse and validate. `dir_name` is the tree's directory name, which must equal `family`.
 pub fn parse(text: &str, dir_name: &str) -> Result<Manifest, ManifestError> {
-    let m: Manifest = match quick::parse(text) {
-        Some(m) => m,
-        None => toml::from_str(text).map_err(|e| ManifestError::Toml(e.to_string().trim_end().to_string()))?,
-    };
+    let m: Manifest = toml::from_str(text).map_err(|e| ManifestError::Toml(e.to_string().trim_end().to_string()))?;
     validate(&m, dir_name)?;
     Ok(m)
 }

@@ -8,8 +8,6 @@ use serde_json::Value;
 
 use crate::rootfs::{self, Root};
 
-mod scan;
-
 /// Model types whose attention is MLA when `kv_lora_rank` is set (FACTS.md).
 const MLA_TYPES: &[&str] =
     &["deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k3", "kimi_linear", "deepseek_mtp", "kimi_vl"];
@@ -127,211 +125,215 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
 
 /// Model facts from the bytes of a config.json (read from `config`).
 pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
-    from_bytes(reference, config, bytes)
+    let read = serde_json::from_slice::<Top>(&python_dialect(bytes));
+    facts_of(reference, config, read)
 }
 
-/// Model facts from a config.json file of `size` bytes (its descriptor's `fstat`): a
-/// small one read, a larger one mapped rather than read. Only the fields the rules use are
-/// kept (every other value is skipped as it is parsed), so a config of any size costs heap
-/// in proportion to those fields, not to the file.
+/// Configs up to this size are read whole and in Python's dialect; a larger one (a config
+/// is a few KB) is streamed as strict JSON, so no file can make the launcher hold it all.
+const WHOLE_LIMIT: u64 = 64 << 20;
+
+/// Model facts from a config.json file of `size` bytes (its descriptor's `fstat`). Read,
+/// never mapped: a file rewritten while it is read is then a parse error, not a SIGBUS.
 pub fn from_file(reference: &str, config: &Path, f: &std::fs::File, size: u64) -> ModelFacts {
-    let io = |reason: String| ModelFacts::Unreadable {
-        reference: reference.to_string(),
-        reason: ModelProblem::Io { config: config.to_path_buf(), reason },
-    };
-    if size <= READ_LIMIT {
-        // Read (one read where the file is the size its `fstat` gave): the map, its page
-        // faults and its unmap cost more than the copy of a file this small.
-        return match rootfs::read_sized(f, size, READ_LIMIT) {
-            Ok(bytes) if bytes.len() as u64 <= READ_LIMIT => from_config(reference, config, &bytes),
-            // Grown since its `fstat`: mapped as a large one.
-            Ok(_) => from_map(reference, config, f, &io),
-            Err(e) => io(rootfs::io_reason(&e)),
+    use std::io::Read;
+    if size <= WHOLE_LIMIT {
+        let mut bytes = Vec::new();
+        return match f.take(WHOLE_LIMIT + 1).read_to_end(&mut bytes) {
+            Ok(_) => from_config(reference, config, &bytes),
+            Err(e) => ModelFacts::Unreadable {
+                reference: reference.to_string(),
+                reason: ModelProblem::Io { config: config.to_path_buf(), reason: rootfs::io_reason(&e) },
+            },
         };
     }
-    from_map(reference, config, f, &io)
+    let read = serde_json::from_reader::<_, Top>(std::io::BufReader::new(f));
+    facts_of(reference, config, read)
 }
 
-/// Configs up to this size are read, larger ones mapped.
-const READ_LIMIT: u64 = 256 << 10;
-
-fn from_map(reference: &str, config: &Path, f: &std::fs::File, io: &dyn Fn(String) -> ModelFacts) -> ModelFacts {
-    // SAFETY: a read-only shared map of a regular file the launcher only reads; the
-    // model volume is not rewritten while a pod starts. Populated: every page is read, and
-    // one call maps them all (and lets the scanner's prefetches land) where touching them
-    // would fault once per 16 pages.
-    match unsafe { memmap2::MmapOptions::new().populate().map(f) } {
-        Ok(map) => from_config(reference, config, &map),
-        Err(e) => io(e.to_string()),
-    }
-}
-
-fn from_bytes(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
+fn facts_of(reference: &str, config: &Path, read: Result<Top, serde_json::Error>) -> ModelFacts {
     let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
     let config = config.to_path_buf();
-    let top = match read_top(bytes) {
-        Ok(t) => t,
+    match read {
+        Ok(top) => ModelFacts::Known(classify(reference, config, &top)),
         Err(e) if e.is_data() && e.to_string().starts_with(NOT_OBJECT) => {
-            return unreadable(ModelProblem::NotObject { config })
+            unreadable(ModelProblem::NotObject { config })
         }
-        Err(e) => return unreadable(ModelProblem::NotJson { config, reason: e.to_string() }),
-    };
-    ModelFacts::Known(classify(reference, config, &top))
-}
-
-/// The scanner's reading where it gives one (it does for configs as written), serde_json's
-/// otherwise: the same answer either way, and every error serde_json's.
-fn read_top(bytes: &[u8]) -> Result<Top, serde_json::Error> {
-    match scan::top(bytes) {
-        Some(t) => Ok(t),
-        None => serde_top(bytes),
+        Err(e) => unreadable(ModelProblem::NotJson { config, reason: e.to_string() }),
     }
 }
 
-fn serde_top(bytes: &[u8]) -> Result<Top, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    <Top as serde::Deserialize>::deserialize(&mut de).and_then(|t| de.end().map(|()| t))
+/// Marks a value Python's `json` reads and strict JSON has no token for (`NaN`,
+/// `Infinity`, a number beyond f64's range): it is carried as a string of this prefix and
+/// the literal, and shown as the literal.
+const PY_LITERAL: char = '\0';
+
+/// config.json in the dialect Python's `json` reads (transformers and the engines read it
+/// so): `NaN`, `Infinity`, `-Infinity`, numbers beyond f64 (`1e400`) and lone UTF-16
+/// surrogate escapes are accepted there and refused by serde_json. serde_json has no option
+/// for them, so they are rewritten first — the specials and out-of-range numbers into
+/// marked strings (`PY_LITERAL`), a lone surrogate into U+FFFD — and everything else is
+/// left for serde_json to read or refuse as Python would.
+fn python_dialect(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let mut out: Option<Vec<u8>> = None;
+    let (mut i, mut copied) = (0, 0);
+    let replace = |out: &mut Option<Vec<u8>>, copied: &mut usize, from: usize, to: usize, with: &[u8]| {
+        let o = out.get_or_insert_with(|| Vec::with_capacity(b.len() + 16));
+        o.extend_from_slice(&b[*copied..from]);
+        o.extend_from_slice(with);
+        *copied = to;
+    };
+    let hex4 = |at: usize| -> Option<u16> {
+        let h = b.get(at..at + 4)?;
+        u16::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()
+    };
+    let surrogate = |u: u16| (0xD800..0xE000).contains(&u);
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                // A string: find its end, rewriting lone surrogate escapes.
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    if b[i] != b'\\' {
+                        i += 1;
+                        continue;
+                    }
+                    let Some(u) = (b.get(i + 1) == Some(&b'u')).then(|| hex4(i + 2)).flatten() else {
+                        i += 2;
+                        continue;
+                    };
+                    let low = |at: usize| {
+                        b.get(at..at + 2) == Some(b"\\u") && hex4(at + 2).is_some_and(|l| (0xDC00..0xE000).contains(&l))
+                    };
+                    if (0xD800..0xDC00).contains(&u) && low(i + 6) {
+                        i += 12;
+                    } else if surrogate(u) {
+                        replace(&mut out, &mut copied, i, i + 6, b"\\ufffd");
+                        i += 6;
+                    } else {
+                        i += 6;
+                    }
+                }
+                i += 1;
+            }
+            c if c == b'-' || c.is_ascii_alphanumeric() => {
+                let end = (i..b.len())
+                    .find(|&j| !(b[j].is_ascii_alphanumeric() || b"+-.".contains(&b[j])))
+                    .unwrap_or(b.len());
+                let token = std::str::from_utf8(&b[i..end]).unwrap_or_default();
+                let special = matches!(token, "NaN" | "Infinity" | "-Infinity")
+                    || (json_number(token) && token.parse::<f64>().is_ok_and(f64::is_infinite));
+                if special {
+                    let marked = serde_json::to_string(&format!("{PY_LITERAL}{token}")).unwrap_or_default();
+                    replace(&mut out, &mut copied, i, end, marked.as_bytes());
+                }
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    match out {
+        Some(mut o) => {
+            o.extend_from_slice(&b[copied..]);
+            std::borrow::Cow::Owned(o)
+        }
+        None => std::borrow::Cow::Borrowed(b),
+    }
+}
+
+/// JSON's number grammar, which Python's `json` reads too: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`.
+fn json_number(t: &str) -> bool {
+    let digits = |s: &str| s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let t = t.strip_prefix('-').unwrap_or(t);
+    let int = digits(t);
+    if int == 0 || (int > 1 && t.starts_with('0')) {
+        return false;
+    }
+    let mut rest = &t[int..];
+    if let Some(f) = rest.strip_prefix('.') {
+        let n = digits(f);
+        if n == 0 {
+            return false;
+        }
+        rest = &f[n..];
+    }
+    if let Some(e) = rest.strip_prefix(['e', 'E']) {
+        let e = e.strip_prefix(['+', '-']).unwrap_or(e);
+        let n = digits(e);
+        return n > 0 && n == e.len();
+    }
+    rest.is_empty()
+}
+
+/// A value as the user wrote it: a Python-only literal as its literal, else as JSON.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::String(s) if s.starts_with(PY_LITERAL) => s[PY_LITERAL.len_utf8()..].to_string(),
+        other => other.to_string(),
+    }
 }
 
 const NOT_OBJECT: &str = "not a JSON object";
 
-/// The fields of one level of a config (the top, or `text_config`) that the rules read.
-/// Later duplicates win, as in Python's `json`.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Level {
-    model_type: Option<String>,
-    kv_lora_rank: Option<Value>,
-    num_attention_heads: Option<Value>,
-    /// `layers_block_type`, `hybrid_override_pattern`, `linear_attn_config` present non-null.
-    hybrid: [bool; 3],
-}
+/// A value skipped, but walked as values are read, so serde_json's nesting bound (128)
+/// holds for it too (its `IgnoredAny` walks any depth): a document nested past what
+/// Python's `json` reads is a finding, not facts.
+struct Skip;
 
-const HYBRID_KEYS: [&str; 3] = ["layers_block_type", "hybrid_override_pattern", "linear_attn_config"];
-
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Top {
-    level: Level,
-    text: Option<Level>,
-    vision: bool,
-}
-
-/// A scalar field: kept when it is small (a scalar), skipped otherwise (an object or array
-/// where a number belongs is shown by its kind).
-struct Small(Option<Value>);
-
-impl<'de> serde::Deserialize<'de> for Small {
+impl<'de> serde::Deserialize<'de> for Skip {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Small;
+            type Value = Skip;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("any JSON value")
             }
-            fn visit_unit<E>(self) -> Result<Small, E> {
-                Ok(Small(None))
+            fn visit_unit<E>(self) -> Result<Skip, E> {
+                Ok(Skip)
             }
-            fn visit_none<E>(self) -> Result<Small, E> {
-                Ok(Small(None))
+            fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+                Ok(Skip)
             }
-            fn visit_bool<E>(self, v: bool) -> Result<Small, E> {
-                Ok(Small(Some(Value::Bool(v))))
+            fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+                Ok(Skip)
             }
-            fn visit_i64<E>(self, v: i64) -> Result<Small, E> {
-                Ok(Small(Some(Value::from(v))))
+            fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+                Ok(Skip)
             }
-            fn visit_u64<E>(self, v: u64) -> Result<Small, E> {
-                Ok(Small(Some(Value::from(v))))
+            fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
+                Ok(Skip)
             }
-            fn visit_f64<E>(self, v: f64) -> Result<Small, E> {
-                Ok(Small(Some(Value::from(v))))
+            fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+                Ok(Skip)
             }
-            fn visit_str<E>(self, v: &str) -> Result<Small, E> {
-                Ok(Small(Some(Value::String(v.to_string()))))
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Skip, A::Error> {
+                while a.next_element::<Skip>()?.is_some() {}
+                Ok(Skip)
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Small, A::Error> {
-                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(Small(Some(Value::String("[...]".into()))))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Small, A::Error> {
-                while a.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
-                Ok(Small(Some(Value::String("{...}".into()))))
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Skip, A::Error> {
+                while a.next_entry::<serde::de::IgnoredAny, Skip>()?.is_some() {}
+                Ok(Skip)
             }
         }
         d.deserialize_any(V)
     }
 }
 
-/// Whether a value is present and not null, skipping it whatever its size.
-struct Present(bool);
+/// The keys of a level (the top, or `text_config`) the rules read.
+const LEVEL_KEYS: [&str; 6] = [
+    "model_type",
+    "kv_lora_rank",
+    "num_attention_heads",
+    "layers_block_type",
+    "hybrid_override_pattern",
+    "linear_attn_config",
+];
 
-impl<'de> serde::Deserialize<'de> for Present {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Small::deserialize(d).map(|s| Present(s.0.is_some()))
-    }
-}
-
-/// `text_config`: a level when it is an object, nothing otherwise.
-struct MaybeLevel(Option<Level>);
-
-impl Level {
-    /// One entry of a level's map.
-    fn entry<'de, A: serde::de::MapAccess<'de>>(&mut self, key: &str, a: &mut A) -> Result<bool, A::Error> {
-        match key {
-            "model_type" => self.model_type = a.next_value::<Small>()?.0.and_then(|v| v.as_str().map(str::to_string)),
-            "kv_lora_rank" => self.kv_lora_rank = a.next_value::<Small>()?.0,
-            "num_attention_heads" => self.num_attention_heads = a.next_value::<Small>()?.0,
-            k => match HYBRID_KEYS.iter().position(|h| *h == k) {
-                Some(i) => self.hybrid[i] = a.next_value::<Present>()?.0,
-                None => return Ok(false),
-            },
-        }
-        Ok(true)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for MaybeLevel {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = MaybeLevel;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<MaybeLevel, A::Error> {
-                let mut l = Level::default();
-                while let Some(k) = a.next_key::<std::borrow::Cow<'de, str>>()? {
-                    if !l.entry(&k, &mut a)? {
-                        a.next_value::<serde::de::IgnoredAny>()?;
-                    }
-                }
-                Ok(MaybeLevel(Some(l)))
-            }
-            fn visit_unit<E>(self) -> Result<MaybeLevel, E> {
-                Ok(MaybeLevel(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<MaybeLevel, E> {
-                Ok(MaybeLevel(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<MaybeLevel, E> {
-                Ok(MaybeLevel(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<MaybeLevel, E> {
-                Ok(MaybeLevel(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<MaybeLevel, E> {
-                Ok(MaybeLevel(None))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<MaybeLevel, E> {
-                Ok(MaybeLevel(None))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<MaybeLevel, A::Error> {
-                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(MaybeLevel(None))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
+/// The rules' fields of a config: the top level's keys of `LEVEL_KEYS`, `text_config` and
+/// `vision_config`, every other value skipped as it is parsed (so a large config costs no
+/// memory for its weights' names). Later duplicates win, as in Python's `json`.
+#[derive(Debug, Default)]
+struct Top(serde_json::Map<String, Value>);
 
 impl<'de> serde::Deserialize<'de> for Top {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -343,15 +345,12 @@ impl<'de> serde::Deserialize<'de> for Top {
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Top, A::Error> {
                 let mut t = Top::default();
-                while let Some(k) = a.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match &*k {
-                        "text_config" => t.text = a.next_value::<MaybeLevel>()?.0,
-                        "vision_config" => t.vision = a.next_value::<Present>()?.0,
-                        other => {
-                            if !t.level.entry(other, &mut a)? {
-                                a.next_value::<serde::de::IgnoredAny>()?;
-                            }
-                        }
+                while let Some(k) = a.next_key::<String>()? {
+                    if LEVEL_KEYS.contains(&k.as_str()) || k == "text_config" || k == "vision_config" {
+                        let v = a.next_value::<Value>()?;
+                        t.0.insert(k, v);
+                    } else {
+                        a.next_value::<Skip>()?;
                     }
                 }
                 Ok(t)
@@ -401,48 +400,42 @@ fn resolve_hf(root: &Root, repo: &str, hf: &HfEnv) -> Result<PathBuf, ModelProbl
 }
 
 fn classify(reference: &str, config: PathBuf, top: &Top) -> Model {
-    // Multimodal configs nest the language model in `text_config`; look there first.
-    let text = top.text.as_ref();
-    let field = |get: fn(&Level) -> Option<&Value>| get_field(text, &top.level, get);
-    let types: Vec<String> =
-        [Some(&top.level), text].into_iter().flatten().filter_map(|l| l.model_type.clone()).collect();
+    // Multimodal configs nest the language model in `text_config`; look there first, where
+    // a key is set and not null.
+    let text = top.0.get("text_config").and_then(Value::as_object);
+    let levels = || text.into_iter().chain(std::iter::once(&top.0));
+    let field = |key: &str| levels().find_map(|l| l.get(key).filter(|v| !v.is_null()));
+    let types: Vec<&str> =
+        [Some(&top.0), text].into_iter().flatten().filter_map(|l| l.get("model_type")?.as_str()).collect();
     let mut evidence = Vec::new();
-    let kv_lora = field(|l| l.kv_lora_rank.as_ref());
-    let mla_type = types.iter().find(|t| MLA_TYPES.contains(&t.as_str()));
-    let mla = match (mla_type, kv_lora) {
+    let kv_lora = field("kv_lora_rank");
+    let mla = match (types.iter().find(|t| MLA_TYPES.contains(t)), kv_lora) {
         (Some(t), Some(r)) => {
-            evidence.push(format!("MLA: model_type {t} with kv_lora_rank {r}"));
+            evidence.push(format!("MLA: model_type {t} with kv_lora_rank {}", shown(r)));
             true
         }
         _ => false,
     };
-    let multimodal = top.vision;
+    let multimodal = top.0.get("vision_config").is_some_and(|v| !v.is_null());
     if multimodal {
         evidence.push("multimodal: vision_config present".into());
     }
-    let hybrid_key = (0..HYBRID_KEYS.len())
-        .find(|i| text.is_some_and(|t| t.hybrid[*i]) || top.level.hybrid[*i])
-        .map(|i| HYBRID_KEYS[i]);
+    let hybrid_key = LEVEL_KEYS[3..].iter().find(|k| levels().any(|l| l.get(**k).is_some_and(|v| !v.is_null())));
     if let Some(k) = hybrid_key {
         evidence.push(format!("hybrid: {k} present"));
     }
-    let heads = field(|l| l.num_attention_heads.as_ref());
+    let heads = field("num_attention_heads");
     Model {
         reference: reference.to_string(),
         config,
-        model_type: types.first().cloned(),
+        model_type: types.first().map(|t| t.to_string()),
         mla,
         multimodal,
         hybrid: hybrid_key.is_some(),
         attention_heads: heads.and_then(Value::as_u64).filter(|h| *h > 0),
-        heads_unusable: heads.filter(|v| v.as_u64().is_none_or(|h| h == 0)).map(|v| v.to_string()),
+        heads_unusable: heads.filter(|v| v.as_u64().is_none_or(|h| h == 0)).map(shown),
         evidence,
     }
-}
-
-/// A field of `text_config` when set there (not null), else of the top level.
-fn get_field<'a>(text: Option<&'a Level>, top: &'a Level, get: fn(&Level) -> Option<&Value>) -> Option<&'a Value> {
-    text.and_then(|t| get(t)).or_else(|| get(top))
 }
 
 #[cfg(test)]
@@ -472,7 +465,7 @@ mod tests {
         assert!(m.mla, "{m:?}");
         // Odd types are said, not guessed.
         assert_eq!(known(br#"{"num_attention_heads":"64"}"#).heads_unusable.as_deref(), Some("\"64\""));
-        assert_eq!(known(br#"{"num_attention_heads":[64]}"#).heads_unusable.as_deref(), Some("\"[...]\""));
+        assert_eq!(known(br#"{"num_attention_heads":[64]}"#).heads_unusable.as_deref(), Some("[64]"));
     }
 
     #[test]
@@ -487,6 +480,45 @@ mod tests {
         }
         // Trailing data is not JSON either.
         assert!(matches!(from_config("x", Path::new("/c"), b"{} {}"), ModelFacts::Unreadable { .. }));
+    }
+
+    /// Read as Python's `json` reads it: NaN, Infinity, numbers beyond f64 and lone
+    /// surrogates are values there, so the MLA rule still fires; what Python refuses
+    /// (`-Inf`, `1.e5`, `01`, trailing commas) stays refused.
+    #[test]
+    fn python_dialect() {
+        let known = |j: &str| match from_config("x", Path::new("/c"), j.as_bytes()) {
+            ModelFacts::Known(m) => m,
+            other => panic!("{j}: {other:?}"),
+        };
+        let m =
+            known(r#"{"model_type":"deepseek_v3","kv_lora_rank":NaN,"num_attention_heads":Infinity,"x":-Infinity}"#);
+        assert!(m.mla, "{m:?}");
+        assert_eq!(m.evidence[0], "MLA: model_type deepseek_v3 with kv_lora_rank NaN");
+        assert_eq!(m.heads_unusable.as_deref(), Some("Infinity"));
+        let m = known(
+            r#"{"model_type":"kimi_k2","kv_lora_rank":512,"num_attention_heads":1e400,"n":"\ud800 \udc00 \ud83d\ude00"}"#,
+        );
+        assert!(m.mla);
+        assert_eq!(m.heads_unusable.as_deref(), Some("1e400"));
+        assert_eq!(known(r#"{"num_attention_heads":-1E+999}"#).heads_unusable.as_deref(), Some("-1E+999"));
+        assert_eq!(known(r#"{"model_type":"a\udfffb"}"#).model_type.as_deref(), Some("a\u{fffd}b"));
+        // Strings that merely spell them are strings.
+        assert_eq!(known(r#"{"model_type":"NaN 1e400"}"#).model_type.as_deref(), Some("NaN 1e400"));
+        for bad in
+            [r#"{"a":-Inf}"#, r#"{"a":1.e400}"#, r#"{"a":01}"#, r#"{"a":nan}"#, r#"{"a":1,}"#, r#"{"a":infinity}"#]
+        {
+            assert!(
+                matches!(from_config("x", Path::new("/c"), bad.as_bytes()), ModelFacts::Unreadable { .. }),
+                "{bad}"
+            );
+        }
+        // Nested past serde_json's bound: a finding naming the file, never a panic.
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(5000), "]".repeat(5000));
+        match from_config("x", Path::new("/m/config.json"), deep.as_bytes()) {
+            ModelFacts::Unreadable { reason, .. } => assert!(reason.to_string().contains("/m/config.json"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Size alone never makes a config unreadable: a 10 MiB config.json (a huge unused

@@ -6,7 +6,8 @@
 use crate::support::*;
 
 /// (name, launcher args, extra environment). `{model}` is the engine's model option.
-const CASES: &[(&str, &[&str], &[(&str, &str)])] = &[
+type Case = (&'static str, &'static [&'static str], &'static [(&'static str, &'static str)]);
+const CASES: &[Case] = &[
     ("worker", &["worker", "--dry-run", "--", "{model}", "/models/kimi-k3", "--max-num-seqs", "128"], &[]),
     (
         "worker-kv-fp8",
