@@ -333,7 +333,7 @@ pub static OPTION_LISTS: [OptionList; 3] = [
 
 /// The recorded option list for this engine version, if one covers it.
 pub fn option_list(engine: Engine, version: Option<&str>) -> Option<&'static OptionList> {
-    let v = crate::version::Version::parse(version?)?;
+    let v = crate::version::parse(version?)?;
     OPTION_LISTS
         .iter()
         .filter(|l| l.engine == engine)

@@ -195,7 +195,6 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         _ => Vec::new(),
     };
     // Manifests and layout only: the selected tree's facts are gathered once it is known.
-    let _plain = overlay::Remember::start();
     let opts = overlay::LoadOptions { check_writable: true, modules, lazy: true };
     let mut overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
     let program = match &req.target {

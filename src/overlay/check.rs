@@ -34,42 +34,6 @@ pub fn not_writable_mode(mode: u32, path: impl FnOnce() -> std::path::PathBuf) -
     Err(OverlayError::Writable { path: path(), who, mode })
 }
 
-thread_local! {
-    /// While a [`Remember`] lives: the paths [`inside`] found there and not a link. A
-    /// tree's modules, libraries and walk share their directories; each is looked up once
-    /// per start (the overlay is not expected to change during one).
-    // Keyed by the path's bytes: hashed a word at a time (a `Path` hashes per component).
-    static PLAIN: std::cell::RefCell<Option<rustc_hash::FxHashSet<Box<[u8]>>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Remember the plain directories [`inside`] sees until this is dropped (one start).
-pub struct Remember {
-    _plain: crate::rootfs::Scoped<rustc_hash::FxHashSet<Box<[u8]>>>,
-}
-
-impl Remember {
-    pub fn start() -> Remember {
-        Remember { _plain: crate::rootfs::Scoped::start(&PLAIN) }
-    }
-}
-
-fn known_plain(p: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    PLAIN.with(|s| s.borrow().as_ref().is_some_and(|s| s.contains(p.as_os_str().as_bytes())))
-        || matches!(crate::rootfs::listings::type_of(p), Some(Some(nix::libc::DT_DIR | nix::libc::DT_REG)))
-}
-
-/// `p` was looked up (`lstat`) and is not a link: [`inside`] need not look again.
-pub(super) fn note_plain(p: &Path) {
-    PLAIN.with(|s| {
-        if let Some(s) = s.borrow_mut().as_mut() {
-            use std::os::unix::ffi::OsStrExt;
-            s.insert(p.as_os_str().as_bytes().into());
-        }
-    });
-}
-
 /// `path` (inside `tree`) must resolve inside `tree`. Without a symlink below the tree on
 /// the way (the common case) nothing can escape, so only then is the path canonicalised.
 pub fn inside(tree: &Path, path: &Path) -> Result<(), OverlayError> {
@@ -85,15 +49,12 @@ pub fn inside(tree: &Path, path: &Path) -> Result<(), OverlayError> {
                     break;
                 }
             }
-            if known_plain(&p) {
-                continue;
-            }
             match fs::symlink_metadata(&p) {
                 Ok(m) if m.file_type().is_symlink() => {
                     linked = true;
                     break;
                 }
-                Ok(_) => note_plain(&p),
+                Ok(_) => {}
                 Err(_) => break, // missing: nothing to escape through
             }
         }
@@ -122,22 +83,7 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
     let mut base = std::path::PathBuf::with_capacity(site.as_os_str().len() + dotted.len() + 5);
     base.push(site);
     base.extend(&parts);
-    // What is found and is not a link, `inside` then need not look up again. A listing the
-    // walk kept answers without a lookup (a link, or a type the directory does not record,
-    // is looked up).
-    let found = |p: &Path| match crate::rootfs::listings::type_of(p) {
-        Some(None) => false,
-        Some(Some(nix::libc::DT_DIR | nix::libc::DT_REG)) => true,
-        _ => match fs::symlink_metadata(p) {
-            Ok(m) => {
-                if !m.file_type().is_symlink() {
-                    note_plain(p);
-                }
-                true
-            }
-            Err(_) => false,
-        },
-    };
+    let found = |p: &Path| fs::symlink_metadata(p).is_ok();
     let pkg = crate::rootfs::join(&base, last);
     if found(&pkg) {
         return Some(pkg);

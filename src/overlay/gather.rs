@@ -86,7 +86,7 @@ fn first_present(dirs: &[PathBuf], look: impl Fn(&Path) -> Presence) -> Presence
 
 /// The programs of the bin directories (first one wins), as the host sees them.
 fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFile)> {
-    let host = Root::with_room("/", 8);
+    let host = Root::new("/");
     let mut out = BTreeMap::new();
     for bin in bins {
         // Listed without `read_dir` (its `fstat` and 32 KiB buffer per directory).

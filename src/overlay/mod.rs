@@ -19,7 +19,7 @@ use crate::payload::Problem;
 use infera_exec_derive::Refuse;
 
 pub use crate::facts::site::Dist;
-pub use check::{find_module, inside, Remember};
+pub use check::{find_module, inside};
 pub use walk::inspect;
 
 #[derive(Debug, Clone)]
@@ -234,14 +234,10 @@ pub struct LoadOptions {
     pub lazy: bool,
 }
 
-/// The facts of one tree (for a lazy load: the tree the run selected).
-/// The facts of the tree a run uses, and the walk of its files ([`inspect`]) first: the walk
-/// lists every directory of the tree, and its listings answer the facts' questions (modules,
-/// programs, capability directories) without reading the directories again.
+/// The facts of the tree a run uses, and the walk of its files ([`inspect`]).
 pub fn gather(tree: &mut Tree, opts: &LoadOptions) {
     let mount = gather::mount(&tree.paths);
     tree.facts.mount = mount;
-    let _kept = crate::rootfs::listings::Listings::start();
     inspect(tree);
     let (walked, shared) = (tree.facts.walked.take(), tree.facts.shared_objects);
     tree.facts = gather::tree_facts_on(&tree.paths.contain.clone(), &tree.paths, &tree.manifest, opts, mount);

@@ -17,11 +17,7 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
     // `stat`; only a link (or a filesystem that does not record types) is looked up.
     let mut names: Vec<String> = Vec::new();
     let _ = rootfs::each_entry(&trees_dir, |n, t| {
-        let dir = match t {
-            nix::libc::DT_DIR => true,
-            nix::libc::DT_REG => false,
-            _ => crate::rootfs::join(&trees_dir, n).is_dir(),
-        };
+        let dir = if t.is_symlink() { crate::rootfs::join(&trees_dir, n).is_dir() } else { t.is_dir() };
         if dir {
             names.push(n.to_string_lossy().into_owned());
         }

@@ -8,10 +8,9 @@
 //! with another container could be changed under it). It also notes the shared objects,
 //! which a `noexec` mount cannot map.
 //!
-//! Names are read with their type from the directory (d_type), so a read-only `nosuid`
-//! mount (an image volume) costs one directory read per directory and a `stat` per link.
+//! Names are read with their type from the directory, so a read-only `nosuid` mount (an
+//! image volume) costs one directory read per directory and a `stat` per link.
 
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -33,9 +32,6 @@ pub fn inspect(tree: &mut Tree) {
     tree.facts.walked = Some(result);
 }
 
-/// How many directories the walk keeps open ahead of listing them.
-const OPEN_AHEAD: usize = 32;
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Dir,
@@ -45,141 +41,75 @@ enum Kind {
 }
 
 fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<(), OverlayError> {
-    use nix::fcntl::AtFlags;
-    use nix::sys::stat::{fstatat, FileStat};
-    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
     let euid = nix::unistd::geteuid().as_raw();
-    // Each directory still to list, opened from its parent's descriptor as it is found (one
-    // component for the kernel to look up, and never through a link) while few are
-    // pending; by its path after that (a wide tree cannot run out of descriptors).
-    let mut stack: Vec<(PathBuf, Option<std::os::fd::OwnedFd>)> = vec![(part.to_path_buf(), None)];
-    // How many of them hold a descriptor.
-    let mut pending = 0usize;
-    while let Some((dir, opened)) = stack.pop() {
-        pending -= usize::from(opened.is_some());
-        let path_of = |name: &std::ffi::CStr| dir.join(OsStr::from_bytes(name.to_bytes()));
-        let unreadable = |path: PathBuf, e: nix::Error| OverlayError::Unreadable {
-            path,
-            reason: std::io::Error::from(e).to_string(),
+    let mut stack: Vec<PathBuf> = vec![part.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let unreadable = |path: &Path, e: std::io::Error| OverlayError::Unreadable {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
         };
-        let mut subdirs: Vec<(PathBuf, Option<std::os::fd::OwnedFd>)> = Vec::new();
-        let mut opened_here = 0usize;
-        // The listing, kept for the tree's facts when a start asks for it.
-        let keep = crate::rootfs::listings::wanted();
-        let mut records = Vec::new();
-        // Each name's own `lstat`, relative to the directory (one component to look up).
-        let each = |fd: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr, t: u8| {
-            if keep {
-                crate::rootfs::listings::record(&mut records, name.to_bytes(), t);
-            }
-            let lstat = || fstatat(Some(fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW);
-            let mut known: Option<FileStat> = None;
-            let kind = match Kind::of_dirent(t) {
-                Some(k) => k,
-                None => {
-                    let st = lstat().map_err(|e| unreadable(path_of(name), e))?;
-                    let k = Kind::of_mode(st.st_mode);
-                    known = Some(st);
-                    k
-                }
-            };
-            match kind {
-                Kind::Link => inside(contain, &path_of(name))?,
-                Kind::Other(k) => return Err(OverlayError::Special { path: path_of(name), kind: k }),
-                Kind::Dir | Kind::File => {
+        let mut names: Vec<(std::ffi::OsString, std::fs::FileType)> = Vec::new();
+        crate::rootfs::each_entry(&dir, |n, t| names.push((n.to_os_string(), t))).map_err(|e| unreadable(&dir, e))?;
+        for (name, t) in names {
+            let path = dir.join(&name);
+            match Kind::of(t) {
+                Kind::Link => inside(contain, &path)?,
+                Kind::Other(k) => return Err(OverlayError::Special { path, kind: k }),
+                kind => {
                     if kind == Kind::File {
-                        let n = name.to_bytes();
+                        let n = name.as_bytes();
                         *shared |= n.ends_with(b".so") || n.windows(4).any(|w| w == b".so.");
                     }
                     if !mount.read_only || !mount.nosuid {
-                        let st = match known {
-                            Some(st) => st,
-                            None => lstat().map_err(|e| unreadable(path_of(name), e))?,
-                        };
-                        let mode = st.st_mode;
+                        let st = std::fs::symlink_metadata(&path).map_err(|e| unreadable(&path, e))?;
+                        let mode = st.mode();
                         if !mount.nosuid && kind == Kind::File && mode & 0o6000 != 0 {
-                            return Err(OverlayError::SetId { path: path_of(name), mode: mode & 0o7777 });
+                            return Err(OverlayError::SetId { path, mode: mode & 0o7777 });
                         }
                         if !mount.read_only {
-                            if st.st_uid != 0 && st.st_uid != euid {
-                                return Err(OverlayError::Owner { path: path_of(name), uid: st.st_uid, euid });
+                            if st.uid() != 0 && st.uid() != euid {
+                                return Err(OverlayError::Owner { path, uid: st.uid(), euid });
                             }
-                            not_writable_mode(mode, || path_of(name))?;
+                            not_writable_mode(mode, || path.clone())?;
                         }
                     }
                     if kind == Kind::Dir {
-                        // A directory that cannot be opened here is opened again by its path,
-                        // which gives the error the message names.
-                        let open = (pending + opened_here < OPEN_AHEAD)
-                            .then(|| crate::rootfs::open_subdir(fd, name).ok())
-                            .flatten();
-                        opened_here += usize::from(open.is_some());
-                        subdirs.push((path_of(name), open));
+                        stack.push(path);
                     }
                 }
             }
-            Ok(())
-        };
-        let listed = match opened {
-            Some(fd) => crate::rootfs::each_entry_of(fd, each),
-            None => crate::rootfs::each_entry_at(&dir, each),
-        };
-        listed.map_err(|e| OverlayError::Unreadable { path: dir.clone(), reason: e.to_string() })??;
-        if keep {
-            crate::rootfs::listings::keep(&dir, records);
         }
-        pending += opened_here;
-        stack.extend(subdirs);
     }
     Ok(())
 }
 
 impl Kind {
-    /// The kind a directory entry records (None: the filesystem does not say).
-    fn of_dirent(t: u8) -> Option<Kind> {
-        use nix::libc;
-        match t {
-            libc::DT_DIR => Some(Kind::Dir),
-            libc::DT_REG => Some(Kind::File),
-            libc::DT_LNK => Some(Kind::Link),
-            libc::DT_FIFO => Some(Kind::Other("a FIFO")),
-            libc::DT_SOCK => Some(Kind::Other("a socket")),
-            libc::DT_CHR => Some(Kind::Other("a character device")),
-            libc::DT_BLK => Some(Kind::Other("a block device")),
-            _ => None,
-        }
-    }
-
-    /// The kind an `lstat`'s mode gives.
-    fn of_mode(mode: nix::libc::mode_t) -> Kind {
-        use nix::libc;
-        match mode & libc::S_IFMT {
-            libc::S_IFLNK => Kind::Link,
-            libc::S_IFDIR => Kind::Dir,
-            libc::S_IFREG => Kind::File,
-            libc::S_IFIFO => Kind::Other("a FIFO"),
-            libc::S_IFSOCK => Kind::Other("a socket"),
-            libc::S_IFCHR => Kind::Other("a character device"),
-            libc::S_IFBLK => Kind::Other("a block device"),
-            _ => Kind::Other("not a file"),
+    fn of(t: std::fs::FileType) -> Kind {
+        if t.is_symlink() {
+            Kind::Link
+        } else if t.is_dir() {
+            Kind::Dir
+        } else if t.is_file() {
+            Kind::File
+        } else {
+            Kind::Other(crate::rootfs::kind(t))
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
-    /// A tree wider than the directories the walk opens ahead: every directory is still
-    /// listed (the ones past the bound by their path), so a writable file in the last one and a
-    /// shared object in the first are both seen.
+    /// Every directory is listed: a writable file in the last one and a shared object in
+    /// the first are both seen, and a directory replaced by a link is not followed.
     #[test]
-    fn every_directory_is_walked_past_the_open_ahead_bound() {
+    fn every_directory_is_walked() {
         let t = tempfile::tempdir().unwrap();
         let tree = t.path().join("tree");
-        let dirs = OPEN_AHEAD * 3;
+        let dirs = 96;
         for i in 0..dirs {
             let d = tree.join(format!("d{i:03}")).join("sub");
             fs::create_dir_all(&d).unwrap();

@@ -15,7 +15,7 @@ use crate::error::Refusal;
 use crate::facts::{ExecFile, Facts, Program, Python, Rocm};
 use crate::finding::Finding;
 use crate::overlay::{Overlay, Presence, Tree};
-use crate::version::{Spec, Version};
+use crate::version::Spec;
 use infera_exec_derive::Refuse;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
@@ -87,7 +87,7 @@ fn matches(t: &Tree, python: &Python, rocm: &Rocm) -> bool {
 /// no release recorded (or not comparable).
 fn release_in_bound(t: &Tree, rocm: &Rocm) -> Option<bool> {
     let spec = Spec::parse(t.manifest.abi.rocm_release.as_deref()?).ok()?;
-    let v = Version::parse(&rocm.release.as_ref()?.version)?;
+    let v = crate::version::parse(&rocm.release.as_ref()?.version)?;
     Some(spec.contains(&v))
 }
 
@@ -209,7 +209,7 @@ pub fn engine_module<'t>(
             .collect(),
     })?;
     if let (Some(spec), Some(inst)) = (&entry.versions, facts.engine(engine)) {
-        match (Spec::parse(spec), Version::parse(&inst.version)) {
+        match (Spec::parse(spec), crate::version::parse(&inst.version)) {
             (Ok(s), Some(v)) if !s.contains(&v) => {
                 let e = SelectError::EngineVersion {
                     engine: engine.name(),
