@@ -196,7 +196,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     };
     // Manifests and layout only: the selected tree's facts are gathered once it is known.
     let opts = overlay::LoadOptions { check_writable: true, modules, lazy: true };
-    let mut overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
+    let overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
     let program = match &req.target {
         request::Target::Program { program } => Some(program.as_os_str()),
         _ => None,
@@ -219,24 +219,22 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         infiniband: envvars::get(env, envvars::MC_GID_INDEX).is_some()
             || req.args.iter().any(|a| a.as_encoded_bytes().starts_with(b"--disaggregation-ib-device")),
     };
-    let mut facts = facts::Facts::gather(root, env, &wanted);
-    // The tree's facts, the walk of its files and the integrity check are facts about the
-    // one tree the run would use; then the image is probed for that tree's own top-level
-    // modules (and its capabilities'), which it could shadow or share.
-    let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, env };
-    if let (Some(family), Ok(ov)) = (plan::selected_family(&inputs), overlay.as_mut()) {
-        if let Some(t) = ov.trees.iter_mut().find(|t| t.family == family) {
-            // The walk of its files comes first inside: its listings serve the facts.
-            overlay::gather(t, &opts);
+    let facts = facts::Facts::gather(&root, env, &wanted);
+    // The tree the run would use, and what only that tree needs read: its files' walk, its
+    // facts and integrity check, the image's packages its top-level modules could clash with.
+    let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, selected: None, env };
+    let selected = match (plan::selected_family(&inputs), &overlay) {
+        (Some(family), Ok(ov)) => ov.trees.iter().find(|t| t.family == family).map(|t| {
+            let verify = (req.verify != Verify::Off).then_some(req.verify == Verify::Digest);
+            let tree = overlay::selected(t, &opts, verify);
             let probe: std::collections::BTreeSet<String> =
-                t.facts.top_modules.keys().chain(t.facts.cap_modules.values().flatten()).cloned().collect();
-            facts.probe_site(&probe);
-            if req.verify != Verify::Off {
-                overlay::verify(t, req.verify == Verify::Digest);
-            }
-        }
-    }
-    let plan = plan::plan(&plan::Inputs { req, facts: &facts, overlay: &overlay, env });
+                tree.facts.top_modules.keys().chain(tree.facts.cap_modules.values().flatten()).cloned().collect();
+            let site = facts.probed_site(&root, &probe);
+            plan::Selected { tree, site }
+        }),
+        _ => None,
+    };
+    let plan = plan::plan(&plan::Inputs { req, facts: &facts, overlay: &overlay, selected: selected.as_ref(), env });
 
     if req.dry_run {
         let text = match req.output {
@@ -249,12 +247,6 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
             (None, Err(code)) => code,
             (None, Ok(())) => Exit::Ok.code(),
         };
-        // The process exits next: freeing every tree, fact and finding one by one would
-        // cost more than the rest of a dry run of a large overlay (the exec path never
-        // frees them either).
-        std::mem::forget(plan);
-        std::mem::forget(facts);
-        std::mem::forget(overlay);
         return code;
     }
     // The findings first: on a refusal they are what explains it. The warnings are each

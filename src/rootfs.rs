@@ -18,9 +18,30 @@ const MAX_SYMLINKS: usize = 40;
 /// Version files, config.json and manifests are small; a larger file is not read whole.
 pub const SMALL_FILE_LIMIT: u64 = 1 << 20;
 
+/// Where an image's root is on this host, as a value: container paths map to host paths
+/// by joining, with no file read. The plan holds this, never a [`Root`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    host: PathBuf,
+}
+
+impl Place {
+    pub fn is_host_root(&self) -> bool {
+        self.host == Path::new("/")
+    }
+
+    /// Where a container path lives on this host (no symlink resolution).
+    pub fn host(&self, cpath: &Path) -> PathBuf {
+        let mut p = self.host.clone();
+        p.extend(cpath.components().filter(|c| matches!(c, Component::Normal(_))));
+        p
+    }
+}
+
+/// The reader of an image's files.
 #[derive(Debug, Clone)]
 pub struct Root {
-    host: PathBuf,
+    place: Place,
     /// `host` without links, to turn the kernel's answer (a host path) back into a
     /// container path; None when it cannot be canonicalised (then the walk answers).
     canonical: Option<PathBuf>,
@@ -98,38 +119,41 @@ impl Root {
     pub fn new(host: impl Into<PathBuf>) -> Self {
         let host = host.into();
         let canonical = if host == Path::new("/") { None } else { fs::canonicalize(&host).ok() };
-        Root { host, canonical }
+        Root { place: Place { host }, canonical }
+    }
+
+    pub fn place(&self) -> &Place {
+        &self.place
     }
 
     /// The root is a directory this process can read: otherwise every fact would be
     /// "missing" for a reason that is not the image's.
     pub fn check(&self) -> Result<(), RootError> {
-        match fs::read_dir(&self.host) {
+        let dir = &self.place.host;
+        match fs::read_dir(dir) {
             Ok(_) => Ok(()),
             Err(e) => {
-                let reason = match fs::metadata(&self.host) {
+                let reason = match fs::metadata(dir) {
                     Ok(m) if !m.is_dir() => "is not a directory".to_string(),
                     _ if e.kind() == io::ErrorKind::NotFound => "does not exist".to_string(),
                     _ => format!("cannot be read: {}", io_reason(&e)),
                 };
-                Err(RootError::Missing { dir: self.host.clone(), reason })
+                Err(RootError::Missing { dir: dir.clone(), reason })
             }
         }
     }
 
     pub fn is_host_root(&self) -> bool {
-        self.host == Path::new("/")
+        self.place.is_host_root()
     }
 
     pub fn host_dir(&self) -> &Path {
-        &self.host
+        &self.place.host
     }
 
     /// Where a container path lives on this host (no symlink resolution).
     pub fn host(&self, cpath: &Path) -> PathBuf {
-        let mut p = self.host.clone();
-        p.extend(cpath.components().filter(|c| matches!(c, Component::Normal(_))));
-        p
+        self.place.host(cpath)
     }
 
     /// Resolve every symlink of a container path inside the root. Returns the resolved

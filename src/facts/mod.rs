@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::envvars::{self as ev, get, Env};
 use crate::finding::Finding;
-use crate::rootfs::{self, Root};
+use crate::rootfs::{self, Place, Root};
 
 pub use exe::ExecFile;
 pub use gpus::{GpuError, GpuSource, Gpus};
@@ -34,7 +34,8 @@ pub use torch::Torch;
 
 #[derive(Debug, Clone)]
 pub struct Facts {
-    pub root: Root,
+    /// Where the image is (for the host paths a plan names); the facts were read through it.
+    pub root: Place,
     pub python: Result<Python, PythonError>,
     pub torch: Option<Torch>,
     pub rocm: Result<Rocm, RocmError>,
@@ -104,26 +105,26 @@ pub struct Wanted<'a> {
 }
 
 impl Facts {
-    pub fn gather(root: Root, env: &Env, w: &Wanted) -> Facts {
+    pub fn gather(root: &Root, env: &Env, w: &Wanted) -> Facts {
         let mut findings = Vec::new();
-        let python = python::detect(&root, get(env, ev::PATH), get(env, ev::PYTHONPATH), w.interpreter, &mut findings);
+        let python = python::detect(root, get(env, ev::PATH), get(env, ev::PYTHONPATH), w.interpreter, &mut findings);
         let site_dirs = python.as_ref().map(|p| p.site_dirs.clone()).unwrap_or_default();
-        let torch = torch::detect(&root, &site_dirs, &mut findings);
+        let torch = torch::detect(root, &site_dirs, &mut findings);
         let places = rocm::Where {
             rocm_path: get(env, ev::ROCM_PATH),
             rocm_home: get(env, ev::ROCM_HOME),
             hip_path: get(env, ev::HIP_PATH),
             site_dirs: &site_dirs,
         };
-        let rocm = rocm::detect(&root, &places, torch.as_ref(), &mut findings);
+        let rocm = rocm::detect(root, &places, torch.as_ref(), &mut findings);
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
         let empty = BTreeSet::new();
-        let (site, engines) = site::scan(&root, &site_dirs, minor, w.probe.unwrap_or(&empty), w.engine);
-        let gpus = gpus::detect(&root, env, &mut findings);
+        let (site, engines) = site::scan(root, &site_dirs, minor, w.probe.unwrap_or(&empty), w.engine);
+        let gpus = gpus::detect(root, env, &mut findings);
         let s = |k: &str| get(env, k).and_then(|v| v.to_str());
         let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };
         let engine_configs: BTreeMap<OsString, engine_config::ConfigFacts> =
-            w.configs.iter().map(|c| (c.clone(), engine_config::detect(&root, c, w.chdir))).collect();
+            w.configs.iter().map(|c| (c.clone(), engine_config::detect(root, c, w.chdir))).collect();
         // A model named in a config file is a model of the run too.
         let mut refs = w.models.to_vec();
         for c in engine_configs.values() {
@@ -137,21 +138,21 @@ impl Facts {
                 }
             }
         }
-        let models = refs.iter().map(|r| (r.clone(), model::detect(&root, r, &hf))).collect();
-        let host = host::gather(&root);
-        let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(&root, &p.executable));
-        let program = w.program.map(|name| find_program(&root, env, name, w.chdir));
-        let ionic = ionic::detect(&root);
+        let models = refs.iter().map(|r| (r.clone(), model::detect(root, r, &hf))).collect();
+        let host = host::gather(root);
+        let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(root, &p.executable));
+        let program = w.program.map(|name| find_program(root, env, name, w.chdir));
+        let ionic = ionic::detect(root);
         let interfaces = (w.network && root.is_host_root()).then(net::interfaces).flatten();
         let gid_index = get(env, ev::MC_GID_INDEX).and_then(|v| v.to_str()?.trim().parse().ok());
-        let infiniband = w.infiniband.then(|| net::infiniband(&root, gid_index));
+        let infiniband = w.infiniband.then(|| net::infiniband(root, gid_index));
         let workdir = w.chdir.map(|d| match root.stat(d) {
             Ok((resolved, m)) if m.is_dir() => Ok(resolved),
             Ok(_) => Err("not a directory".to_string()),
             Err(e) => Err(rootfs::io_reason(&e)),
         });
         Facts {
-            root,
+            root: root.place().clone(),
             python,
             torch,
             rocm,
@@ -171,11 +172,14 @@ impl Facts {
         }
     }
 
-    /// Look for these top-level modules in the image's site directories (the selected
-    /// tree's own), adding them to the site index.
-    pub fn probe_site(&mut self, probe: &BTreeSet<String>) {
-        let Ok(py) = &self.python else { return };
-        site::probe(&self.root, &py.site_dirs, py.minor, probe, &mut self.site);
+    /// The image's site index with these top-level modules looked for too (the selected
+    /// tree's own, which the image could shadow or share).
+    pub fn probed_site(&self, root: &Root, probe: &BTreeSet<String>) -> SiteIndex {
+        let mut index = self.site.clone();
+        if let Ok(py) = &self.python {
+            site::probe(root, &py.site_dirs, py.minor, probe, &mut index);
+        }
+        index
     }
 
     pub fn engine(&self, e: crate::engines::Engine) -> Option<&EngineInstall> {

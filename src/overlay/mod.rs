@@ -234,8 +234,18 @@ pub struct LoadOptions {
     pub lazy: bool,
 }
 
-/// The facts of the tree a run uses, and the walk of its files ([`inspect`]).
-pub fn gather(tree: &mut Tree, opts: &LoadOptions) {
+/// The tree a run uses with its facts: the walk of its files ([`inspect`]), its modules,
+/// programs and libraries, and (`verify`: with digests or not) its integrity check.
+pub fn selected(tree: &Tree, opts: &LoadOptions, verify: Option<bool>) -> Tree {
+    let mut t = tree.clone();
+    gather(&mut t, opts);
+    if let Some(digest) = verify {
+        check_integrity(&mut t, digest);
+    }
+    t
+}
+
+fn gather(tree: &mut Tree, opts: &LoadOptions) {
     let mount = gather::mount(&tree.paths);
     tree.facts.mount = mount;
     inspect(tree);
@@ -279,7 +289,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
 }
 
 /// Check the tree against its integrity records and keep the result in its facts.
-pub fn verify(tree: &mut Tree, digest: bool) {
+fn check_integrity(tree: &mut Tree, digest: bool) {
     let mut files = 0;
     let mut problems = Vec::new();
     for part in &tree.paths.parts {

@@ -14,6 +14,7 @@ use crate::envvars::Env;
 use infera_exec_derive::Refuse;
 
 use crate::error::Refusal;
+use crate::facts::SiteIndex;
 use crate::facts::{Facts, Rocm};
 use crate::finding::Finding;
 use crate::manifest::Prefer;
@@ -302,7 +303,7 @@ pub fn usability(
 /// otherwise, with a warning naming both when the image has one (vLLM's ROCm images ship
 /// mooncake-transfer-engine-rocm: a tree that silently replaced it under the engine's own
 /// MooncakeConnector would run a build the engine was not tested with).
-pub fn copies(tree: &Tree, facts: &Facts, findings: &mut Vec<Finding>) -> BTreeMap<String, Import> {
+pub fn copies(tree: &Tree, site: &SiteIndex, findings: &mut Vec<Finding>) -> BTreeMap<String, Import> {
     let mut out = BTreeMap::new();
     for (name, cap) in &tree.manifest.capabilities {
         let mut tops: Vec<&str> = cap.modules.iter().filter_map(|m| m.split('.').next()).collect();
@@ -311,7 +312,7 @@ pub fn copies(tree: &Tree, facts: &Facts, findings: &mut Vec<Finding>) -> BTreeM
         let own = tree.paths.caps.get(name);
         let tree_dir = own.or_else(|| tree.facts.top_modules.get(top)).cloned().unwrap_or_else(|| tree.site());
         let tree_dist = Dist::of(&tree.facts.dists, &tree_dir, top).map(Dist::describe);
-        let theirs = tops.iter().find_map(|t| facts.site.provider(t).map(|(dir, d)| (*t, dir, d.map(Dist::describe))));
+        let theirs = tops.iter().find_map(|t| site.provider(t).map(|(dir, d)| (*t, dir, d.map(Dist::describe))));
         let import = match (theirs, cap.prefer, own) {
             (Some((t, dir, dist)), Prefer::Base, Some(_)) => {
                 findings.push(Finding::info(

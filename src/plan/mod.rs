@@ -80,7 +80,17 @@ pub struct Inputs<'a> {
     pub req: &'a Request,
     pub facts: &'a Facts,
     pub overlay: &'a Result<Overlay, Refusal>,
+    /// What was read about the tree the run would use, once it was known.
+    pub selected: Option<&'a Selected>,
     pub env: &'a Env,
+}
+
+/// The facts gathered about the selected tree (its files' walk, its modules, its integrity
+/// check) and the image's site index with that tree's top-level modules looked for.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    pub tree: crate::overlay::Tree,
+    pub site: crate::facts::SiteIndex,
 }
 
 /// The tree the request would run from, if one can be chosen: for gathering the facts
@@ -131,6 +141,10 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let overlay = inp.overlay.as_ref().map_err(Clone::clone)?;
 
     let tree = select::tree(req, python, rocm, overlay, &mut p.findings)?;
+    let (tree, site) = match inp.selected.filter(|s| s.tree.family == tree.family) {
+        Some(s) => (&s.tree, &s.site),
+        None => (tree, &facts.site),
+    };
     p.family = Some(tree.family.clone());
     p.tree = Some(tree.dir.clone());
     safety::integrity(tree)?;
@@ -165,7 +179,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     if let Some(e) = wrapped {
         args::wrapper_dialect(e, e.info().module, &req.args, list, &parsed)?;
     }
-    let copies = caps::copies(tree, facts, &mut p.findings);
+    let copies = caps::copies(tree, site, &mut p.findings);
     p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed, &copies) {
         Ok(rows) => rows,
         Err((rows, refusal)) => {
@@ -201,7 +215,7 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         gpu_presence(facts, &mut p.findings);
         node::devices(facts)?;
     }
-    safety::shadowing(tree, facts, &copies)?;
+    safety::shadowing(tree, site, &copies)?;
 
     let mut added = match engine {
         Some(e) => args::apply(

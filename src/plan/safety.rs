@@ -8,7 +8,7 @@ use thiserror::Error;
 
 use super::caps::{Copy, Import};
 use crate::error::Refusal;
-use crate::facts::Facts;
+use crate::facts::SiteIndex;
 use crate::manifest::Prefer;
 use crate::overlay::Tree;
 use crate::payload::Problem;
@@ -68,7 +68,7 @@ pub fn noexec(tree: &Tree) -> Result<(), SafetyError> {
 
 /// Nothing the child imports from the tree may replace a package of the image, except what
 /// the manifest says may: a capability whose tree copy is preferred, or `allow_shadow`.
-pub fn shadowing(tree: &Tree, facts: &Facts, copies: &BTreeMap<String, Import>) -> Result<(), SafetyError> {
+pub fn shadowing(tree: &Tree, site: &SiteIndex, copies: &BTreeMap<String, Import>) -> Result<(), SafetyError> {
     // The site directories and the capability directories the child gets.
     let own = tree.facts.cap_modules.iter().filter(|(c, _)| copies.get(*c).is_some_and(|i| i.copy == Copy::Tree));
     let on_path = tree.facts.top_modules.keys().chain(own.flat_map(|(_, ms)| ms));
@@ -81,7 +81,7 @@ pub fn shadowing(tree: &Tree, facts: &Facts, copies: &BTreeMap<String, Import>) 
     let mut clashes: Vec<String> = Vec::new();
     let mut hint_caps: Vec<String> = Vec::new();
     for m in on_path {
-        let Some(base) = facts.site.modules.get(m) else { continue };
+        let Some(base) = site.modules.get(m) else { continue };
         if tree.manifest.allow_shadow.contains(m) || preferred(m) {
             continue;
         }

@@ -58,7 +58,7 @@ fn kimi() -> ModelFacts {
 /// A vLLM ROCm 7 image unpacked at /image (not the host root: no process facts).
 fn facts() -> Facts {
     Facts {
-        root: Root::new("/image"),
+        root: Root::new("/image").place().clone(),
         python: Ok(python()),
         torch: None,
         rocm: Ok(Rocm {
@@ -166,7 +166,7 @@ fn env() -> Env {
 }
 
 fn run<'a>(req: &'a Request, facts: &'a Facts, ov: &'a Result<Overlay, Refusal>, env: &'a Env) -> Plan<'a> {
-    plan(&Inputs { req, facts, overlay: ov, env })
+    plan(&Inputs { req, facts, overlay: ov, selected: None, env })
 }
 
 fn strs(v: &[OsString]) -> Vec<String> {
