@@ -1,4 +1,4 @@
-//! The command line, low level (DESIGN.md "Command line"): it mirrors argv and only
+//! The command line, low level: it mirrors argv and only
 //! validates what clap can. Two forms:
 //!
 //! - `infera-exec [OPTIONS] PROGRAM [ARGS...]` — the command form the real pod specs use
@@ -17,7 +17,6 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::engines::Engine;
 use crate::envvars as ev;
-use crate::request::Role;
 
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
 const EXIT_CODES: &str =
@@ -356,6 +355,32 @@ pub enum Invocation {
         from: Option<PathBuf>,
     },
     Manifest(ManifestCommand),
+}
+
+/// What the run is (each subcommand's; the command form's from its program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Worker,
+    Server,
+    Check,
+    /// Any other program or module of the command form (`python3 -m infera.kvd`, `ray start`,
+    /// a debug shell): the tree's environment and capability checks, no engine flags.
+    Run,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Worker => "worker",
+            Role::Server => "server",
+            Role::Check => "check",
+            Role::Run => "run",
+        }
+    }
+    /// `check` plans the worker.
+    pub fn runs_engine(self) -> bool {
+        matches!(self, Role::Worker | Role::Check)
+    }
 }
 
 /// Find which form argv is and parse it. Errors are clap's, with a value that came from a

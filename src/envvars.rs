@@ -44,7 +44,7 @@ pub const INFERA_TERMINATION_LOG: &str = "INFERA_TERMINATION_LOG";
 pub const INFERA_IMAGE_ENV: &str = "INFERA_IMAGE_ENV";
 pub const INFERA_DEFAULT_KV_FP8: &str = "INFERA_DEFAULT_KV_FP8";
 pub const INFERA_VERIFY: &str = "INFERA_VERIFY";
-/// The Infera stack's knobs (FACTS.md, "The real Infera deployment").
+/// The Infera stack's knobs (its `infera/engine/*` readers).
 pub const INFERA_PYTHON: &str = "INFERA_PYTHON";
 pub const INFERA_REQUIRE_NATIVE: &str = "INFERA_REQUIRE_NATIVE";
 pub const INFERA_EXEC_CHDIR: &str = "INFERA_EXEC_CHDIR";

@@ -1,9 +1,11 @@
-//! Where outcomes become exit codes (DESIGN.md, "Exit codes").
+//! Where outcomes become exit codes (the README's table).
 //!
 //! Every module has its own error enum whose variants carry the path and the cause; each
 //! enum implements [`Refuse`], so the variant itself knows its stable code, its exit code
 //! and the hint a user can act on. A [`Refusal`] is the printable form, made from any of
 //! them with `?`/`into()` and rendered in one place (`lib.rs`).
+
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -88,3 +90,73 @@ impl std::fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// A day: longer grace periods are a typo, and would overflow time arithmetic.
+pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
+
+/// Values the argument parser accepted but that do not mean anything.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, infera_exec_derive::Refuse)]
+pub enum UsageError {
+    #[error("{said} {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
+    #[refuse(code = "init-grace-invalid", exit = Usage)]
+    InitGrace { said: String, value: f64 },
+    #[error("{said}: `{name}` is not a Linux capability")]
+    #[refuse(
+        code = "drop-caps-invalid",
+        exit = Usage,
+        hint = "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK"
+    )]
+    DropCaps { said: String, name: String },
+    #[error("{said} names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
+    #[refuse(code = "allow-unknown", exit = Usage, hint_opt = crate::suggest::did_you_mean(name, rules.iter().map(String::as_str)))]
+    AllowUnknown { said: String, name: String, rules: Vec<String> },
+    #[error("{}=`{value}`: expected size, digest or off", crate::envvars::INFERA_VERIFY)]
+    #[refuse(code = "verify-invalid", exit = Usage)]
+    Verify { value: String },
+    #[error("argument {index} after `--` contains a NUL byte")]
+    #[refuse(code = "arg-nul", exit = Usage, hint = "an execve argument cannot hold NUL; fix the pod spec's args")]
+    ArgNul { index: usize },
+    #[error("the command runs `-m {module}` (the {module_engine} engine) but --engine / INFERA_ENGINE says {engine}")]
+    #[refuse(code = "engine-conflict", exit = Usage, hint = "drop INFERA_ENGINE, or run the module of that engine")]
+    EngineConflict { module: String, module_engine: &'static str, engine: &'static str },
+    #[error("{said} `{}` is not an absolute path", dir.display())]
+    #[refuse(code = "chdir-invalid", exit = Usage, hint = "give an absolute directory of the image, e.g. /")]
+    ChdirRelative { said: String, dir: PathBuf },
+    #[error("{var}=`{value}` is not a whole number")]
+    #[refuse(
+        code = "group-invalid",
+        exit = Usage,
+        hint = "LeaderWorkerSet sets LWS_GROUP_SIZE and LWS_WORKER_INDEX itself; without it give --nnodes and --node-rank (INFERA_NNODES, INFERA_NODE_RANK) as numbers"
+    )]
+    GroupValue { var: String, value: String },
+    #[error("a multi-node group needs its size and this node's rank: {have} is set but {missing} is not")]
+    #[refuse(
+        code = "group-partial",
+        exit = Usage,
+        hint = "a pod of a LeaderWorkerSet gets LWS_GROUP_SIZE, LWS_WORKER_INDEX and LWS_LEADER_ADDRESS together; set all of them (or --nnodes, --node-rank, --leader-address) or none"
+    )]
+    GroupPartial { have: String, missing: &'static str },
+    #[error("node rank {rank} ({source_}) is outside the group of {size} nodes (0 to {})", size.saturating_sub(1))]
+    #[refuse(code = "group-rank-out-of-range", exit = Usage, hint = "the rank is the pod's 0-based index in its group (LWS_WORKER_INDEX)")]
+    RankOutOfRange { rank: u32, size: u32, source_: String },
+    #[error("{said} describes an image read with --root, but the root is `/`: inside the container the environment already is the image's")]
+    #[refuse(code = "image-env-without-root", exit = Usage, hint = "give --root DIR (the unpacked image) with it, or drop it")]
+    ImageEnvWithoutRoot { said: String },
+    #[error("{said} `{}` does not exist", path.display())]
+    #[refuse(
+        code = "image-env-missing",
+        exit = Missing,
+        hint = "write the image's environment there first: `podman image inspect IMAGE > FILE`, or give KEY=VALUE"
+    )]
+    ImageEnvMissing { said: String, path: PathBuf },
+    #[error("{said} `{}`: {reason}", path.display())]
+    #[refuse(
+        code = "image-env-invalid",
+        exit = Usage,
+        hint = "give `podman image inspect IMAGE` output, an OCI image config, KEY=VALUE lines, or one KEY=VALUE"
+    )]
+    ImageEnvInvalid { said: String, path: PathBuf, reason: String },
+    #[error("a group of {size} nodes ({source_}) needs the leader's address")]
+    #[refuse(code = "group-no-leader", exit = Usage, hint = "set LWS_LEADER_ADDRESS (LeaderWorkerSet does) or --leader-address / INFERA_LEADER_ADDRESS")]
+    NoLeader { size: u32, source_: String },
+}

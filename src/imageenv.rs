@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
-use crate::request::UsageError;
+use crate::error::UsageError;
 
 /// The largest file read (an image config is a few KiB).
 const MAX_FILE: u64 = 4 << 20;

@@ -45,7 +45,7 @@ pub fn block_signals() {
 
 /// Returns the exit code the launcher must exit with, or the refusal when the child
 /// cannot be started (126/127).
-pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::Prepared>) -> Result<i32, Refusal> {
+pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::execve::Prepared>) -> Result<i32, Refusal> {
     // Bounded when the request was resolved (0 ..= a day), so the conversion cannot fail.
     let grace = opts.grace_seconds.and_then(|g| Duration::try_from_secs_f64(g).ok());
     let pid1 = std::process::id() == 1;
@@ -70,7 +70,7 @@ pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::exec::
     // The child resets dispositions and the mask before execve (Prepared::exec).
     let child = match cmd.spawn() {
         Ok(c) => Pid::from_raw(c.id() as i32),
-        Err(e) => return Err(crate::exec::exec_error(crate::exec::file(x), e).into()),
+        Err(e) => return Err(crate::execve::exec_error(crate::execve::file(x), e).into()),
     };
     let target = if opts.group { Pid::from_raw(-child.as_raw()) } else { child };
     let mut deadline: Option<Instant> = None;

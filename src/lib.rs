@@ -6,6 +6,7 @@ pub mod engines;
 pub mod envvars;
 pub mod error;
 pub mod exec;
+pub mod execve;
 pub mod facts;
 pub mod finding;
 pub mod imageenv;
@@ -225,8 +226,10 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, selected: None, env };
     let selected = match (plan::selected_family(&inputs), &overlay) {
         (Some(family), Ok(ov)) => ov.trees.iter().find(|t| t.family == family).map(|t| {
-            let verify = (req.verify != Verify::Off).then_some(req.verify == Verify::Digest);
-            let tree = overlay::selected(t, &opts, verify);
+            let mut tree = overlay::selected(t, &opts);
+            if req.verify != Verify::Off {
+                tree.facts.integrity = Some(payload::integrity(&tree, req.verify == Verify::Digest));
+            }
             let probe: std::collections::BTreeSet<String> =
                 tree.facts.top_modules.keys().chain(tree.facts.cap_modules.values().flatten()).cloned().collect();
             let site = facts.probed_site(&root, &probe);

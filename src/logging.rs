@@ -101,10 +101,9 @@ pub fn init(env: &Env) -> Result<(), LogError> {
     targets.map(|_| ())
 }
 
-/// The logger: events the filter lets through, one line each on stderr (one `write`), in
-/// text or JSON. The launcher logs no spans, so none are kept (a span gets a constant id):
-/// `tracing_subscriber`'s registry and formatting layer did the same work with a span
-/// store allocated at start-up (a 32 KiB table, eight fresh pages, on every start).
+/// The logger: events the filter lets through, one line each on stderr (one `write`, so
+/// lines of processes sharing stderr do not interleave), in text or JSON. The launcher
+/// logs no spans, so none are kept (a span gets a constant id).
 struct Lines {
     targets: Targets,
     json: bool,

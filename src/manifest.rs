@@ -1,4 +1,4 @@
-//! The manifest of one overlay tree (`trees/<family>/manifest.toml`, DESIGN.md):
+//! The manifest of one overlay tree (`trees/<family>/manifest.toml`):
 //! its types, parsing and validation. Unknown keys are errors, so a typo cannot
 //! silently turn a capability off.
 
@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::engines::Engine;
-use crate::facts::site::is_identifier;
+use crate::facts::pyassign::is_identifier;
 use crate::rootfs::parse_minor;
 
 pub const SCHEMA: u32 = 1;
@@ -15,7 +15,7 @@ pub const SCHEMA: u32 = 1;
 /// infera's router module (`[server] module` of the shipped manifests).
 pub const SERVER_MODULE: &str = "infera.server";
 
-/// DESIGN.md's minimal manifest: the contract every launcher version reads (examples, tests).
+/// The minimal manifest: the contract every launcher version reads (examples, tests).
 pub const MINIMAL: &str = r#"schema = 1
 family = "rocm7-py312"
 [abi]

@@ -12,7 +12,8 @@ use infera_exec_derive::Refuse;
 use crate::error::Refusal;
 use crate::manifest;
 use crate::overlay;
-use crate::payload::{self, Problem, Record, RECORD};
+use crate::overlay::Problem;
+use crate::payload::{self, Record, RECORD};
 
 #[derive(Debug, Error, Refuse)]
 pub enum ManifestCmdError {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::facts::python::ext_suffix_minor;
 use crate::manifest::Manifest;
-use crate::overlay;
+use crate::overlay::{self, Integrity, Problem, Tree};
 
 pub const RECORD: &str = "payload.json";
 /// Files at least this large are hashed with all cores (as b3sum does); smaller ones in parallel with each other.
@@ -68,19 +68,6 @@ pub struct Entry {
     /// A symlink (inside the tree) and its target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<String>,
-}
-
-/// One problem found in a tree, with the file it is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub path: String,
-    pub what: String,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path, self.what)
-    }
 }
 
 /// A tree or its record could not be read.
@@ -481,6 +468,30 @@ pub fn verify_tree(tree: &Path, family: &str, digest: bool) -> Result<usize, Vec
         Ok(ps) => Err(ps),
         Err(e) => Err(one(e.to_string())),
     }
+}
+
+/// A tree checked against its integrity records (every part of it; with `digest`, each
+/// file's BLAKE3 too).
+pub fn integrity(tree: &Tree, digest: bool) -> Integrity {
+    let mut files = 0;
+    let mut problems = Vec::new();
+    for part in &tree.paths.parts {
+        let name = part.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        // Problems name files as the overlay holds them: trees/<family>/…, py312/…, native/<key>/….
+        let prefix = match part.parent().and_then(Path::file_name).and_then(|p| p.to_str()) {
+            Some(p @ ("trees" | "native")) => format!("{p}/{name}"),
+            _ => name.clone(),
+        };
+        match verify_tree(part, &name, digest) {
+            Ok(n) => files += n,
+            Err(ps) => problems.extend(ps.into_iter().map(|mut p| {
+                p.path = format!("{prefix}/{}", p.path);
+                p
+            })),
+        }
+    }
+    let result = if problems.is_empty() { Ok(files) } else { Err(problems) };
+    Integrity { digest, result }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Rendering a plan: text for people, JSON (DESIGN.md stable fields) for machines.
+//! Rendering a plan: text for people, JSON (the README's stable fields) for machines.
 //! Only the plan goes to stdout; refusals also go to stderr.
 
 use std::ffi::OsStr;

@@ -7,9 +7,6 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use infera_exec_derive::Refuse;
-use thiserror::Error;
-
 use crate::cli::{EngineChoice, Options, Output};
 use crate::engines::Engine;
 use crate::envvars::{self as ev, Env};
@@ -17,30 +14,7 @@ use crate::manifest::SERVER_MODULE;
 use crate::rootfs::parse_minor;
 use crate::spec::{InitSpec, Privileges};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Worker,
-    Server,
-    Check,
-    /// Any other program or module of the command form (`python3 -m infera.kvd`, `ray start`,
-    /// a debug shell): the tree's environment and capability checks, no engine flags.
-    Run,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Worker => "worker",
-            Role::Server => "server",
-            Role::Check => "check",
-            Role::Run => "run",
-        }
-    }
-    /// `check` plans the worker.
-    pub fn runs_engine(self) -> bool {
-        matches!(self, Role::Worker | Role::Check)
-    }
-}
+pub use crate::cli::Role;
 
 /// What the run execs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,75 +106,7 @@ pub const REQUIRE_FLAG: &str = "--require";
 /// `--allow engine-version`: run an engine version no tree is built for, knowingly.
 pub const ENGINE_VERSION: &str = "engine-version";
 
-/// A day: longer grace periods are a typo, and would overflow time arithmetic.
-pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
-
-/// Values the argument parser accepted but that do not mean anything.
-#[derive(Debug, Clone, PartialEq, Error, Refuse)]
-pub enum UsageError {
-    #[error("{said} {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
-    #[refuse(code = "init-grace-invalid", exit = Usage)]
-    InitGrace { said: String, value: f64 },
-    #[error("{said}: `{name}` is not a Linux capability")]
-    #[refuse(
-        code = "drop-caps-invalid",
-        exit = Usage,
-        hint = "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK"
-    )]
-    DropCaps { said: String, name: String },
-    #[error("{said} names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
-    #[refuse(code = "allow-unknown", exit = Usage, hint_opt = crate::suggest::did_you_mean(name, rules.iter().map(String::as_str)))]
-    AllowUnknown { said: String, name: String, rules: Vec<String> },
-    #[error("{}=`{value}`: expected size, digest or off", ev::INFERA_VERIFY)]
-    #[refuse(code = "verify-invalid", exit = Usage)]
-    Verify { value: String },
-    #[error("argument {index} after `--` contains a NUL byte")]
-    #[refuse(code = "arg-nul", exit = Usage, hint = "an execve argument cannot hold NUL; fix the pod spec's args")]
-    ArgNul { index: usize },
-    #[error("the command runs `-m {module}` (the {module_engine} engine) but --engine / INFERA_ENGINE says {engine}")]
-    #[refuse(code = "engine-conflict", exit = Usage, hint = "drop INFERA_ENGINE, or run the module of that engine")]
-    EngineConflict { module: String, module_engine: &'static str, engine: &'static str },
-    #[error("{said} `{}` is not an absolute path", dir.display())]
-    #[refuse(code = "chdir-invalid", exit = Usage, hint = "give an absolute directory of the image, e.g. /")]
-    ChdirRelative { said: String, dir: PathBuf },
-    #[error("{var}=`{value}` is not a whole number")]
-    #[refuse(
-        code = "group-invalid",
-        exit = Usage,
-        hint = "LeaderWorkerSet sets LWS_GROUP_SIZE and LWS_WORKER_INDEX itself; without it give --nnodes and --node-rank (INFERA_NNODES, INFERA_NODE_RANK) as numbers"
-    )]
-    GroupValue { var: String, value: String },
-    #[error("a multi-node group needs its size and this node's rank: {have} is set but {missing} is not")]
-    #[refuse(
-        code = "group-partial",
-        exit = Usage,
-        hint = "a pod of a LeaderWorkerSet gets LWS_GROUP_SIZE, LWS_WORKER_INDEX and LWS_LEADER_ADDRESS together; set all of them (or --nnodes, --node-rank, --leader-address) or none"
-    )]
-    GroupPartial { have: String, missing: &'static str },
-    #[error("node rank {rank} ({source_}) is outside the group of {size} nodes (0 to {})", size.saturating_sub(1))]
-    #[refuse(code = "group-rank-out-of-range", exit = Usage, hint = "the rank is the pod's 0-based index in its group (LWS_WORKER_INDEX)")]
-    RankOutOfRange { rank: u32, size: u32, source_: String },
-    #[error("{said} describes an image read with --root, but the root is `/`: inside the container the environment already is the image's")]
-    #[refuse(code = "image-env-without-root", exit = Usage, hint = "give --root DIR (the unpacked image) with it, or drop it")]
-    ImageEnvWithoutRoot { said: String },
-    #[error("{said} `{}` does not exist", path.display())]
-    #[refuse(
-        code = "image-env-missing",
-        exit = Missing,
-        hint = "write the image's environment there first: `podman image inspect IMAGE > FILE`, or give KEY=VALUE"
-    )]
-    ImageEnvMissing { said: String, path: PathBuf },
-    #[error("{said} `{}`: {reason}", path.display())]
-    #[refuse(
-        code = "image-env-invalid",
-        exit = Usage,
-        hint = "give `podman image inspect IMAGE` output, an OCI image config, KEY=VALUE lines, or one KEY=VALUE"
-    )]
-    ImageEnvInvalid { said: String, path: PathBuf, reason: String },
-    #[error("a group of {size} nodes ({source_}) needs the leader's address")]
-    #[refuse(code = "group-no-leader", exit = Usage, hint = "set LWS_LEADER_ADDRESS (LeaderWorkerSet does) or --leader-address / INFERA_LEADER_ADDRESS")]
-    NoLeader { size: u32, source_: String },
-}
+pub use crate::error::{UsageError, MAX_GRACE_SECONDS};
 
 /// The group from the launcher's options, else LeaderWorkerSet's variables.
 fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
@@ -410,7 +316,7 @@ impl EngineChoice {
     }
 }
 
-/// DESIGN.md "Where the overlay is": the directory above the launcher's own `bin/` when it
+/// Where the overlay is: the directory above the launcher's own `bin/` when it
 /// is an overlay (the real deployments mount it at /overlay or /payload), else /opt/infera.
 pub fn discover_overlay(exe: Option<&Path>) -> PathBuf {
     exe.and_then(Path::parent)

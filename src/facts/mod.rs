@@ -225,7 +225,7 @@ fn find_program(root: &Root, env: &Env, name: &OsStr, chdir: Option<&Path>) -> P
     Program::NotFound { name: name.to_os_string(), path }
 }
 
-/// The JSON shape of facts in a plan (DESIGN.md stable fields plus a few more).
+/// The JSON shape of facts in a plan (the README's stable fields plus a few more).
 #[derive(Debug, Clone, Serialize)]
 pub struct FactsView<'a> {
     pub python: Option<&'a Python>,

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::rootfs::{self, Root};
 
-/// Model types whose attention is MLA when `kv_lora_rank` is set (FACTS.md).
+/// Model types whose attention is MLA when `kv_lora_rank` is set (their modelling code in
+/// transformers and vLLM).
 const MLA_TYPES: &[&str] =
     &["deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k3", "kimi_linear", "deepseek_mtp", "kimi_vl"];
 

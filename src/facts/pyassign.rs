@@ -41,7 +41,7 @@ pub fn assignments(text: &str) -> BTreeMap<String, Value> {
         for target in parts {
             // `name: annotation` → name
             let name = target.split(':').next().unwrap_or("").trim();
-            if crate::facts::site::is_identifier(name) {
+            if is_identifier(name) {
                 out.insert(name.to_string(), value.clone());
             }
         }
@@ -107,6 +107,13 @@ pub fn literal(text: &str, name: &str) -> Option<String> {
         Some(Value::Str(s)) if !s.is_empty() => Some(s),
         _ => None,
     }
+}
+
+/// A Python identifier as the launcher meets them (ASCII: module and variable names).
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The image's ROCm userspace as two facts that must never be confused (DESIGN.md "The ABI
-//! key"): the **HIP ABI major** its runtime binds (the N of `libamdhip64.so.N`, what the
+//! The image's ROCm userspace as two facts that must never be confused: the **HIP ABI
+//! major** its runtime binds (the N of `libamdhip64.so.N`, what the
 //! overlay's compiled code links against, so what a tree is chosen by) and the **ROCm
 //! release** (`.info/version`, what hipFile needs 7.2+ of). ROCm 10.0.0 ships HIP 7.15: still
 //! `libamdhip64.so.7`. Each comes with its evidence; sources of the same fact that disagree

@@ -2,6 +2,7 @@
 //! shadowing) and the engines installed there (dist-info / egg-info).
 //! Each directory is listed once; nothing inside the packages is read.
 
+use super::pyassign::is_identifier;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -91,12 +92,6 @@ pub fn module_name(entry: &str) -> Option<&str> {
         entry
     };
     is_identifier(name).then_some(name)
-}
-
-pub fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
 /// Engines installed in the site directories, and which of `probe` (the overlay trees'

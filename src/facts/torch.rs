@@ -25,12 +25,12 @@ impl Torch {
         self.hip.as_deref()?.split(['.', '-']).next()?.parse().ok()
     }
 
-    /// The ROCm release it records: the `rocm` field, else a `+rocmX.Y[.Z]` local tag
-    /// (`+rocmsdk20251116` carries a date, not a release; source builds such as
-    /// `2.13.0a0+git733fca1` carry none).
+    /// The text of the ROCm release it records (for `rocm::parse_release` to read): the
+    /// `rocm` field, else a `+rocmX.Y[.Z]` local tag (`+rocmsdk20251116` carries a date, not
+    /// a release; source builds such as `2.13.0a0+git733fca1` carry none).
     pub fn release(&self) -> Option<String> {
         if let Some(r) = &self.rocm {
-            return super::rocm::parse_release(r).map(|_| r.clone());
+            return Some(r.clone());
         }
         let tag = self.version.as_deref()?.split_once("+rocm")?.1;
         if tag.starts_with("sdk") {
@@ -38,8 +38,7 @@ impl Torch {
         }
         // `7.2.0.git1234` / `7.2.0.lw.git7e1940d4` / `10.1.0a20260822`: the release part.
         let end = tag.find(".git").or_else(|| tag.find(".lw")).unwrap_or(tag.len());
-        let r = &tag[..end];
-        super::rocm::parse_release(r).map(|_| r.to_string())
+        Some(tag[..end].to_string())
     }
 
     /// A CUDA build: `cuda` set and `hip` None.

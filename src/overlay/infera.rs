@@ -1,4 +1,4 @@
-//! The Infera payload layout, read as it ships (FACTS.md, "The real Infera deployment"):
+//! The Infera payload layout, read as it ships (the stack's `Dockerfile.payload`):
 //!
 //! - `py3XX/`: one pure-Python tree per CPython minor (infera, kvd, their few C deps);
 //! - `native/rocm<N>-py3XX/`: compiled capabilities for (HIP ABI N, CPython minor), with a

@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::manifest::Manifest;
-use crate::payload::Problem;
 use infera_exec_derive::Refuse;
 
 pub use crate::facts::site::Dist;
@@ -34,7 +33,7 @@ pub struct Overlay {
     pub rdma: BTreeMap<u32, PathBuf>,
 }
 
-/// Which of the two layouts of DESIGN.md the overlay is in.
+/// Which of the two layouts (README, "The overlay") the overlay is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
     /// `trees/<family>/manifest.toml` with site-packages, lib, bin.
@@ -123,6 +122,19 @@ pub enum Presence {
     Missing,
     /// It exists but resolves outside the tree.
     Escapes(OverlayError),
+}
+
+/// One problem found in a tree, with the file it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    pub what: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.what)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,18 +242,15 @@ pub struct LoadOptions {
     /// Modules to look up in every tree besides the ones its manifest names.
     pub modules: Vec<String>,
     /// Read only the manifests and layout at load; the tree the run selects gets its facts
-    /// from `gather` (so a start costs the same with 2 trees or 50).
+    /// once it is selected (the others are never read further).
     pub lazy: bool,
 }
 
 /// The tree a run uses with its facts: the walk of its files ([`inspect`]), its modules,
-/// programs and libraries, and (`verify`: with digests or not) its integrity check.
-pub fn selected(tree: &Tree, opts: &LoadOptions, verify: Option<bool>) -> Tree {
+/// programs and libraries.
+pub fn selected(tree: &Tree, opts: &LoadOptions) -> Tree {
     let mut t = tree.clone();
     gather(&mut t, opts);
-    if let Some(digest) = verify {
-        check_integrity(&mut t, digest);
-    }
     t
 }
 
@@ -286,27 +295,4 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
     let patches = gather::patches(&dir);
     let rdma = gather::rdma_providers(&dir);
     Ok(Overlay { dir, layout, trees, patches, rdma })
-}
-
-/// Check the tree against its integrity records and keep the result in its facts.
-fn check_integrity(tree: &mut Tree, digest: bool) {
-    let mut files = 0;
-    let mut problems = Vec::new();
-    for part in &tree.paths.parts {
-        let name = part.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        // Problems name files as the overlay holds them: trees/<family>/…, py312/…, native/<key>/….
-        let prefix = match part.parent().and_then(Path::file_name).and_then(|p| p.to_str()) {
-            Some(p @ ("trees" | "native")) => format!("{p}/{name}"),
-            _ => name.clone(),
-        };
-        match crate::payload::verify_tree(part, &name, digest) {
-            Ok(n) => files += n,
-            Err(ps) => problems.extend(ps.into_iter().map(|mut p| {
-                p.path = format!("{prefix}/{}", p.path);
-                p
-            })),
-        }
-    }
-    let result = if problems.is_empty() { Ok(files) } else { Err(problems) };
-    tree.facts.integrity = Some(Integrity { digest, result });
 }

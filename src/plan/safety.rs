@@ -10,8 +10,8 @@ use super::caps::{Copy, Import};
 use crate::error::Refusal;
 use crate::facts::SiteIndex;
 use crate::manifest::Prefer;
+use crate::overlay::Problem;
 use crate::overlay::Tree;
-use crate::payload::Problem;
 use infera_exec_derive::Refuse;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]

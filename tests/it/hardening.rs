@@ -326,7 +326,7 @@ fn facts_from_the_walks_listings_are_the_facts_read_without_them() {
         let lazy = overlay::load(&ov.overlay(), &opts(true)).unwrap();
         let pick = |o: &overlay::Overlay| o.trees.iter().position(|t| t.family == "rocm7-py312").unwrap();
         let a = read.trees[pick(&read)].facts.clone();
-        let walked = overlay::selected(&lazy.trees[pick(&lazy)], &opts(true), None);
+        let walked = overlay::selected(&lazy.trees[pick(&lazy)], &opts(true));
         assert_eq!(show(&a), show(&walked.facts));
         walked.facts
     };
