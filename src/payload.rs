@@ -366,13 +366,13 @@ fn elf_needed(path: &Path) -> Option<Result<Vec<String>, String>> {
     if magic != *b"\x7fELF" {
         return None;
     }
-    // SAFETY: read-only map of a payload file; the tree is not modified while we inspect it.
-    let map = match unsafe { memmap2::Mmap::map(&f) } {
-        Ok(m) => m,
-        Err(e) => return Some(Err(e.to_string())),
-    };
+    // Read, not mapped: a file changed while it is read is a parse error, not a SIGBUS.
+    let mut bytes = magic.to_vec();
+    if let Err(e) = f.read_to_end(&mut bytes) {
+        return Some(Err(e.to_string()));
+    }
     Some(
-        goblin::elf::Elf::parse(&map)
+        goblin::elf::Elf::parse(&bytes)
             .map(|elf| elf.libraries.iter().map(|s| s.to_string()).collect())
             .map_err(|e| e.to_string()),
     )
