@@ -2,7 +2,7 @@
 //! consistent.
 #![no_main]
 use infera_exec::facts::{pyassign, rocm, torch};
-use infera_exec::version::{Spec, Version};
+use infera_exec::version::{self, Spec};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     if let Some((v, major, minor)) = rocm::parse_release(text) {
         // The numbers are the version's own, and the version orders as a version.
         assert!(v.starts_with(&format!("{major}.{minor}")), "{v} vs {major}.{minor}");
-        let parsed = Version::parse(&v);
+        let parsed = version::parse(&v);
         assert!(parsed.is_some(), "{v} is a release but not a version");
     }
     if let Some((v, major, minor)) = rocm::parse_version_header(text) {
@@ -24,17 +24,16 @@ fuzz_target!(|data: &[u8]| {
     }
     let a = pyassign::assignments(text);
     for k in a.keys() {
-        assert!(infera_exec::facts::site::is_identifier(k), "{k:?}");
+        assert!(pyassign::is_identifier(k), "{k:?}");
     }
     let t = torch::parse(text, std::path::Path::new("/x/torch/version.py"));
     let _ = (t.hip_major(), t.is_cuda());
-    if let Some(r) = t.release() {
-        assert!(rocm::parse_release(&r).is_some(), "{r}");
-    }
-    if let Some(v) = Version::parse(text) {
+    // The release text torch records, read as a ROCm release (or not).
+    let _ = t.release().as_deref().and_then(rocm::parse_release);
+    if let Some(v) = version::parse(text) {
         assert_eq!(v.cmp(&v), std::cmp::Ordering::Equal);
     }
     if let Ok(s) = Spec::parse(text) {
-        let _ = Version::parse("0.11.0").map(|v| s.contains(&v));
+        let _ = version::parse("0.11.0").map(|v| s.contains(&v));
     }
 });
