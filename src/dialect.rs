@@ -17,29 +17,19 @@ use crate::engines::{Engine, Normalise, Opt, OptionList, Spelling};
 /// of args or options.
 struct Table<'l> {
     engine: Engine,
-    own: &'static [(&'static str, Opt, Spelling)],
+    own: Vec<(&'static str, Opt, Spelling)>,
     names: &'l [&'static str],
     checked: bool,
 }
 
 impl<'l> Table<'l> {
     fn new(engine: Engine, list: Option<&'l OptionList>) -> Table<'l> {
-        // Each engine's spellings, listed once per process (a start reads the args more
-        // than once).
-        type Own = std::sync::OnceLock<Vec<(&'static str, Opt, Spelling)>>;
-        static VLLM: Own = Own::new();
-        static SGLANG: Own = Own::new();
-        let cell = match engine {
-            Engine::Vllm => &VLLM,
-            Engine::Sglang => &SGLANG,
-        };
-        let own = cell.get_or_init(|| {
-            Opt::ALL
-                .iter()
-                .filter_map(|o| engine.spelling(*o).map(|sp| (*o, sp)))
-                .flat_map(|(o, sp)| sp.names().map(move |n| (n, o, sp)))
-                .collect()
-        });
+        // Every option string the engine has for the launcher's options.
+        let own = Opt::ALL
+            .iter()
+            .filter_map(|o| engine.spelling(*o).map(|sp| (*o, sp)))
+            .flat_map(|(o, sp)| sp.names().map(move |n| (n, o, sp)))
+            .collect();
         // A recorded list is sorted and without duplicates (a unit test checks the files),
         // so a prefix is a range of it.
         let names: &[&'static str] = list.map(|l| l.names()).unwrap_or_default();

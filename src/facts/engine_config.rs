@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use saphyr_parser::{Event, Parser, ScalarStyle};
 use serde::Serialize;
 
-use crate::engines::Engine;
+use crate::engines::{ConfigFalse, Engine};
 use crate::rootfs::{self, Root};
 
 /// A YAML value as PyYAML's safe loader gives it to Python.
@@ -281,17 +281,14 @@ pub fn to_args(engine: Engine, entries: &[(String, Value)], has_option: &dyn Fn(
         let flag = format!("--{key}");
         match value {
             Value::Bool(true) => out.push(flag),
-            Value::Bool(false) => match engine {
-                // vLLM: `--no-KEY` when the parser has it; else nothing.
-                Engine::Vllm => {
+            Value::Bool(false) => match engine.info().config_false {
+                ConfigFalse::NoFlag => {
                     let no = format!("--no-{key}");
                     if has_option(&no) || has_option(&format!("--no-{}", key.replace('_', "-"))) {
                         out.push(no);
                     }
                 }
-                // sglang: a store_true flag set false is left out (the options the launcher
-                // reads are all store_true there).
-                Engine::Sglang => {}
+                ConfigFalse::Omitted => {}
             },
             Value::Seq(items) => {
                 if !items.is_empty() {

@@ -205,24 +205,22 @@ fn defaults<'a>(
         }
     }
 
-    // infera.engine.vllm looks at its command line only: without `--model` there it exits 2
-    // ("vLLM --model is required"), and without `--kv-cache-dtype` there it appends
-    // fp8_e4m3, which then overrides a `--config` file's value. What the file sets is
-    // written out, so that the file is what runs.
-    if e == Engine::Vllm {
-        let fp8_default = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).is_none_or(|v| v != "0");
-        for (o, needed) in [(Opt::Model, true), (Opt::KvCacheDtype, fp8_default)] {
-            if let (true, true, Some(v)) = (needed, p.from_config(o), p.value(o)) {
-                let flag = e.flag(o);
-                add(e, o, v, added);
-                findings.push(Finding::info(
-                    "config-made-explicit",
-                    format!(
-                        "added {flag} {v} from the --config file: infera.engine.vllm reads only its command line for {flag} ({})",
-                        if o == Opt::Model { "without it there it exits 2, `vLLM --model is required`" } else { "without it there it appends --kv-cache-dtype fp8_e4m3, overriding the file" }
-                    ),
-                ));
-            }
+    // Options the wrapper reads from its command line only: what the `--config` file sets is
+    // written out there, so that the file is what runs (the KV dtype only while the
+    // wrapper's fp8 default is on: INFERA_DEFAULT_KV_FP8=0 turns it off).
+    let fp8_default = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).is_none_or(|v| v != "0");
+    for &(o, why) in e.info().wrapper_reads_only_its_command_line {
+        let needed = o != Opt::KvCacheDtype || fp8_default;
+        if let (true, true, Some(v)) = (needed, p.from_config(o), p.value(o)) {
+            let flag = e.flag(o);
+            add(e, o, v, added);
+            findings.push(Finding::info(
+                "config-made-explicit",
+                format!(
+                    "added {flag} {v} from the --config file: {} reads only its command line for {flag} ({why})",
+                    e.info().module
+                ),
+            ));
         }
     }
 

@@ -161,9 +161,10 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let engine = run.engine();
     // The engine under infera's wrapper module (not a program of the pod's own choosing).
     let wrapped = engine.filter(|e| run.module() == Some(e.info().module));
-    // A rank > 0 of a vLLM group under the wrapper runs vLLM itself (ranks::VLLM_FOLLOWER).
-    let vllm_follower =
-        wrapped == Some(crate::engines::Engine::Vllm) && req.group.as_ref().is_some_and(|g| g.size > 1 && g.rank > 0);
+    // A rank > 0 of a group under the wrapper runs the engine's follower, where it has one.
+    let follower = wrapped
+        .and_then(|e| e.info().follower)
+        .filter(|_| req.group.as_ref().is_some_and(|g| g.size > 1 && g.rank > 0));
 
     // The engine's full option list for its version, when recorded: abbreviations are then
     // resolved exactly as its parser resolves them.
@@ -253,8 +254,8 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
             }
             let mut argv: Vec<OsString> = vec![program.clone().into_os_string()];
             argv.extend(options.iter().cloned());
-            if vllm_follower {
-                argv.extend(["-c".into(), OsString::from(ranks::VLLM_FOLLOWER)]);
+            if let Some(follower) = follower {
+                argv.extend(["-c".into(), OsString::from(follower)]);
                 p.findings.push(Finding::info(
                     "vllm-follower",
                     "rank > 0 of a vLLM group: runs vLLM's own CLI headless in the python process, after \

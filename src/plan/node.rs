@@ -64,19 +64,16 @@ pub fn devices(facts: &Facts) -> Result<(), NodeError> {
     })
 }
 
-/// `engine`: the one the request names; with `auto`, vLLM's variable is checked when the
-/// image has vLLM.
+/// `engine`: the one the request names; with `auto`, each engine the image has.
 pub fn check(engine: EngineChoice, facts: &Facts, env: &Env, findings: &mut Vec<Finding>) -> Result<(), NodeError> {
     let var = |k: &str| ev::get(env, k).map(|v| v.to_string_lossy().into_owned());
-    let vllm = match engine {
-        EngineChoice::One(e) => e == Engine::Vllm,
-        EngineChoice::Auto => facts.engine(Engine::Vllm).is_some(),
+    let engines: Vec<Engine> = match engine {
+        EngineChoice::One(e) => vec![e],
+        EngineChoice::Auto => Engine::all().filter(|e| facts.engine(*e).is_some()).collect(),
     };
-    if vllm {
-        if let Some(v) = var(ev::VLLM_PORT) {
-            if v.trim().parse::<u16>().is_err() {
-                return Err(NodeError::VllmPort { value: v });
-            }
+    for port_var in engines.iter().filter_map(|e| e.info().port_var) {
+        if let Some(v) = var(port_var).filter(|v| v.trim().parse::<u16>().is_err()) {
+            return Err(NodeError::VllmPort { value: v });
         }
     }
     if let (Some(hip), Some(cuda)) = (var(ev::HIP_VISIBLE_DEVICES), var(ev::CUDA_VISIBLE_DEVICES)) {

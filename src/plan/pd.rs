@@ -82,10 +82,7 @@ pub fn advertise(
             "host-default",
             format!(
                 "added --host 0.0.0.0: the router reaches this worker from another pod, and {}",
-                match e {
-                    Engine::Vllm => "with vLLM's default (None) infera.engine.vllm waits for http://None:PORT/health and never becomes ready",
-                    Engine::Sglang => "sglang binds 127.0.0.1 by default",
-                }
+                e.info().host_default
             ),
         ));
         host = Some("0.0.0.0".into());
@@ -127,20 +124,21 @@ pub fn advertise(
 
 /// The role infera's wrapper registers this worker with (None: MIXED).
 pub fn role(e: Engine, args: &[std::ffi::OsString], p: &Parsed) -> Option<Role> {
-    match e {
-        Engine::Vllm => {
-            let kv = crate::dialect::json_option(e, args, p, Opt::KvTransferConfig).ok().flatten()?;
-            match kv.get("kv_role").and_then(|r| r.as_str()) {
-                Some("kv_producer") => Some(Role::Prefill),
-                Some("kv_consumer") => Some(Role::Decode),
-                _ => None,
-            }
+    let r = e.info().pd_role;
+    let json;
+    let value = match r.json_key {
+        Some(key) => {
+            json = crate::dialect::json_option(e, args, p, r.opt).ok().flatten()?;
+            json.get(key)?.as_str()?
         }
-        Engine::Sglang => match p.value(Opt::DisaggregationMode) {
-            Some("prefill") => Some(Role::Prefill),
-            Some("decode") => Some(Role::Decode),
-            _ => None,
-        },
+        None => p.value(r.opt)?,
+    };
+    if value == r.prefill {
+        Some(Role::Prefill)
+    } else if value == r.decode {
+        Some(Role::Decode)
+    } else {
+        None
     }
 }
 

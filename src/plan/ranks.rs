@@ -17,29 +17,11 @@ use std::ffi::OsString;
 use thiserror::Error;
 
 use crate::dialect::{Parsed, Setting};
-use crate::engines::{Engine, Opt};
+use crate::engines::{Engine, Opt, Rendezvous};
 use crate::facts::net::unreachable_host;
 use crate::finding::Finding;
 use crate::request::Group;
 use infera_exec_derive::Refuse;
-
-/// vLLM's `--master-port` default (ParallelConfig.master_port), written out on every rank.
-pub const VLLM_MASTER_PORT: u16 = 29501;
-/// The port of sglang's `--dist-init-addr` (LeaderWorkerSet's sglang example uses it).
-pub const SGLANG_DIST_INIT_PORT: u16 = 20000;
-
-/// What a vLLM rank > 0 runs instead of `-m infera.engine.vllm` (as `python -c`): the real
-/// wrapper's argument split, fp8 default and ROCm environment defaults, then vLLM's own CLI
-/// in this process. infera.engine.vllm would start `vllm serve … --headless` and wait for a
-/// /health a headless rank never serves (infera/engine/vllm/worker.py `_wait_ready`), and
-/// its follower gate only comes after that wait.
-pub const VLLM_FOLLOWER: &str = "import runpy, sys; \
-from infera.engine import rocm_rdma_env as env; \
-from infera.engine.vllm.args import parse_vllm_args; \
-a = parse_vllm_args(sys.argv[1:]); \
-[f() for f in (env.apply_rocm_rdma_env_defaults, env.apply_vllm_aiter_default, env.apply_kv_host_ip_default, env.apply_mooncake_topology_default)]; \
-sys.argv = ['vllm', 'serve', *a.vllm_argv]; \
-runpy.run_module('vllm.entrypoints.cli.main', run_name='__main__')";
 
 /// The flags whose values differ per rank: left out of the args digest.
 pub const RANK_OPTS: [Opt; 5] =
@@ -145,8 +127,8 @@ pub fn plan(
             None => add(e, o, &want.to_string(), added, &mut said),
         }
     }
-    match e {
-        Engine::Vllm => {
+    match e.info().rendezvous {
+        Rendezvous::MasterAddr { port } => {
             if ray {
                 if let Some(nn) =
                     p.value(Opt::Nnodes).filter(|v| crate::dialect::py_int(v).ok().flatten().unwrap_or(1) > 1)
@@ -173,13 +155,13 @@ pub fn plan(
                 None => add(e, Opt::MasterAddr, &leader, added, &mut said),
             }
             if !p.is_set(Opt::MasterPort) {
-                add(e, Opt::MasterPort, &VLLM_MASTER_PORT.to_string(), added, &mut said);
+                add(e, Opt::MasterPort, &port.to_string(), added, &mut said);
             }
             if g.rank > 0 && !p.is_set(Opt::Headless) {
                 add(e, Opt::Headless, "on", added, &mut said);
             }
         }
-        Engine::Sglang => match p.value(Opt::DistInitAddr) {
+        Rendezvous::DistInitAddr { port } => match p.value(Opt::DistInitAddr) {
             Some(a) => {
                 let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
                 if unreachable_host(host) {
@@ -190,7 +172,7 @@ pub fn plan(
                     });
                 }
             }
-            None => add(e, Opt::DistInitAddr, &format!("{leader}:{SGLANG_DIST_INIT_PORT}"), added, &mut said),
+            None => add(e, Opt::DistInitAddr, &format!("{leader}:{port}"), added, &mut said),
         },
     }
     let sizes = sizes(e, n, gpus, user, added, &mut said)?;
@@ -215,7 +197,7 @@ fn sizes(
 ) -> Result<Sizes, RankError> {
     let nodes = u64::from(n);
     let dp = user.dp.unwrap_or(1);
-    if e == Engine::Sglang && dp > 1 {
+    if !e.info().dp_across_nodes && dp > 1 {
         return Err(RankError::SglangDp { dp, nodes: n });
     }
     let (mut tp, mut pp) = (user.tp, user.pp);
@@ -241,19 +223,11 @@ fn sizes(
         }
     }
     let (t, q) = (tp.unwrap_or(1), pp.unwrap_or(1));
-    let (world, sizes) = match e {
-        Engine::Vllm => (
-            dp * q * t,
-            format!(
-                "{} {dp} × {} {q} × {} {t}",
-                e.flag(Opt::DataParallelSize),
-                e.flag(Opt::PipelineParallelSize),
-                e.flag(Opt::TensorParallelSize)
-            ),
-        ),
-        Engine::Sglang => {
-            (q * t, format!("{} {q} × {} {t}", e.flag(Opt::PipelineParallelSize), e.flag(Opt::TensorParallelSize)))
-        }
+    let pp_tp = format!("{} {q} × {} {t}", e.flag(Opt::PipelineParallelSize), e.flag(Opt::TensorParallelSize));
+    let (world, sizes) = if e.info().dp_across_nodes {
+        (dp * q * t, format!("{} {dp} × {pp_tp}", e.flag(Opt::DataParallelSize)))
+    } else {
+        (q * t, pp_tp)
     };
     if world % nodes != 0 {
         return Err(RankError::NotDivisible { sizes, world, nodes: n });

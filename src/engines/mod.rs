@@ -2,11 +2,14 @@
 //! distribution, where its package records its version, the infera module that wraps it,
 //! how its argument parser normalises names, and how it spells each canonical option).
 //!
-//! Adding an engine is one `Engine` variant, one [`Info`] entry and one spelling function.
-//! The spelling functions match every [`Opt`] without a wildcard, so a new canonical option
-//! that an engine does not spell yet is a compile error, not a silent `None`.
+//! Each engine's own file (`vllm.rs`, `sglang.rs`) holds its row: its [`Info`], its spelling
+//! of every [`Opt`] (matched without a wildcard, so a new canonical option that an engine
+//! does not spell yet is a compile error, not a silent `None`) and its recorded option lists.
 
 use serde::Serialize;
+
+mod sglang;
+mod vllm;
 
 macro_rules! canonical_options {
     ($($(#[$m:meta])* $name:ident),* $(,)?) => {
@@ -108,6 +111,35 @@ pub enum Normalise {
     UnderscoresToDashes,
 }
 
+/// What the engine's `--config` reader makes of a `KEY: false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigFalse {
+    /// `--no-KEY`, when the parser has that option; else nothing (vLLM).
+    NoFlag,
+    /// Nothing: the keys the launcher reads are `store_true` flags (sglang).
+    Omitted,
+}
+
+/// Where a prefill/decode role is written in the engine's args: the option, the key inside
+/// its JSON value (if it is JSON), and the values meaning prefill and decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PdRole {
+    pub opt: Opt,
+    pub json_key: Option<&'static str>,
+    pub prefill: &'static str,
+    pub decode: &'static str,
+}
+
+/// How an engine's ranks meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// `--master-addr`/`--master-port` (its default written out) on every rank and
+    /// `--headless` on ranks > 0, unless Ray places the ranks (vLLM).
+    MasterAddr { port: u16 },
+    /// `--dist-init-addr LEADER:PORT` on every rank (sglang).
+    DistInitAddr { port: u16 },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
@@ -134,42 +166,34 @@ pub struct Info {
     pub wrapper_abbrev: bool,
     /// The wrapper module's own options (infera/engine/<engine>/args.py), which the
     /// engine's parser never sees.
-    wrapper_options: &'static str,
+    pub(crate) wrapper_options: &'static str,
     /// Option values the engine assumes when an option is absent and the launcher must
     /// know (sglang's transfer backend defaults to mooncake).
     pub defaults: &'static [(Opt, &'static str)],
-    spell: fn(Opt) -> Option<Spelling>,
+    /// Why `--host 0.0.0.0` is added when the args set no bind address.
+    pub host_default: &'static str,
+    /// What a `--config` file's `KEY: false` becomes on the command line.
+    pub config_false: ConfigFalse,
+    /// Where the args say a prefill or decode role.
+    pub pd_role: PdRole,
+    /// How the ranks of a multi-node group find each other.
+    pub rendezvous: Rendezvous,
+    /// What a rank > 0 of a group runs instead of the wrapper module (`python -c`), when
+    /// the wrapper cannot run one (`vllm.rs` says why).
+    pub follower: Option<&'static str>,
+    /// Options the wrapper reads from its command line only, not from a `--config` file,
+    /// and what it does without them there: the file's values are written out.
+    pub wrapper_reads_only_its_command_line: &'static [(Opt, &'static str)],
+    /// A variable the engine reads as its port and refuses when it is not a number (a
+    /// Service of the engine's name makes Kubernetes inject `tcp://…` there).
+    pub port_var: Option<&'static str>,
+    /// Whether data parallelism counts in the world the nodes share (vLLM: DP × PP × TP),
+    /// or is refused across nodes (sglang's multi-node DP is not the launcher's to plan).
+    pub dp_across_nodes: bool,
+    pub(crate) spell: fn(Opt) -> Option<Spelling>,
 }
 
-pub const TABLE: [Info; 2] = [
-    Info {
-        engine: Engine::Vllm,
-        name: "vllm",
-        dist: "vllm",
-        // setuptools-scm writes the literal into vllm/_version.py.
-        version_files: &["vllm/_version.py"],
-        module: "infera.engine.vllm",
-        normalise: Normalise::UnderscoresToDashes,
-        wrapper_abbrev: false,
-        wrapper_options: include_str!("engine_options/infera.engine.vllm.txt"),
-        defaults: &[],
-        spell: vllm,
-    },
-    Info {
-        engine: Engine::Sglang,
-        name: "sglang",
-        dist: "sglang",
-        // setuptools-scm writes the literal into sglang/_version.py; sglang/version.py imports
-        // it (or asks importlib.metadata), older releases had the literal there.
-        version_files: &["sglang/_version.py", "sglang/version.py"],
-        module: "infera.engine.sglang",
-        normalise: Normalise::Verbatim,
-        wrapper_abbrev: true,
-        wrapper_options: include_str!("engine_options/infera.engine.sglang.txt"),
-        defaults: &[(Opt::DisaggregationBackend, "mooncake")],
-        spell: sglang,
-    },
-];
+pub const TABLE: [Info; 2] = [vllm::INFO, sglang::INFO];
 
 impl Engine {
     pub fn info(self) -> &'static Info {
@@ -213,69 +237,6 @@ impl Engine {
     }
 }
 
-// [vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py]
-fn vllm(o: Opt) -> Option<Spelling> {
-    use Spelling::*;
-    match o {
-        Opt::Model => Some(Value(&["--model"])),
-        Opt::TensorParallelSize => Some(Value(&["--tensor-parallel-size", "-tp"])),
-        Opt::KvCacheDtype => Some(Value(&["--kv-cache-dtype"])),
-        Opt::MaxSeqs => Some(Value(&["--max-num-seqs"])),
-        Opt::LoadFormat => Some(Value(&["--load-format"])),
-        Opt::PrefixCaching => Some(Bool { on: "--enable-prefix-caching", off: "--no-enable-prefix-caching" }),
-        Opt::ChunkedPrefill => Some(Bool { on: "--enable-chunked-prefill", off: "--no-enable-chunked-prefill" }),
-        Opt::MmEncoderTpMode => Some(Value(&["--mm-encoder-tp-mode"])),
-        Opt::KvTransferConfig => Some(Value(&["--kv-transfer-config"])),
-        Opt::DisaggregationMode | Opt::DisaggregationBackend | Opt::HicacheStorageBackend => None,
-        Opt::DataParallelSize => Some(Value(&["--data-parallel-size", "-dp"])),
-        Opt::PipelineParallelSize => Some(Value(&["--pipeline-parallel-size", "-pp"])),
-        Opt::Nnodes => Some(Value(&["--nnodes", "-n"])),
-        Opt::DistributedExecutorBackend => Some(Value(&["--distributed-executor-backend"])),
-        Opt::NodeRank => Some(Value(&["--node-rank", "-r"])),
-        Opt::MasterAddr => Some(Value(&["--master-addr"])),
-        Opt::MasterPort => Some(Value(&["--master-port"])),
-        Opt::Headless => Some(OnFlag("--headless")),
-        Opt::DistInitAddr => None,
-        Opt::Host => Some(Value(&["--host"])),
-        Opt::DataParallelStartRank => Some(Value(&["--data-parallel-start-rank", "-dpr"])),
-        Opt::DataParallelBackend => Some(Value(&["--data-parallel-backend", "-dpb"])),
-        Opt::DisaggregationIbDevice | Opt::DisaggregationBootstrapPort => None,
-        Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
-        Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
-    }
-}
-
-// [python/sglang/srt/server_args.py]
-fn sglang(o: Opt) -> Option<Spelling> {
-    use Spelling::*;
-    match o {
-        Opt::Model => Some(Value(&["--model-path", "--model"])),
-        Opt::TensorParallelSize => Some(Value(&["--tp-size", "--tensor-parallel-size"])),
-        Opt::KvCacheDtype => Some(Value(&["--kv-cache-dtype"])),
-        Opt::MaxSeqs => Some(Value(&["--max-running-requests"])),
-        Opt::LoadFormat => Some(Value(&["--load-format"])),
-        Opt::PrefixCaching => Some(OffFlag("--disable-radix-cache")),
-        Opt::ChunkedPrefill => Some(ValueOff { names: &["--chunked-prefill-size"], value_off: "-1" }),
-        Opt::MmEncoderTpMode | Opt::KvTransferConfig | Opt::DistributedExecutorBackend => None,
-        Opt::DisaggregationMode => Some(Value(&["--disaggregation-mode"])),
-        Opt::DisaggregationBackend => Some(Value(&["--disaggregation-transfer-backend"])),
-        Opt::HicacheStorageBackend => Some(Value(&["--hicache-storage-backend"])),
-        Opt::DataParallelSize => Some(Value(&["--dp-size", "--data-parallel-size"])),
-        Opt::PipelineParallelSize => Some(Value(&["--pp-size", "--pipeline-parallel-size"])),
-        Opt::Nnodes => Some(Value(&["--nnodes"])),
-        Opt::NodeRank => Some(Value(&["--node-rank"])),
-        Opt::DistInitAddr => Some(Value(&["--dist-init-addr", "--nccl-init-addr"])),
-        Opt::Host => Some(Value(&["--host"])),
-        Opt::DisaggregationIbDevice => Some(Value(&["--disaggregation-ib-device"])),
-        Opt::DisaggregationBootstrapPort => Some(Value(&["--disaggregation-bootstrap-port"])),
-        Opt::MasterAddr | Opt::MasterPort | Opt::Headless | Opt::DataParallelStartRank | Opt::DataParallelBackend => {
-            None
-        }
-        Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
-        Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
-    }
-}
-
 /// An engine's complete list of long options, recorded from its own argument parser
 /// (`scripts/check-engine-parsers --options` prints them), for the versions it holds for:
 /// argparse resolves an abbreviation (`--max-num`) against every option it has, so the
@@ -286,9 +247,9 @@ pub struct OptionList {
     pub versions: &'static str,
     /// The version it was recorded from.
     pub recorded: &'static str,
-    text: &'static str,
+    pub(crate) text: &'static str,
     /// The names with the wrapper module's own, sorted (the wrapper parses before the engine).
-    names: std::sync::OnceLock<Vec<&'static str>>,
+    pub(crate) names: std::sync::OnceLock<Vec<&'static str>>,
 }
 
 impl OptionList {
@@ -307,35 +268,14 @@ impl OptionList {
 /// Recorded lists. A later release of the same minor may add options (an abbreviation the
 /// list calls unique may then be ambiguous to the engine, which exits 2 at once); it never
 /// removes the meaning of an unambiguous one without a deprecation cycle.
-pub static OPTION_LISTS: [OptionList; 3] = [
-    OptionList {
-        engine: Engine::Vllm,
-        versions: ">=0.11.1, <0.29",
-        recorded: "0.28.0",
-        text: include_str!("engine_options/vllm-0.28.0.txt"),
-        names: std::sync::OnceLock::new(),
-    },
-    OptionList {
-        engine: Engine::Vllm,
-        versions: ">=0.33, <0.34",
-        recorded: "0.33.0",
-        text: include_str!("engine_options/vllm-0.33.0.txt"),
-        names: std::sync::OnceLock::new(),
-    },
-    OptionList {
-        engine: Engine::Sglang,
-        versions: ">=0.5.23, <0.6",
-        recorded: "0.5.23",
-        text: include_str!("engine_options/sglang-0.5.23.txt"),
-        names: std::sync::OnceLock::new(),
-    },
-];
+pub static OPTION_LISTS: [&OptionList; 3] = [&vllm::OPTIONS[0], &vllm::OPTIONS[1], &sglang::OPTIONS[0]];
 
 /// The recorded option list for this engine version, if one covers it.
 pub fn option_list(engine: Engine, version: Option<&str>) -> Option<&'static OptionList> {
     let v = crate::version::parse(version?)?;
     OPTION_LISTS
         .iter()
+        .copied()
         .filter(|l| l.engine == engine)
         .find(|l| crate::version::Spec::parse(l.versions).is_ok_and(|s| s.contains(&v)))
 }

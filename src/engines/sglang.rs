@@ -1,0 +1,67 @@
+//! sglang: its row of the engine table, its spellings, its recorded option lists.
+
+use super::{ConfigFalse, Engine, Info, Normalise, Opt, OptionList, PdRole, Rendezvous, Spelling};
+
+pub const INFO: Info = Info {
+    engine: Engine::Sglang,
+    name: "sglang",
+    dist: "sglang",
+    // setuptools-scm writes the literal into sglang/_version.py; sglang/version.py imports
+    // it (or asks importlib.metadata), older releases had the literal there.
+    version_files: &["sglang/_version.py", "sglang/version.py"],
+    module: "infera.engine.sglang",
+    normalise: Normalise::Verbatim,
+    wrapper_abbrev: true,
+    wrapper_options: include_str!("options/infera.engine.sglang.txt"),
+    defaults: &[(Opt::DisaggregationBackend, "mooncake")],
+    host_default: "sglang binds 127.0.0.1 by default",
+    config_false: ConfigFalse::Omitted,
+    pd_role: PdRole { opt: Opt::DisaggregationMode, json_key: None, prefill: "prefill", decode: "decode" },
+    // The port LeaderWorkerSet's sglang example uses.
+    rendezvous: Rendezvous::DistInitAddr { port: 20000 },
+    dp_across_nodes: false,
+    port_var: None,
+    follower: None,
+    wrapper_reads_only_its_command_line: &[],
+    spell,
+};
+
+/// Its recorded option lists (see [`OptionList`]).
+pub static OPTIONS: [OptionList; 1] = [OptionList {
+    engine: Engine::Sglang,
+    versions: ">=0.5.23, <0.6",
+    recorded: "0.5.23",
+    text: include_str!("options/sglang-0.5.23.txt"),
+    names: std::sync::OnceLock::new(),
+}];
+
+// [python/sglang/srt/server_args.py]
+fn spell(o: Opt) -> Option<Spelling> {
+    use Spelling::*;
+    match o {
+        Opt::Model => Some(Value(&["--model-path", "--model"])),
+        Opt::TensorParallelSize => Some(Value(&["--tp-size", "--tensor-parallel-size"])),
+        Opt::KvCacheDtype => Some(Value(&["--kv-cache-dtype"])),
+        Opt::MaxSeqs => Some(Value(&["--max-running-requests"])),
+        Opt::LoadFormat => Some(Value(&["--load-format"])),
+        Opt::PrefixCaching => Some(OffFlag("--disable-radix-cache")),
+        Opt::ChunkedPrefill => Some(ValueOff { names: &["--chunked-prefill-size"], value_off: "-1" }),
+        Opt::MmEncoderTpMode | Opt::KvTransferConfig | Opt::DistributedExecutorBackend => None,
+        Opt::DisaggregationMode => Some(Value(&["--disaggregation-mode"])),
+        Opt::DisaggregationBackend => Some(Value(&["--disaggregation-transfer-backend"])),
+        Opt::HicacheStorageBackend => Some(Value(&["--hicache-storage-backend"])),
+        Opt::DataParallelSize => Some(Value(&["--dp-size", "--data-parallel-size"])),
+        Opt::PipelineParallelSize => Some(Value(&["--pp-size", "--pipeline-parallel-size"])),
+        Opt::Nnodes => Some(Value(&["--nnodes"])),
+        Opt::NodeRank => Some(Value(&["--node-rank"])),
+        Opt::DistInitAddr => Some(Value(&["--dist-init-addr", "--nccl-init-addr"])),
+        Opt::Host => Some(Value(&["--host"])),
+        Opt::DisaggregationIbDevice => Some(Value(&["--disaggregation-ib-device"])),
+        Opt::DisaggregationBootstrapPort => Some(Value(&["--disaggregation-bootstrap-port"])),
+        Opt::MasterAddr | Opt::MasterPort | Opt::Headless | Opt::DataParallelStartRank | Opt::DataParallelBackend => {
+            None
+        }
+        Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
+        Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
+    }
+}

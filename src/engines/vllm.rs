@@ -1,0 +1,99 @@
+//! vLLM: its row of the engine table, its spellings, its recorded option lists.
+
+use super::{ConfigFalse, Engine, Info, Normalise, Opt, OptionList, PdRole, Rendezvous, Spelling};
+
+pub const INFO: Info = Info {
+    engine: Engine::Vllm,
+    name: "vllm",
+    dist: "vllm",
+    // setuptools-scm writes the literal into vllm/_version.py.
+    version_files: &["vllm/_version.py"],
+    module: "infera.engine.vllm",
+    normalise: Normalise::UnderscoresToDashes,
+    wrapper_abbrev: false,
+    wrapper_options: include_str!("options/infera.engine.vllm.txt"),
+    defaults: &[],
+    host_default:
+        "with vLLM's default (None) infera.engine.vllm waits for http://None:PORT/health and never becomes ready",
+    config_false: ConfigFalse::NoFlag,
+    pd_role: PdRole {
+        opt: Opt::KvTransferConfig,
+        json_key: Some("kv_role"),
+        prefill: "kv_producer",
+        decode: "kv_consumer",
+    },
+    // ParallelConfig.master_port's default.
+    rendezvous: Rendezvous::MasterAddr { port: 29501 },
+    dp_across_nodes: true,
+    port_var: Some(crate::envvars::VLLM_PORT),
+    follower: Some(FOLLOWER),
+    // infera/engine/vllm/args.py looks at its argv only.
+    wrapper_reads_only_its_command_line: &[
+        (Opt::Model, "without it there it exits 2, `vLLM --model is required`"),
+        (Opt::KvCacheDtype, "without it there it appends --kv-cache-dtype fp8_e4m3, overriding the file"),
+    ],
+    spell,
+};
+
+/// What a vLLM rank > 0 runs instead of `-m infera.engine.vllm` (as `python -c`): the real
+/// wrapper's argument split, fp8 default and ROCm environment defaults, then vLLM's own CLI
+/// in this process. infera.engine.vllm would start `vllm serve … --headless` and wait for a
+/// /health a headless rank never serves (infera/engine/vllm/worker.py `_wait_ready`), and
+/// its follower gate only comes after that wait.
+const FOLLOWER: &str = "import runpy, sys; \
+from infera.engine import rocm_rdma_env as env; \
+from infera.engine.vllm.args import parse_vllm_args; \
+a = parse_vllm_args(sys.argv[1:]); \
+[f() for f in (env.apply_rocm_rdma_env_defaults, env.apply_vllm_aiter_default, env.apply_kv_host_ip_default, env.apply_mooncake_topology_default)]; \
+sys.argv = ['vllm', 'serve', *a.vllm_argv]; \
+runpy.run_module('vllm.entrypoints.cli.main', run_name='__main__')";
+
+/// Its recorded option lists (see [`OptionList`]).
+pub static OPTIONS: [OptionList; 2] = [
+    OptionList {
+        engine: Engine::Vllm,
+        versions: ">=0.11.1, <0.29",
+        recorded: "0.28.0",
+        text: include_str!("options/vllm-0.28.0.txt"),
+        names: std::sync::OnceLock::new(),
+    },
+    OptionList {
+        engine: Engine::Vllm,
+        versions: ">=0.33, <0.34",
+        recorded: "0.33.0",
+        text: include_str!("options/vllm-0.33.0.txt"),
+        names: std::sync::OnceLock::new(),
+    },
+];
+
+// [vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py]
+fn spell(o: Opt) -> Option<Spelling> {
+    use Spelling::*;
+    match o {
+        Opt::Model => Some(Value(&["--model"])),
+        Opt::TensorParallelSize => Some(Value(&["--tensor-parallel-size", "-tp"])),
+        Opt::KvCacheDtype => Some(Value(&["--kv-cache-dtype"])),
+        Opt::MaxSeqs => Some(Value(&["--max-num-seqs"])),
+        Opt::LoadFormat => Some(Value(&["--load-format"])),
+        Opt::PrefixCaching => Some(Bool { on: "--enable-prefix-caching", off: "--no-enable-prefix-caching" }),
+        Opt::ChunkedPrefill => Some(Bool { on: "--enable-chunked-prefill", off: "--no-enable-chunked-prefill" }),
+        Opt::MmEncoderTpMode => Some(Value(&["--mm-encoder-tp-mode"])),
+        Opt::KvTransferConfig => Some(Value(&["--kv-transfer-config"])),
+        Opt::DisaggregationMode | Opt::DisaggregationBackend | Opt::HicacheStorageBackend => None,
+        Opt::DataParallelSize => Some(Value(&["--data-parallel-size", "-dp"])),
+        Opt::PipelineParallelSize => Some(Value(&["--pipeline-parallel-size", "-pp"])),
+        Opt::Nnodes => Some(Value(&["--nnodes", "-n"])),
+        Opt::DistributedExecutorBackend => Some(Value(&["--distributed-executor-backend"])),
+        Opt::NodeRank => Some(Value(&["--node-rank", "-r"])),
+        Opt::MasterAddr => Some(Value(&["--master-addr"])),
+        Opt::MasterPort => Some(Value(&["--master-port"])),
+        Opt::Headless => Some(OnFlag("--headless")),
+        Opt::DistInitAddr => None,
+        Opt::Host => Some(Value(&["--host"])),
+        Opt::DataParallelStartRank => Some(Value(&["--data-parallel-start-rank", "-dpr"])),
+        Opt::DataParallelBackend => Some(Value(&["--data-parallel-backend", "-dpb"])),
+        Opt::DisaggregationIbDevice | Opt::DisaggregationBootstrapPort => None,
+        Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
+        Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
+    }
+}
