@@ -130,6 +130,28 @@ pub struct PdRole {
     pub decode: &'static str,
 }
 
+/// A variable's value, by name.
+pub type Var<'a> = &'a dyn Fn(&str) -> Option<String>;
+/// An option's value in the engine args, by canonical option.
+pub type Value<'a, 'b> = &'a dyn Fn(Opt) -> Option<&'b str>;
+
+/// A `--kv-transfer-config` JSON value, where the engine has one.
+pub type KvJson<'a> = Option<&'a serde_json::Value>;
+
+/// How an engine's PD settings are read (functions of its args' values and the pod's
+/// variables; `kv`: its `--kv-transfer-config` JSON, where it has one).
+#[derive(Clone, Copy)]
+pub struct PdReading {
+    /// The prefill's bootstrap port as set (None: the engines' default, 8998).
+    pub bootstrap_port: fn(Var, Value) -> Option<u16>,
+    /// What carries the KV cache: `mooncake`, `nixl`, ...
+    pub transfer: fn(KvJson, Value) -> &'static str,
+    /// Hosts the engine itself publishes for its peers, `(where set, host)`,
+    /// which must be routable when the group spans nodes (`prefill`: this pod serves the
+    /// bootstrap).
+    pub own_addresses: fn(KvJson, Var, bool) -> Vec<(String, String)>,
+}
+
 /// How an engine's ranks meet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rendezvous {
@@ -176,6 +198,8 @@ pub struct Info {
     pub config_false: ConfigFalse,
     /// Where the args say a prefill or decode role.
     pub pd_role: PdRole,
+    /// What a prefill/decode pod's args and variables say beyond its role.
+    pub pd: PdReading,
     /// How the ranks of a multi-node group find each other.
     pub rendezvous: Rendezvous,
     /// What a rank > 0 of a group runs instead of the wrapper module (`python -c`), when

@@ -1,6 +1,8 @@
 //! sglang: its row of the engine table, its spellings, its recorded option lists.
 
-use super::{ConfigFalse, Engine, Info, Normalise, Opt, OptionList, PdRole, Rendezvous, Spelling};
+use super::{
+    ConfigFalse, Engine, Info, Normalise, Opt, OptionList, PdReading, PdRole, Rendezvous, Spelling, Value, Var,
+};
 
 pub const INFO: Info = Info {
     engine: Engine::Sglang,
@@ -18,6 +20,7 @@ pub const INFO: Info = Info {
     config_false: ConfigFalse::Omitted,
     pd_role: PdRole { opt: Opt::DisaggregationMode, json_key: None, prefill: "prefill", decode: "decode" },
     // The port LeaderWorkerSet's sglang example uses.
+    pd: PdReading { bootstrap_port, transfer, own_addresses: |_, _, _| Vec::new() },
     rendezvous: Rendezvous::DistInitAddr { port: 20000 },
     dp_across_nodes: false,
     port_var: None,
@@ -25,6 +28,18 @@ pub const INFO: Info = Info {
     wrapper_reads_only_its_command_line: &[],
     spell,
 };
+
+fn bootstrap_port(_: Var, value: Value) -> Option<u16> {
+    value(Opt::DisaggregationBootstrapPort)?.trim().parse().ok()
+}
+
+fn transfer(_: Option<&serde_json::Value>, value: Value) -> &'static str {
+    match value(Opt::DisaggregationBackend) {
+        Some("nixl") => "nixl",
+        Some("mooncake_tcp") => "mooncake_tcp",
+        _ => "mooncake",
+    }
+}
 
 /// Its recorded option lists (see [`OptionList`]).
 pub static OPTIONS: [OptionList; 1] = [OptionList {

@@ -1,6 +1,8 @@
 //! vLLM: its row of the engine table, its spellings, its recorded option lists.
 
-use super::{ConfigFalse, Engine, Info, Normalise, Opt, OptionList, PdRole, Rendezvous, Spelling};
+use super::{
+    ConfigFalse, Engine, Info, Normalise, Opt, OptionList, PdReading, PdRole, Rendezvous, Spelling, Value, Var,
+};
 
 pub const INFO: Info = Info {
     engine: Engine::Vllm,
@@ -23,6 +25,7 @@ pub const INFO: Info = Info {
         decode: "kv_consumer",
     },
     // ParallelConfig.master_port's default.
+    pd: PdReading { bootstrap_port, transfer, own_addresses },
     rendezvous: Rendezvous::MasterAddr { port: 29501 },
     dp_across_nodes: true,
     port_var: Some(crate::envvars::VLLM_PORT),
@@ -47,6 +50,45 @@ a = parse_vllm_args(sys.argv[1:]); \
 [f() for f in (env.apply_rocm_rdma_env_defaults, env.apply_vllm_aiter_default, env.apply_kv_host_ip_default, env.apply_mooncake_topology_default)]; \
 sys.argv = ['vllm', 'serve', *a.vllm_argv]; \
 runpy.run_module('vllm.entrypoints.cli.main', run_name='__main__')";
+
+// MooncakeConnector's bootstrap server (vllm/distributed/kv_transfer): its port variable.
+fn bootstrap_port(var: Var, _: Value) -> Option<u16> {
+    var(crate::envvars::VLLM_MOONCAKE_BOOTSTRAP_PORT)?.trim().parse().ok()
+}
+
+/// The transfer of the connector `--kv-transfer-config` names (a MultiConnector's first
+/// known child); MooncakeConnector by default.
+fn transfer(kv: Option<&serde_json::Value>, _: Value) -> &'static str {
+    let of = |c: Option<&str>| match c {
+        Some("MoRIIOConnector") => Some("moriio"),
+        Some("NixlConnector") => Some("nixl"),
+        Some("MooncakeConnector" | "MooncakeStoreConnector") => Some("mooncake"),
+        _ => None,
+    };
+    let Some(kv) = kv else { return "mooncake" };
+    let connector = kv.get("kv_connector").and_then(|c| c.as_str());
+    of(connector)
+        .or_else(|| {
+            let children = kv.get("kv_connector_extra_config")?.get("connectors")?.as_array()?;
+            children.iter().find_map(|c| of(c.get("kv_connector").and_then(|x| x.as_str())))
+        })
+        .unwrap_or("mooncake")
+}
+
+/// The host of the connector's bootstrap address (a prefill's) and VLLM_HOST_IP, which vLLM
+/// publishes.
+fn own_addresses(kv: Option<&serde_json::Value>, var: Var, prefill: bool) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let extra = kv.and_then(|j| j.get("kv_connector_extra_config")?.get("bootstrap_server_address")?.as_str());
+    if let Some(addr) = extra.filter(|_| prefill) {
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        out.push(("kv_connector_extra_config.bootstrap_server_address".to_string(), host.to_string()));
+    }
+    if let Some(ip) = var(crate::envvars::VLLM_HOST_IP) {
+        out.push((crate::envvars::VLLM_HOST_IP.to_string(), ip));
+    }
+    out
+}
 
 /// Its recorded option lists (see [`OptionList`]).
 pub static OPTIONS: [OptionList; 2] = [

@@ -183,39 +183,20 @@ pub fn plan(
     let nodes = group.map_or(1, |g| g.size);
     // What the wrapper publishes; a rank that does not register: the pod's IP.
     let published = advertised.map(str::to_string).or_else(|| var(ev::POD_IP).filter(|h| !h.trim().is_empty()));
-    let (host, port, transfer) = match e {
-        Engine::Vllm => {
-            let extra = kv
-                .as_ref()
-                .and_then(|j| j.get("kv_connector_extra_config"))
-                .and_then(|x| x.get("bootstrap_server_address"));
-            if let Some(addr) = extra.and_then(|a| a.as_str()) {
-                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-                if nodes > 1 && role != Role::Decode && unreachable_host(host) {
-                    let what = "kv_connector_extra_config.bootstrap_server_address".to_string();
-                    return Err(PdError::Bootstrap { what, host: host.into(), nodes });
-                }
+    let pd = e.info().pd;
+    let value = |o: Opt| p.value(o);
+    let var_of = |k: &str| var(k);
+    if nodes > 1 {
+        for (what, host) in (pd.own_addresses)(kv.as_ref(), &var_of, role != Role::Decode) {
+            if unreachable_host(&host) {
+                return Err(PdError::Bootstrap { what, host, nodes });
             }
-            if let Some(ip) = var(ev::VLLM_HOST_IP).filter(|ip| nodes > 1 && unreachable_host(ip)) {
-                return Err(PdError::Bootstrap { what: "VLLM_HOST_IP".into(), host: ip, nodes });
-            }
-            let port = var(ev::VLLM_MOONCAKE_BOOTSTRAP_PORT).and_then(|v| v.trim().parse().ok()).unwrap_or(8998);
-            // infera.engine.vllm registers `bootstrap_addr` = http://<advertised host>:<port>
-            // (args.py _compute_disagg_meta), whatever the connector's own settings.
-            (published, port, vllm_transfer(kv.as_ref()))
         }
-        Engine::Sglang => {
-            let port = p.value(Opt::DisaggregationBootstrapPort).and_then(|v| v.trim().parse().ok()).unwrap_or(8998);
-            // infera.engine.sglang registers `<advertised host>:<bootstrap port>` (worker.py).
-            let host = published;
-            let transfer = match p.value(Opt::DisaggregationBackend) {
-                Some("nixl") => "nixl",
-                Some("mooncake_tcp") => "mooncake_tcp",
-                _ => "mooncake",
-            };
-            (host, port, transfer)
-        }
-    };
+    }
+    // The wrapper registers the advertised host with the bootstrap port, whatever the
+    // connector's own settings.
+    let port = (pd.bootstrap_port)(&var_of, &value).unwrap_or(8998);
+    let (host, transfer) = (published, (pd.transfer)(kv.as_ref(), &value));
     let is_prefill = role != Role::Decode;
     let view = PdView {
         role,
@@ -238,23 +219,6 @@ pub fn plan(
 
 /// The transfer of a vLLM connector, as infera's `_CONNECTOR_TO_PROTOCOL` names it
 /// (a MultiConnector's first child that has one).
-fn vllm_transfer(kv: Option<&serde_json::Value>) -> &'static str {
-    let of = |c: Option<&str>| match c {
-        Some("MoRIIOConnector") => Some("moriio"),
-        Some("NixlConnector") => Some("nixl"),
-        Some("MooncakeConnector" | "MooncakeStoreConnector") => Some("mooncake"),
-        _ => None,
-    };
-    let Some(kv) = kv else { return "mooncake" };
-    let connector = kv.get("kv_connector").and_then(|c| c.as_str());
-    of(connector)
-        .or_else(|| {
-            let children = kv.get("kv_connector_extra_config")?.get("connectors")?.as_array()?;
-            children.iter().find_map(|c| of(c.get("kv_connector").and_then(|x| x.as_str())))
-        })
-        .unwrap_or("mooncake")
-}
-
 /// The RDMA devices the args name exist; the GID `MC_GID_INDEX` picks is routable.
 fn devices_and_gid(
     e: Engine,
