@@ -1,7 +1,7 @@
 //! Reading engine args in the engine's own dialect: every form argparse accepts
 //! (`--flag v`, `--flag=v`, vLLM's `--flag_with_underscores`, short aliases, `--no-...`
 //! booleans, unambiguous prefixes; the last one wins), with the spellings of the engine
-//! table (`engines.rs`). The reader never changes the args; planning only appends absent
+//! table (`engines/`). The reader never changes the args; planning only appends absent
 //! flags.
 
 use std::collections::BTreeMap;
