@@ -40,10 +40,13 @@ pub use envvars::Env;
 
 /// Parse, plan, print or exec. Returns the exit code when it does not exec.
 pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
-    let json = cli::wants_json(&argv, &env);
+    // Whether a refusal found before there is a request answers in JSON too: read from the
+    // raw argv only when there is one.
+    let raw = argv.clone();
+    let json = || cli::wants_json(&raw, &env);
     if let Err(e) = logging::init(&env) {
         let r = Refusal::from(e);
-        if json {
+        if json() {
             print_json_error(&r);
         }
         return refuse(&r, &env);
@@ -58,7 +61,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
             let r = Refusal { code: "usage".into(), message: first, hint: None, exit: Exit::Usage };
-            if json {
+            if json() {
                 // The parser's message, as the `error` object every JSON answer carries.
                 print_json_error(&r);
             }
@@ -86,7 +89,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Err(r) => {
             // Refused before there is a plan to print (a usage error in a variable, a root
             // that does not exist): JSON still answers with its `error` object.
-            if json {
+            if json() {
                 print_json_error(&r);
             }
             refuse(&r, &env)

@@ -43,8 +43,9 @@ impl Place {
 pub struct Root {
     place: Place,
     /// `host` without links, to turn the kernel's answer (a host path) back into a
-    /// container path; None when it cannot be canonicalised (then the walk answers).
-    canonical: Option<PathBuf>,
+    /// container path, and the root opened (`O_PATH`) for `openat2`; None when either
+    /// cannot be had (then the walk answers).
+    in_root: Option<(PathBuf, std::sync::Arc<fs::File>)>,
 }
 
 /// What the launcher keeps of a file's `stat`: its type and permission bits and its identity.
@@ -118,8 +119,13 @@ pub enum RootError {
 impl Root {
     pub fn new(host: impl Into<PathBuf>) -> Self {
         let host = host.into();
-        let canonical = if host == Path::new("/") { None } else { fs::canonicalize(&host).ok() };
-        Root { place: Place { host }, canonical }
+        use std::os::unix::fs::OpenOptionsExt;
+        let open = |c: PathBuf| {
+            let o = fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_PATH | nix::libc::O_DIRECTORY).open(&c);
+            o.ok().map(|f| (c, std::sync::Arc::new(f)))
+        };
+        let in_root = if host == Path::new("/") { None } else { fs::canonicalize(&host).ok().and_then(open) };
+        Root { place: Place { host }, in_root }
     }
 
     pub fn place(&self) -> &Place {
@@ -192,13 +198,7 @@ impl Root {
     fn in_root(&self, cpath: &Path) -> Option<io::Result<(PathBuf, Stat)>> {
         use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        use std::os::unix::fs::OpenOptionsExt;
-        let canonical = self.canonical.as_ref()?;
-        let dir = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_PATH | nix::libc::O_DIRECTORY)
-            .open(canonical)
-            .ok()?;
+        let (canonical, dir) = self.in_root.as_ref()?;
         let rel: PathBuf = cpath.components().filter(|c| !matches!(c, Component::RootDir)).collect();
         let rel = if rel.as_os_str().is_empty() { PathBuf::from(".") } else { rel };
         let how = OpenHow::new()
