@@ -102,7 +102,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
 fn version_text(env: &Env) -> String {
     let dir = envvars::get_nonempty(env, envvars::INFERA_OVERLAY)
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| request::discover_overlay(std::env::current_exe().ok().as_deref()));
+        .unwrap_or_else(|| overlay::discover(std::env::current_exe().ok().as_deref()));
     let trees = match overlay::load(&dir, &overlay::LoadOptions::default()) {
         Ok(ov) => {
             let fams: Vec<String> = ov
@@ -171,12 +171,22 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         init::block_signals();
     }
     // With --image-env, the environment the image's containers start with.
+    let image_env = match imageenv::resolve(&req.image_env, &req.root, &req.image_env_said) {
+        Ok(v) => v,
+        Err(e) => {
+            let r = Refusal::from(e);
+            if req.output == Output::Json {
+                print_json_error(&r);
+            }
+            return refuse(&r, env);
+        }
+    };
     let with_image;
-    let env = if req.image_env.is_empty() {
+    let env = if image_env.is_empty() {
         env
     } else {
         let mut e = env.clone();
-        e.extend(req.image_env.iter().cloned());
+        e.extend(image_env);
         with_image = e;
         &with_image
     };
@@ -200,7 +210,8 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     };
     // Manifests and layout only: the selected tree's facts are gathered once it is known.
     let opts = overlay::LoadOptions { check_writable: true, modules, lazy: true };
-    let overlay = overlay::load(&req.overlay, &opts).map_err(Refusal::from);
+    let dir = req.overlay.clone().unwrap_or_else(|| overlay::discover(std::env::current_exe().ok().as_deref()));
+    let overlay = overlay::load(&dir, &opts).map_err(Refusal::from);
     let program = match &req.target {
         request::Target::Program { program } => Some(program.as_os_str()),
         _ => None,

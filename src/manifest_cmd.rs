@@ -53,9 +53,8 @@ pub fn run(cmd: &ManifestCommand) -> Result<String, Refusal> {
         ManifestCommand::Schema => Ok(manifest::schema_json()),
         ManifestCommand::Generate { tree, check } => generate(tree, *check),
         ManifestCommand::Verify { overlay, digest } => {
-            let dir = overlay
-                .clone()
-                .unwrap_or_else(|| crate::request::discover_overlay(std::env::current_exe().ok().as_deref()));
+            let dir =
+                overlay.clone().unwrap_or_else(|| crate::overlay::discover(std::env::current_exe().ok().as_deref()));
             verify(&dir, *digest)
         }
     }

@@ -1,7 +1,8 @@
 //! The command line, high level: what the pod asked for, every value validated, from
 //! either form. The command form's `python3 -m infera.engine.<engine> ARGS` becomes the same
 //! request as `worker --engine <engine> -- ARGS`; `-m infera.server` the same as `server`;
-//! anything else a `run` of that program with the selected tree's environment.
+//! anything else a `run` of that program with the selected tree's environment. Reads no
+//! file: the overlay is found and `--image-env` read at launch.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -82,9 +83,12 @@ pub struct Request {
     /// The args after the module or program (`--` ARGS of the subcommands).
     pub args: Vec<OsString>,
     pub root: PathBuf,
-    /// `--image-env`: the image's own environment, over the launcher's (with --root).
-    pub image_env: Vec<(OsString, OsString)>,
-    pub overlay: PathBuf,
+    /// `--image-env` as given (files or KEY=VALUE: the image's own environment, over the
+    /// launcher's, with --root) and how the user named it; read at launch.
+    pub image_env: Vec<OsString>,
+    pub image_env_said: String,
+    /// `--overlay`; None: found at launch (`overlay::discover`).
+    pub overlay: Option<PathBuf>,
     /// `INFERA_PYTHON`: the interpreter, overriding the command's.
     pub python: Option<OsString>,
     /// The working directory of the program (None: the launcher's own).
@@ -272,7 +276,7 @@ impl Request {
                 require.push(Required { name, by: ev::INFERA_REQUIRE_NATIVE });
             }
         }
-        let image_env = crate::imageenv::resolve(&c.image_env, &c.root, &o.said("image-env"))?;
+        let image_env_said = o.said("image-env");
         let Options { common: c, engine: e, exec: x, .. } = o;
         Ok(Request {
             role,
@@ -284,8 +288,9 @@ impl Request {
             allow,
             args,
             root: c.root,
-            image_env,
-            overlay: c.overlay.unwrap_or_else(|| discover_overlay(std::env::current_exe().ok().as_deref())),
+            image_env: c.image_env,
+            image_env_said,
+            overlay: c.overlay,
             python: c.python.filter(|p| !p.is_empty()),
             chdir,
             skip_engine_patches: e.skip_engine_patches,
@@ -314,16 +319,6 @@ impl EngineChoice {
             _ => EngineChoice::Auto,
         }
     }
-}
-
-/// Where the overlay is: the directory above the launcher's own `bin/` when it
-/// is an overlay (the real deployments mount it at /overlay or /payload), else /opt/infera.
-pub fn discover_overlay(exe: Option<&Path>) -> PathBuf {
-    exe.and_then(Path::parent)
-        .filter(|bin| bin.file_name().is_some_and(|n| n == "bin"))
-        .and_then(Path::parent)
-        .filter(|dir| crate::overlay::is_overlay(dir))
-        .map_or_else(|| PathBuf::from("/opt/infera"), Path::to_path_buf)
 }
 
 /// Is `program` a CPython interpreter (`python`, `python3`, `python3.12`, a path to one)?

@@ -264,6 +264,16 @@ fn gather(tree: &mut Tree, opts: &LoadOptions) {
     tree.facts.shared_objects = shared;
 }
 
+/// Where the overlay is: the directory above the launcher's own `bin/` when it
+/// is an overlay (the real deployments mount it at /overlay or /payload), else /opt/infera.
+pub fn discover(exe: Option<&Path>) -> PathBuf {
+    exe.and_then(Path::parent)
+        .filter(|bin| bin.file_name().is_some_and(|n| n == "bin"))
+        .and_then(Path::parent)
+        .filter(|dir| is_overlay(dir))
+        .map_or_else(|| PathBuf::from("/opt/infera"), Path::to_path_buf)
+}
+
 /// Does `dir` hold an overlay of either layout (`trees/`, or the Infera payload's
 /// `py3XX/` and `native/`)?
 pub fn is_overlay(dir: &Path) -> bool {
