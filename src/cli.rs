@@ -492,10 +492,26 @@ fn env_sourced(cmd: &clap::Command, m: &clap::ArgMatches) -> Vec<(String, String
 /// option of another role says whose it is; a typo gets its suggestion without the advice to
 /// pass it to the engine.
 fn explain(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::Error {
-    if e.kind() == clap::error::ErrorKind::UnknownArgument {
-        return other_roles(e, argv, cmd);
+    match e.kind() {
+        clap::error::ErrorKind::UnknownArgument => other_roles(e, argv, cmd),
+        clap::error::ErrorKind::InvalidUtf8 => not_utf8_variable(argv, cmd).unwrap_or(e),
+        _ => name_the_variable(e, argv, cmd),
     }
-    name_the_variable(e, argv, cmd)
+}
+
+/// clap says only "invalid UTF-8 was detected" when an option's variable is not UTF-8:
+/// name the variable (argv is checked by the options that take bytes).
+fn not_utf8_variable(argv: &[OsString], cmd: &clap::Command) -> Option<clap::Error> {
+    let sub = argv.get(1).and_then(|a| a.to_str()).and_then(|n| cmd.find_subcommand(n)).unwrap_or(cmd);
+    let arg =
+        sub.get_arguments().find(|a| a.get_env().and_then(std::env::var_os).is_some_and(|v| v.to_str().is_none()))?;
+    let var = arg.get_env()?.to_string_lossy();
+    let value = std::env::var_os(arg.get_env()?)?.to_string_lossy().into_owned();
+    let long = arg.get_long().unwrap_or_default();
+    Some(clap::Error::raw(
+        clap::error::ErrorKind::InvalidUtf8,
+        format!("{var}=`{value}` (the variable of '--{long}') is not valid UTF-8; set it to text, or unset it\n"),
+    ))
 }
 
 fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::Error {
