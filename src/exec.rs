@@ -15,10 +15,23 @@ pub use crate::execve::{exec_error, file, ExecError, Prepared};
 /// Carry out the exec section, in its order: the steps, the privilege drop, then the exec
 /// (or the child, in init mode). Returns only when the run cannot happen (the refusal) or,
 /// in init mode, with the code the launcher must exit with.
+///
+/// SIGTERM and SIGINT (what a pod is stopped with) are held from here and looked at
+/// between the steps and inside their waits: one that comes before the exec ends the launch
+/// with 128+n and nothing started, whether the launcher is PID 1 (which has no default
+/// action for them) or not. The exec empties the mask again.
 pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
     let prepared = Prepared::new(x).map_err(|e| exec_error(file(x), e))?;
-    await_leader(x)?;
-    steps(x);
+    let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&stop_set()), None);
+    if let Some(sig) = await_leader(x)? {
+        return Ok(stopped(sig, "waiting for the leader"));
+    }
+    if let Some(sig) = steps(x) {
+        return Ok(stopped(sig, "running the engine patches"));
+    }
+    if let Some(sig) = stop(std::time::Duration::ZERO) {
+        return Ok(stopped(sig, "before the exec"));
+    }
     crate::privs::apply(&x.privileges)?;
     if let Some(init) = &x.init {
         return crate::init::run(x, init, std::sync::Arc::new(prepared));
@@ -27,26 +40,47 @@ pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
     Err(exec_error(file(x), err).into())
 }
 
-/// A rank > 0 of a group: wait until the leader's name resolves, or refuse.
-fn await_leader(x: &ExecSpec) -> Result<(), ExecError> {
+fn stop_set() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGTERM);
+    set.add(nix::sys::signal::Signal::SIGINT);
+    set
+}
+
+/// A SIGTERM or SIGINT that came (within `d`), if one did.
+fn stop(d: std::time::Duration) -> Option<i32> {
+    crate::init::wait_signal(&stop_set(), d)
+}
+
+fn stopped(sig: i32, during: &str) -> i32 {
+    tracing::warn!(code = "stopped", "signal {sig} while {during}: exiting before the exec, nothing started");
+    128 + sig
+}
+
+/// A rank > 0 of a group: wait until the leader's name resolves, or refuse; Some: the
+/// signal that ended the wait.
+fn await_leader(x: &ExecSpec) -> Result<Option<i32>, ExecError> {
+    use crate::resolve::Unresolved;
     for step in &x.steps {
         if let Step::AwaitLeader { host, timeout_seconds, resolv_conf, hosts } = step {
             let t = std::time::Duration::from_secs(*timeout_seconds);
-            match crate::resolve::wait(host, resolv_conf, hosts, t) {
+            match crate::resolve::wait(host, resolv_conf, hosts, t, &stop) {
                 Ok((ip, took)) => {
                     tracing::info!(code = "leader-resolved", "`{host}` is {ip} (after {:.1} s)", took.as_secs_f64())
                 }
-                Err(why) => {
+                Err(Unresolved::Stopped(sig)) => return Ok(Some(sig)),
+                Err(Unresolved::TimedOut(why)) => {
                     return Err(ExecError::LeaderUnresolvable { host: host.clone(), seconds: *timeout_seconds, why })
                 }
             }
         }
     }
-    Ok(())
+    Ok(None)
 }
 
-/// The steps before the exec. None can stop the start: each failure is a warning.
-fn steps(x: &ExecSpec) {
+/// The steps before the exec. None can stop the start (each failure is a warning) but a
+/// signal: Some(its number).
+fn steps(x: &ExecSpec) -> Option<i32> {
     let patches = x.steps.iter().any(|s| matches!(s, Step::Patch { .. }));
     // Two launchers of one container (an engine and its router) patching the same files at
     // once would race: hold a lock while patching (best effort: no /tmp, no lock).
@@ -55,7 +89,9 @@ fn steps(x: &ExecSpec) {
         match step {
             Step::Patch { file, argv, host_program, timeout_seconds, .. } => {
                 let program = host_program.as_deref().unwrap_or(Path::new(&argv[0]));
-                patch(x, program, file, argv, std::time::Duration::from_secs(*timeout_seconds));
+                if let Some(sig) = patch(x, program, file, argv, std::time::Duration::from_secs(*timeout_seconds)) {
+                    return Some(sig);
+                }
             }
             Step::AwaitLeader { .. } => {} // taken first, by await_leader
             Step::Replace { from, to, host_from, host_to, .. } => {
@@ -72,6 +108,7 @@ fn steps(x: &ExecSpec) {
             }
         }
     }
+    None
 }
 
 fn lock_patches() -> Option<nix::fcntl::Flock<std::fs::File>> {
@@ -87,7 +124,14 @@ fn lock_patches() -> Option<nix::fcntl::Flock<std::fs::File>> {
 /// Run one patch in `/` with the exec's environment, in a process group of its own; after
 /// `limit` the whole group is killed (what the patch started would otherwise keep running,
 /// holding the container's stderr).
-fn patch(x: &ExecSpec, program: &Path, file: &Path, argv: &[std::ffi::OsString], limit: std::time::Duration) {
+/// Some: a signal came while it ran (it was killed with its group).
+fn patch(
+    x: &ExecSpec,
+    program: &Path,
+    file: &Path,
+    argv: &[std::ffi::OsString],
+    limit: std::time::Duration,
+) -> Option<i32> {
     let mut c = Command::new(program);
     c.arg0(&argv[0]).args(&argv[1..]).env_clear().envs(x.env.iter()).current_dir("/").process_group(0);
     c.stdin(std::process::Stdio::null()).stdout(io::stderr());
@@ -96,36 +140,48 @@ fn patch(x: &ExecSpec, program: &Path, file: &Path, argv: &[std::ffi::OsString],
         Ok(ch) => ch,
         Err(e) => {
             tracing::warn!(code = "engine-patch-failed", "`{name}` could not be started: {e}; continuing");
-            return;
+            return None;
         }
     };
+    let kill_group = |child: &mut std::process::Child| {
+        if let Ok(pid) = i32::try_from(child.id()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    };
     match wait_for(&mut child, limit) {
-        Ok(Some(st)) if st.success() => tracing::info!(code = "engine-patch", "`{name}` applied"),
-        Ok(Some(st)) => {
+        Ok(Waited::Exited(st)) if st.success() => tracing::info!(code = "engine-patch", "`{name}` applied"),
+        Ok(Waited::Exited(st)) => {
             tracing::warn!(code = "engine-patch-failed", "`{name}` exited with {st}; continuing without it");
         }
-        Ok(None) => {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), nix::sys::signal::Signal::SIGKILL);
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        Ok(Waited::TimedOut) => {
+            kill_group(&mut child);
             tracing::warn!(
                 code = "engine-patch-timeout",
                 "`{name}` ran longer than {} s and was killed; continuing",
                 limit.as_secs()
             );
         }
+        Ok(Waited::Stopped(sig)) => {
+            kill_group(&mut child);
+            return Some(sig);
+        }
         Err(e) => tracing::warn!(code = "engine-patch-failed", "`{name}`: {e}; continuing"),
     }
+    None
 }
 
-/// The child's status once it exits, or None after `limit`. Woken the moment it exits
-/// (a pidfd, Linux 5.3+); without pidfds, checked at growing intervals.
-fn wait_for(
-    child: &mut std::process::Child,
-    limit: std::time::Duration,
-) -> io::Result<Option<std::process::ExitStatus>> {
+enum Waited {
+    Exited(std::process::ExitStatus),
+    TimedOut,
+    Stopped(i32),
+}
+
+/// The child's status once it exits, or why the wait ended first (`limit`, a signal).
+/// Woken the moment it exits (a pidfd, Linux 5.3+); without pidfds, checked at growing
+/// intervals; the signals are looked at every 100 ms at most.
+fn wait_for(child: &mut std::process::Child, limit: std::time::Duration) -> io::Result<Waited> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let deadline = std::time::Instant::now() + limit;
     let pid = nix::libc::pid_t::try_from(child.id()).unwrap_or(nix::libc::pid_t::MAX);
@@ -138,12 +194,16 @@ fn wait_for(
     let mut nap = std::time::Duration::from_micros(200);
     loop {
         if let Some(st) = child.try_wait()? {
-            return Ok(Some(st));
+            return Ok(Waited::Exited(st));
+        }
+        if let Some(sig) = stop(std::time::Duration::ZERO) {
+            return Ok(Waited::Stopped(sig));
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            return Ok(None);
+            return Ok(Waited::TimedOut);
         }
+        let left = left.min(std::time::Duration::from_millis(100));
         match &pidfd {
             Some(fd) => {
                 let mut p = nix::libc::pollfd { fd: fd.as_raw_fd(), events: nix::libc::POLLIN, revents: 0 };

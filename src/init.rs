@@ -206,7 +206,7 @@ fn children_of(parent: i32) -> Vec<i32> {
 }
 
 /// sigtimedwait: the number of the next pending signal of `set`, or None on timeout.
-fn wait_signal(set: &SigSet, timeout: Duration) -> Option<i32> {
+pub fn wait_signal(set: &SigSet, timeout: Duration) -> Option<i32> {
     let ts = nix::libc::timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
     // SAFETY: a valid signal set and timespec; no info struct requested.
     let r = unsafe { nix::libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };

@@ -5,7 +5,10 @@
 //! resolv.conf has `ndots:5`, so `leader-0.lws.ns` is tried as `leader-0.lws.ns.<search>`
 //! first), A then AAAA records.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+
+use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -87,30 +90,42 @@ pub fn from_hosts(text: &str, name: &str) -> Vec<IpAddr> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
     Found(IpAddr),
-    /// The reason of the last answer (`NXDOMAIN from 10.96.0.10`, `no answer from …`).
-    NotYet(String),
+    /// The reason of the last answer (`NXDOMAIN from 10.96.0.10`, `no answer from …`);
+    /// None when the deadline came before any nameserver was asked.
+    NotYet(Option<String>),
+    /// A signal that ends the wait arrived (its number).
+    Stopped(i32),
 }
 
-/// One round: the literal, `/etc/hosts`, then every candidate name at every nameserver.
-pub fn lookup(name: &str, conf: &ResolvConf, hosts: &str) -> Lookup {
+/// Waits up to the given time for a signal that ends the wait; its number, or None.
+pub type Stop<'a> = &'a dyn Fn(Duration) -> Option<i32>;
+
+/// One round: the literal, `/etc/hosts`, then every candidate name at every nameserver,
+/// each query given what is left of `deadline` (at most the resolver's timeout).
+pub fn lookup(name: &str, conf: &ResolvConf, hosts: &str, deadline: Instant, stop: Stop) -> Lookup {
     if let Ok(ip) = name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
         return Lookup::Found(ip);
     }
     if let Some(ip) = from_hosts(hosts, name).first() {
         return Lookup::Found(*ip);
     }
-    let mut why = String::from("no nameserver answered");
+    let mut why = None;
     for cand in conf.candidates(name) {
         for ns in &conf.nameservers {
-            for qtype in [1u16, 28] {
-                match query(*ns, &cand, qtype, conf.timeout) {
+            for qtype in [RecordType::A, RecordType::AAAA] {
+                let until = deadline.min(Instant::now() + conf.timeout);
+                if until <= Instant::now() {
+                    return Lookup::NotYet(why);
+                }
+                match query(*ns, &cand, qtype, until, stop) {
                     Ok(Answer::Addr(ip)) => return Lookup::Found(ip),
+                    Ok(Answer::Stopped(sig)) => return Lookup::Stopped(sig),
                     Ok(Answer::NxDomain) => {
-                        why = format!("NXDOMAIN for `{cand}` from {ns}");
+                        why = Some(format!("NXDOMAIN for `{cand}` from {ns}"));
                         break; // no AAAA either
                     }
-                    Ok(Answer::NoData) => why = format!("no address for `{cand}` from {ns}"),
-                    Err(e) => why = format!("no answer from {ns}: {e}"),
+                    Ok(Answer::NoData) => why = Some(format!("no address for `{cand}` from {ns}")),
+                    Err(e) => why = Some(format!("no answer from {ns}: {e}")),
                 }
             }
         }
@@ -122,116 +137,122 @@ enum Answer {
     Addr(IpAddr),
     NxDomain,
     NoData,
+    Stopped(i32),
 }
 
-fn query(ns: IpAddr, name: &str, qtype: u16, timeout: Duration) -> std::io::Result<Answer> {
+/// One query (hickory-proto writes and reads the messages), waiting until `until` for the
+/// reply to it: an answer with another id, another question, or that is not a response is
+/// not the reply, as glibc's resolver ignores it.
+fn query(ns: IpAddr, name: &str, qtype: RecordType, until: Instant, stop: Stop) -> std::io::Result<Answer> {
+    let invalid = || std::io::Error::other(format!("`{name}` is not a DNS name"));
+    // Absolute, as the resolver sends it; an empty label (`a..b`) is not a name.
+    let qname = Name::from_ascii(format!("{}.", name.trim_end_matches('.'))).map_err(|_| invalid())?;
+    if qname.iter().any(|l| l.is_empty()) || name.split('.').any(str::is_empty) {
+        return Err(invalid());
+    }
     let bind: SocketAddr = if ns.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }
         .map_err(|_| std::io::Error::other("bind address"))?;
     let sock = UdpSocket::bind(bind)?;
-    sock.set_read_timeout(Some(timeout))?;
     sock.connect(SocketAddr::new(ns, 53))?;
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let id = (std::process::id() as u16) ^ (nanos as u16) ^ qtype;
-    let q = encode(id, name, qtype).ok_or_else(|| std::io::Error::other(format!("`{name}` is not a DNS name")))?;
-    sock.send(&q)?;
+    let question = Query::query(qname.clone(), qtype);
+    let mut msg = Message::query();
+    msg.metadata.recursion_desired = true;
+    msg.add_query(question.clone());
+    let id = msg.metadata.id;
+    sock.send(&msg.to_vec().map_err(|_| invalid())?)?;
     let mut buf = [0u8; 1500];
-    let deadline = Instant::now() + timeout;
     loop {
-        let n = sock.recv(&mut buf)?;
-        if let Some(a) = decode(&buf[..n], id, qtype) {
-            return Ok(a);
+        if let Some(sig) = stop(Duration::ZERO) {
+            return Ok(Answer::Stopped(sig));
         }
-        if Instant::now() >= deadline {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"));
         }
-    }
-}
-
-/// A query: header (recursion desired), one question.
-fn encode(id: u16, name: &str, qtype: u16) -> Option<Vec<u8>> {
-    let mut q = Vec::with_capacity(64);
-    q.extend_from_slice(&id.to_be_bytes());
-    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
-    for label in name.split('.').filter(|l| !l.is_empty()) {
-        if label.len() > 63 {
-            return None;
+        // In slices, so that a signal is acted on within one.
+        sock.set_read_timeout(Some(left.min(Duration::from_millis(200))))?;
+        let n = match sock.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(e) => return Err(e),
+        };
+        let Ok(reply) = Message::from_vec(&buf[..n]) else { continue };
+        let m = &reply.metadata;
+        if m.id != id || m.message_type != MessageType::Response || reply.queries != [question.clone()] {
+            continue;
         }
-        q.push(label.len() as u8);
-        q.extend_from_slice(label.as_bytes());
+        return Ok(answer(&reply, &qname, qtype));
     }
-    q.push(0);
-    if q.len() > 12 + 255 {
-        return None;
-    }
-    q.extend_from_slice(&qtype.to_be_bytes());
-    q.extend_from_slice(&[0, 1]);
-    Some(q)
 }
 
-/// The answer to query `id` (None: not it, or malformed).
-fn decode(m: &[u8], id: u16, qtype: u16) -> Option<Answer> {
-    if m.len() < 12 || u16::from_be_bytes([m[0], m[1]]) != id || m[2] & 0x80 == 0 {
-        return None;
+/// The address for `qname` in a reply: a record of its owner name, or of the name a CNAME
+/// chain in the answer leads to (records for any other name are not the answer).
+fn answer(reply: &Message, qname: &Name, qtype: RecordType) -> Answer {
+    match reply.metadata.response_code {
+        ResponseCode::NoError => {}
+        ResponseCode::NXDomain => return Answer::NxDomain,
+        _ => return Answer::NoData,
     }
-    match m[3] & 0x0f {
-        0 => {}
-        3 => return Some(Answer::NxDomain),
-        _ => return Some(Answer::NoData),
-    }
-    let qd = u16::from_be_bytes([m[4], m[5]]);
-    let an = u16::from_be_bytes([m[6], m[7]]);
-    let mut at = 12;
-    for _ in 0..qd {
-        at = skip_name(m, at)? + 4;
-    }
-    for _ in 0..an {
-        at = skip_name(m, at)?;
-        let rr = m.get(at..at + 10)?;
-        let (t, len) = (u16::from_be_bytes([rr[0], rr[1]]), usize::from(u16::from_be_bytes([rr[8], rr[9]])));
-        let data = m.get(at + 10..at + 10 + len)?;
-        at += 10 + len;
-        match (t, len) {
-            (1, 4) if qtype == 1 => {
-                return Some(Answer::Addr(IpAddr::V4(Ipv4Addr::new(data[0], data[1], data[2], data[3]))))
+    let mut want = qname.clone();
+    for _ in 0..reply.answers.len() {
+        let mut next = None;
+        for rr in reply.answers.iter().filter(|rr| rr.name == want) {
+            match (&rr.data, qtype) {
+                (RData::A(a), RecordType::A) => return Answer::Addr(IpAddr::V4(a.0)),
+                (RData::AAAA(a), RecordType::AAAA) => return Answer::Addr(IpAddr::V6(a.0)),
+                (RData::CNAME(c), _) => next = Some(c.0.clone()),
+                _ => {}
             }
-            (28, 16) if qtype == 28 => {
-                let b: [u8; 16] = data.try_into().ok()?;
-                return Some(Answer::Addr(IpAddr::V6(Ipv6Addr::from(b))));
-            }
-            _ => {} // a CNAME or another type: the address records follow it
+        }
+        match next {
+            Some(n) => want = n,
+            None => break,
         }
     }
-    Some(Answer::NoData)
+    Answer::NoData
 }
 
-/// Past a (possibly compressed) name.
-fn skip_name(m: &[u8], mut at: usize) -> Option<usize> {
-    loop {
-        let len = *m.get(at)?;
-        match len {
-            0 => return Some(at + 1),
-            l if l & 0xc0 == 0xc0 => return Some(at + 2),
-            l => at += 1 + usize::from(l),
-        }
-    }
+/// Why a wait ended without an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unresolved {
+    /// The deadline passed; the last reason.
+    TimedOut(String),
+    /// `stop` gave this signal number (SIGTERM, SIGINT).
+    Stopped(i32),
 }
 
-/// Wait until `name` resolves or `timeout` passes, logging progress. Ok: the address and
-/// how long it took; Err: the last reason.
-pub fn wait(name: &str, resolv_conf: &Path, hosts: &Path, timeout: Duration) -> Result<(IpAddr, Duration), String> {
+/// Wait until `name` resolves or `timeout` passes, logging progress; one deadline across
+/// rounds, search names, nameservers and retries. `stop(d)` waits up to `d` for a signal
+/// that ends the wait (and is asked between queries). Ok: the address and how long it took.
+pub fn wait(
+    name: &str,
+    resolv_conf: &Path,
+    hosts: &Path,
+    timeout: Duration,
+    stop: Stop,
+) -> Result<(IpAddr, Duration), Unresolved> {
     let start = Instant::now();
-    let read = |p: &Path| crate::rootfs::read_bounded(p, 1 << 20).map(|b| String::from_utf8_lossy(&b).into_owned());
+    let deadline = start + timeout;
+    // A pod's files are small; a large hosts file is read whole all the same.
+    let read = |p: &Path| crate::rootfs::read_bounded(p, 64 << 20).map(|b| String::from_utf8_lossy(&b).into_owned());
     let mut pause = Duration::from_millis(250);
     let mut logged = Instant::now() - Duration::from_secs(3600);
+    let mut last = String::from("no nameserver was asked in time");
     loop {
+        if let Some(sig) = stop(Duration::ZERO) {
+            return Err(Unresolved::Stopped(sig));
+        }
         // Re-read each round: a pod's files are written by the kubelet and may change.
         let conf = ResolvConf::parse(&read(resolv_conf).unwrap_or_default());
-        match lookup(name, &conf, &read(hosts).unwrap_or_default()) {
+        match lookup(name, &conf, &read(hosts).unwrap_or_default(), deadline, stop) {
             Lookup::Found(ip) => return Ok((ip, start.elapsed())),
+            Lookup::Stopped(sig) => return Err(Unresolved::Stopped(sig)),
             Lookup::NotYet(why) => {
+                let why = why.unwrap_or_else(|| last.clone());
+                last.clone_from(&why);
                 let waited = start.elapsed();
-                if waited >= timeout {
-                    return Err(why);
+                if Instant::now() >= deadline {
+                    return Err(Unresolved::TimedOut(why));
                 }
                 if logged.elapsed() >= Duration::from_secs(5) {
                     tracing::warn!(
@@ -242,7 +263,9 @@ pub fn wait(name: &str, resolv_conf: &Path, hosts: &Path, timeout: Duration) -> 
                     );
                     logged = Instant::now();
                 }
-                std::thread::sleep(pause.min(timeout.saturating_sub(waited)));
+                if let Some(sig) = stop(pause.min(deadline.saturating_duration_since(Instant::now()))) {
+                    return Err(Unresolved::Stopped(sig));
+                }
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
         }
@@ -285,21 +308,33 @@ mod tests {
         );
     }
 
+    /// The address is taken for the name asked (or the name its CNAME chain leads to), as
+    /// glibc takes it: a record for another name is no answer.
     #[test]
-    fn wire_format() {
-        let q = encode(0x1234, "a.bc", 1).unwrap();
-        assert_eq!(q, [0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'a', 2, b'b', b'c', 0, 0, 1, 0, 1]);
-        // A response: the question echoed, a CNAME then an A record.
-        let mut r = q.clone();
-        r[2] = 0x81;
-        r[3] = 0x80;
-        r[7] = 2;
-        r.extend_from_slice(&[0xc0, 12, 0, 5, 0, 1, 0, 0, 0, 30, 0, 2, 0xc0, 12]);
-        r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 10, 0, 0, 7]);
-        assert!(matches!(decode(&r, 0x1234, 1), Some(Answer::Addr(ip)) if ip == "10.0.0.7".parse::<IpAddr>().unwrap()));
-        assert!(decode(&r, 0x9999, 1).is_none(), "another query's answer");
-        r[3] = 0x83;
-        assert!(matches!(decode(&r, 0x1234, 1), Some(Answer::NxDomain)));
-        assert!(decode(&r[..5], 0x1234, 1).is_none());
+    fn answers_are_for_the_name_asked() {
+        use hickory_proto::rr::rdata::{A, CNAME};
+        use hickory_proto::rr::Record;
+        let name = |s: &str| Name::from_ascii(s).unwrap();
+        let reply = |answers: Vec<Record>, code: ResponseCode| {
+            let mut m = Message::response(7, hickory_proto::op::OpCode::Query);
+            m.metadata.response_code = code;
+            m.add_query(Query::query(name("leader.grp."), RecordType::A));
+            m.add_answers(answers);
+            m
+        };
+        let a = |owner: &str, ip: [u8; 4]| {
+            Record::from_rdata(name(owner), 30, RData::A(A::new(ip[0], ip[1], ip[2], ip[3])))
+        };
+        let cname = |owner: &str, to: &str| Record::from_rdata(name(owner), 30, RData::CNAME(CNAME(name(to))));
+        let q = name("leader.grp.");
+        let chain = reply(vec![cname("LEADER.grp.", "pod.grp."), a("pod.grp.", [10, 0, 0, 7])], ResponseCode::NoError);
+        assert!(matches!(answer(&chain, &q, RecordType::A), Answer::Addr(ip) if ip == IpAddr::from([10, 0, 0, 7])));
+        let other = reply(vec![a("evil.grp.", [6, 6, 6, 6])], ResponseCode::NoError);
+        assert!(matches!(answer(&other, &q, RecordType::A), Answer::NoData));
+        assert!(matches!(answer(&reply(vec![], ResponseCode::NXDomain), &q, RecordType::A), Answer::NxDomain));
+        // An empty label is not a name: never sent.
+        let never = |_: Duration| None;
+        let e = query(IpAddr::from([127, 0, 0, 1]), "leader-0..grp", RecordType::A, Instant::now(), &never);
+        assert!(e.is_err_and(|e| e.to_string().contains("is not a DNS name")));
     }
 }

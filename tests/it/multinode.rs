@@ -458,6 +458,97 @@ fn a_rank_waits_for_the_leader_then_runs_or_gives_up_in_time() {
     assert!(!j["exec"]["steps"].to_string().contains("await-leader"), "{}", j["exec"]["steps"]);
 }
 
+/// A nameserver that never answers.
+fn silent_nameserver(ip: &str) -> UdpSocket {
+    UdpSocket::bind((ip, 53)).expect("bind :53 on a loopback address (the tests run as root)")
+}
+
+/// A nameserver that answers every query, but with the wrong thing: a reply to another
+/// question, then an A record for another name. Neither is the leader's address.
+fn lying_nameserver(ip: &str) -> std::thread::JoinHandle<()> {
+    let sock = UdpSocket::bind((ip, 53)).expect("bind :53");
+    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let q = &buf[..n];
+            let mut end = 12;
+            while end < q.len() && q[end] != 0 {
+                end += 1 + q[end] as usize;
+            }
+            // Another question: the first label's first letter changed.
+            let mut other = q[..end + 5].to_vec();
+            other[2] = 0x81;
+            other[3] = 0x80;
+            other[7] = 1;
+            other[13] = if other[13] == b'x' { b'y' } else { b'x' };
+            other.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 6, 6, 6, 6]);
+            let _ = sock.send_to(&other, from);
+            // The question echoed, with an A record for `evil.`.
+            let mut r = q[..end + 5].to_vec();
+            r[2] = 0x81;
+            r[3] = 0x80;
+            r[7] = 1;
+            r.extend_from_slice(&[4, b'e', b'v', b'i', b'l', 0, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 6, 6, 6, 7]);
+            let _ = sock.send_to(&r, from);
+        }
+    })
+}
+
+/// The wait keeps one deadline across search names, nameservers and retries, says it timed
+/// out, takes no address from a reply to another question or for another name, and a
+/// SIGTERM ends it at once with 143.
+#[test]
+fn the_leader_wait_keeps_its_deadline_checks_replies_and_stops_on_sigterm() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let ov = shipped_overlay();
+    img.file("/etc/hosts", "127.0.0.1 localhost\n");
+    // Two silent nameservers, two search domains, timeout:1, a wait of 1 s: about 1 s.
+    let (_a, _b) = (silent_nameserver("127.0.53.21"), silent_nameserver("127.0.53.22"));
+    img.file(
+        "/etc/resolv.conf",
+        "search a.svc b.svc\nnameserver 127.0.53.21\nnameserver 127.0.53.22\noptions ndots:5 timeout:1\n",
+    );
+    let (out, took) = rank1(&img, &ov, "1");
+    out.assert(66, "did not resolve within 1 s (no answer from 127.0.53.");
+    assert!(out.stderr.contains("timed out"), "{}", out.stderr);
+    assert!(took < Duration::from_millis(2500), "the deadline was not kept: {took:?}");
+    // Replies to other questions or for other names are not the leader's address.
+    let _liar = lying_nameserver("127.0.53.23");
+    img.file("/etc/resolv.conf", "nameserver 127.0.53.23\noptions ndots:5 timeout:1\n");
+    let (out, _) = rank1(&img, &ov, "2");
+    out.assert(66, "error[leader-unresolvable]");
+    assert!(!out.stderr.contains("6.6.6"), "{}", out.stderr);
+    // A leader name with an empty label is never sent.
+    img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:1\n");
+    let out = infera(&["python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("LWS_GROUP_SIZE", "2")
+        .env("LWS_WORKER_INDEX", "1")
+        .env("LWS_LEADER_ADDRESS", "kimi-0..infera")
+        .env("INFERA_LEADER_WAIT", "1")
+        .env(GPUS8.0, GPUS8.1)
+        .run();
+    out.assert(66, "is not a DNS name");
+    // SIGTERM during the wait (the 300 s default): 143 at once, nothing started.
+    img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:5\n");
+    let child = infera(&["python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("LWS_GROUP_SIZE", "2")
+        .env("LWS_WORKER_INDEX", "1")
+        .env("LWS_LEADER_ADDRESS", LEADER)
+        .env(GPUS8.0, GPUS8.1)
+        .spawn();
+    let (code, out, took) = terminated(child, Duration::from_millis(800));
+    assert_eq!(code, Some(143), "{}", out.stderr);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(out.stderr.contains("[stopped] signal 15 while waiting for the leader"), "{}", out.stderr);
+    assert!(!out.stdout.contains("INFERA-STANDIN"));
+}
+
 #[test]
 fn socket_interfaces_are_checked_in_the_pods_network() {
     // A network namespace of the test's own: only `lo`, down, without an address.

@@ -149,6 +149,28 @@ fn engine_patches_run_for_the_installed_engine_and_only_warn() {
     assert_eq!(walk_pycache(&ov.overlay()), 0);
 }
 
+/// SIGTERM while a patch runs (the pod is being stopped): the patch's group is killed and
+/// the launcher exits 143 without starting the engine, not 60 s later with the engine.
+#[test]
+fn sigterm_during_a_patch_exits_143_and_starts_nothing() {
+    let img = vllm_real();
+    let ov = shipped_overlay();
+    let child = infera(&["python3", "-m", "infera.engine.vllm", "--model", "/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("PYTHONPATH", img.p(VLLM_SITE))
+        .env("INFERA_STANDIN_PATCH", "hang-with-child")
+        .spawn();
+    let (code, out, took) = terminated(child, std::time::Duration::from_millis(1500));
+    let left = std::process::Command::new("pgrep").args(["-f", "^sleep 3599$"]).output().unwrap();
+    let _ = std::process::Command::new("pkill").args(["-f", "^sleep 3599$"]).status();
+    assert_eq!(code, Some(143), "{}", out.stderr);
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    assert!(out.stderr.contains("[stopped] signal 15 while running the engine patches"), "{}", out.stderr);
+    assert!(!out.stdout.contains("INFERA-STANDIN"), "the engine started: {}", out.stdout);
+    assert!(left.stdout.is_empty(), "the patch's helper outlived it");
+}
+
 #[test]
 fn sglang_patches_on_an_sglang_image() {
     let py = real_python("3.10");

@@ -328,6 +328,10 @@ impl Run {
         self.cmd.current_dir(dir);
         self
     }
+    /// Started, for a test that signals it; stdout and stderr piped.
+    pub fn spawn(mut self) -> std::process::Child {
+        self.cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    }
     pub fn run(mut self) -> Out {
         // Bounded: a launcher that blocks (a FIFO where it reads a file) fails the test
         // instead of hanging the suite.
@@ -365,4 +369,28 @@ impl Run {
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
         }
     }
+}
+
+/// SIGTERM to a started launcher after `after`; its exit code (None: it died by a signal),
+/// output, and how long it took from the signal to exit (bounded at 30 s).
+pub fn terminated(
+    mut child: std::process::Child,
+    after: std::time::Duration,
+) -> (Option<i32>, Out, std::time::Duration) {
+    std::thread::sleep(after);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let took = t.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    let code = out.status.code();
+    (code, Out { code: code.unwrap_or(-1), stdout: text(out.stdout), stderr: text(out.stderr) }, took)
 }
