@@ -386,19 +386,21 @@ fn nameserver(ip: &str, name: &'static str, after: Option<Duration>) -> std::thr
     })
 }
 
-/// A real rank 1 exec: it waits for the leader's name through the image's resolv.conf.
-fn rank1(img: &Fx, ov: &Fx, wait: &str) -> (Out, Duration) {
-    let start = Instant::now();
-    let out = infera(&["python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
+/// Rank 1 of a 2-node vLLM group whose leader is `leader`, as a pod runs it.
+fn rank1_of(img: &Fx, ov: &Fx, leader: &str) -> Run {
+    infera(&["python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
         .root(img)
         .overlay(&ov.overlay())
         .env("LWS_GROUP_SIZE", "2")
         .env("LWS_WORKER_INDEX", "1")
-        .env("LWS_LEADER_ADDRESS", LEADER)
-        .env("INFERA_LEADER_WAIT", wait)
-        .env("INFERA_LOG", "info")
+        .env("LWS_LEADER_ADDRESS", leader)
         .env(GPUS8.0, GPUS8.1)
-        .run();
+}
+
+/// A real rank 1 exec: it waits for the leader's name through the image's resolv.conf.
+fn rank1(img: &Fx, ov: &Fx, wait: &str) -> (Out, Duration) {
+    let start = Instant::now();
+    let out = rank1_of(img, ov, LEADER).env("INFERA_LEADER_WAIT", wait).env("INFERA_LOG", "info").run();
     (out, start.elapsed())
 }
 
@@ -522,26 +524,11 @@ fn the_leader_wait_keeps_its_deadline_checks_replies_and_stops_on_sigterm() {
     assert!(!out.stderr.contains("6.6.6"), "{}", out.stderr);
     // A leader name with an empty label is never sent.
     img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:1\n");
-    let out = infera(&["python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
-        .root(&img)
-        .overlay(&ov.overlay())
-        .env("LWS_GROUP_SIZE", "2")
-        .env("LWS_WORKER_INDEX", "1")
-        .env("LWS_LEADER_ADDRESS", "kimi-0..infera")
-        .env("INFERA_LEADER_WAIT", "1")
-        .env(GPUS8.0, GPUS8.1)
-        .run();
+    let out = rank1_of(&img, &ov, "kimi-0..infera").env("INFERA_LEADER_WAIT", "1").run();
     out.assert(66, "is not a DNS name");
     // SIGTERM during the wait (the 300 s default): 143 at once, nothing started.
     img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:5\n");
-    let child = infera(&["python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
-        .root(&img)
-        .overlay(&ov.overlay())
-        .env("LWS_GROUP_SIZE", "2")
-        .env("LWS_WORKER_INDEX", "1")
-        .env("LWS_LEADER_ADDRESS", LEADER)
-        .env(GPUS8.0, GPUS8.1)
-        .spawn();
+    let child = rank1_of(&img, &ov, LEADER).spawn();
     let (code, out, took) = terminated(child, Duration::from_millis(800));
     assert_eq!(code, Some(143), "{}", out.stderr);
     assert!(took < Duration::from_secs(1), "{took:?}");
