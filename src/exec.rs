@@ -53,7 +53,11 @@ fn stop(d: std::time::Duration) -> Option<i32> {
 }
 
 fn stopped(sig: i32, during: &str) -> i32 {
-    tracing::warn!(code = "stopped", "signal {sig} while {during}: exiting with {}, the program was not started", 128 + sig);
+    tracing::warn!(
+        code = "stopped",
+        "signal {sig} while {during}: exiting with {}, the program was not started",
+        128 + sig
+    );
     128 + sig
 }
 
