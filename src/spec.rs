@@ -136,6 +136,11 @@ pub fn ser_opt_path<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S
     p.as_ref().map(|p| os_json(p.as_os_str())).serialize(s)
 }
 
+/// Paths as `ser_path` shows each.
+pub fn ser_paths<S: Serializer>(v: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    v.iter().map(|p| os_json(p.as_os_str())).collect::<Vec<_>>().serialize(s)
+}
+
 pub fn ser_os_vec<S: Serializer>(v: &[OsString], s: S) -> Result<S::Ok, S::Error> {
     v.iter().map(|x| os_json(x)).collect::<Vec<_>>().serialize(s)
 }

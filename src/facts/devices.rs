@@ -13,6 +13,7 @@ use crate::rootfs::Root;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeviceAccess {
+    #[serde(serialize_with = "crate::spec::ser_path")]
     pub path: PathBuf,
     /// Read and write allowed for this process (the kernel's own check, effective ids).
     pub usable: bool,

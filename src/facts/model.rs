@@ -18,6 +18,7 @@ pub struct Model {
     /// What the args named (`/models/x` or `org/name`).
     pub reference: String,
     /// The config.json read (container path).
+    #[serde(serialize_with = "crate::spec::ser_path")]
     pub config: PathBuf,
     pub model_type: Option<String>,
     pub mla: bool,
@@ -38,6 +39,7 @@ pub enum ModelFacts {
     /// An absolute path that does not exist in the container.
     Missing {
         reference: String,
+        #[serde(serialize_with = "crate::spec::ser_path")]
         path: PathBuf,
     },
     /// A path relative to the working directory (`./m`, `../m`).

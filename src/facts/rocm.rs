@@ -69,7 +69,7 @@ impl Serialize for Rocm {
         st.serialize_field("source", &self.release.as_ref().map(|r| &r.source))?;
         st.serialize_field("hip", &self.hip)?;
         st.serialize_field("release", &self.release)?;
-        st.serialize_field("install", &self.install)?;
+        st.serialize_field("install", &self.install.as_ref().map(|p| crate::spec::os_json(p.as_os_str())))?;
         st.end()
     }
 }

@@ -35,6 +35,7 @@ pub struct EngineInstall {
     pub engine: Engine,
     pub version: String,
     /// The dist-info directory, or the version file (container path).
+    #[serde(serialize_with = "crate::spec::ser_path")]
     pub record: PathBuf,
 }
 

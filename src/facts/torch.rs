@@ -16,6 +16,7 @@ pub struct Torch {
     pub cuda: Option<String>,
     /// The ROCm release (torch 2.14's `rocm` field), when the file has one.
     pub rocm: Option<String>,
+    #[serde(serialize_with = "crate::spec::ser_path")]
     pub path: PathBuf,
 }
 

@@ -36,6 +36,7 @@ pub enum Copy {
 pub struct Import {
     pub copy: Copy,
     /// The directory the child finds the capability's package in (container path).
+    #[serde(serialize_with = "crate::spec::ser_path")]
     pub from: PathBuf,
     /// The distribution that installed that copy (`mooncake_transfer_engine_rocm 0.3.13.post1`).
     pub dist: Option<String>,

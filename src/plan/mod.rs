@@ -46,6 +46,7 @@ pub struct EngineView {
 pub struct Plan<'a> {
     pub role: &'static str,
     pub family: Option<String>,
+    #[serde(serialize_with = "crate::spec::ser_opt_path")]
     pub tree: Option<PathBuf>,
     pub engine: Option<EngineView>,
     pub facts: FactsView<'a>,

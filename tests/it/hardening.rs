@@ -371,3 +371,27 @@ fn an_answer_written_to_a_full_device_is_exit_74() {
         );
     }
 }
+
+/// A path that is not UTF-8 (the overlay's directory, a model the args name) is in the JSON
+/// plan as the plan shows such bytes everywhere (`{"hex": …}`), not an `internal` error.
+#[test]
+fn the_json_plan_carries_paths_that_are_not_utf8() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let odd = ov.path().join(std::ffi::OsStr::from_bytes(b"ov\xff"));
+    std::fs::rename(ov.overlay(), &odd).unwrap();
+    let model = OsString::from_vec(b"/models/\xff".to_vec());
+    let out = infera(&["worker", "--dry-run", "--output", "json", "--engine", "vllm", "--", "--model"])
+        .args([model])
+        .root(&img)
+        .overlay(&odd)
+        .env("INFERA_ALLOW", "engine-version")
+        .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    let hex = |b: &[u8]| b.iter().map(|c| format!("{c:02x}")).collect::<String>();
+    let tree = odd.join("trees/rocm7-py312");
+    assert_eq!(j["tree"]["hex"], hex(tree.as_os_str().as_bytes()), "{j}");
+    assert_eq!(j["facts"]["models"][0]["status"], "missing");
+    assert_eq!(j["facts"]["models"][0]["path"]["hex"], hex(b"/models/\xff"));
+}
