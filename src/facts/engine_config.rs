@@ -2,7 +2,8 @@
 //! into args placed *before* the command line's (vLLM's FlexibleArgumentParser
 //! `load_config_file`, sglang's `ConfigArgumentMerger`), so the command line wins over the
 //! file and the file over the defaults. The launcher reads the file the same way (PyYAML's
-//! `safe_load` scalars: YAML 1.1 booleans `yes`/`on`, `~` null, `0x`/`0o`/`_` integers) and
+//! `safe_load`: YAML 1.1 booleans `yes`/`on`, `~` null, `0x`/`0o`/`_` and base-60 integers,
+//! `<<` merge keys, a repeated key keeping its first place with its last value) and
 //! reasons about the effective values, adding no default the file sets.
 
 use std::path::{Path, PathBuf};
@@ -177,19 +178,50 @@ fn node(it: &mut Events, line: usize, depth: usize) -> Result<Value, String> {
                 return Err(format!("an anchor at line {line} (anchors and aliases are not read here)"));
             }
             let mut m: Vec<(String, Value)> = Vec::new();
+            // `<<` (YAML 1.1's merge key, which PyYAML's safe loader applies): the mappings
+            // it names, their pairs before the mapping's own (the first merged one wins).
+            let mut merged: Vec<(String, Value)> = Vec::new();
             loop {
                 if matches!(it.peek(), Some((Event::MappingEnd, _))) {
                     it.next();
-                    return Ok(Value::Map(m));
+                    // A Python dict of the merged pairs then the own ones: a key keeps its
+                    // first place and takes its last value.
+                    let mut out: Vec<(String, Value)> = Vec::new();
+                    for (k, v) in merged.into_iter().chain(m) {
+                        match out.iter_mut().find(|(x, _)| *x == k) {
+                            Some(slot) => slot.1 = v,
+                            None => out.push((k, v)),
+                        }
+                    }
+                    return Ok(Value::Map(out));
                 }
+                let merge = matches!(it.peek(), Some((Event::Scalar(t, ScalarStyle::Plain, _, None), _)) if t == "<<");
                 let key = match node(it, line, depth + 1)? {
                     Value::Str(s) => s,
                     Value::Int(s) | Value::Float(s) => s,
                     other => return Err(format!("a mapping key at line {line} is not a name: {other:?}")),
                 };
                 let value = node(it, line, depth + 1)?;
-                // A repeated key: the last wins, as in a Python dict.
-                m.retain(|(k, _)| *k != key);
+                if merge {
+                    let maps = match value {
+                        Value::Map(pairs) => vec![pairs],
+                        Value::Seq(items) if items.iter().all(|i| matches!(i, Value::Map(_))) => items
+                            .into_iter()
+                            .filter_map(|i| if let Value::Map(p) = i { Some(p) } else { None })
+                            .collect(),
+                        _ => {
+                            return Err(format!(
+                                "the merge key `<<` at line {line} needs a mapping or a list of mappings"
+                            ))
+                        }
+                    };
+                    for (k, v) in maps.into_iter().flatten() {
+                        if !merged.iter().any(|(x, _)| *x == k) {
+                            merged.push((k, v));
+                        }
+                    }
+                    continue;
+                }
                 m.push((key, value));
             }
         }
@@ -225,13 +257,29 @@ fn scalar(text: &str, style: ScalarStyle, tag: Option<&str>) -> Value {
 }
 
 /// PyYAML's int: `[-+]?0b[01_]+`, `[-+]?0[0-7_]+` (octal), `[-+]?(0|[1-9][0-9_]*)`,
-/// `[-+]?0x[0-9a-fA-F_]+` (sexagesimal left as text). Python's `str()` of the value.
+/// `[-+]?0x[0-9a-fA-F_]+`, `[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+` (base 60: `1:00` is 60).
+/// Python's `str()` of the value.
 fn yaml11_int(t: &str) -> Option<String> {
     let (neg, body) = match t.as_bytes().first()? {
         b'-' => (true, &t[1..]),
         b'+' => (false, &t[1..]),
         _ => (false, t),
     };
+    if let Some((first, rest)) = body.split_once(':') {
+        let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+        let head: String = first.chars().filter(|c| *c != '_').collect();
+        let ok = first.starts_with(|c: char| ('1'..='9').contains(&c))
+            && first.chars().all(|c| c.is_ascii_digit() || c == '_')
+            && rest.split(':').all(|p| digits(p) && p.len() <= 2 && p.parse::<u32>().is_ok_and(|n| n < 60));
+        if !ok {
+            return None;
+        }
+        let mut n: u128 = head.parse().ok()?;
+        for p in rest.split(':') {
+            n = n.checked_mul(60)?.checked_add(p.parse().ok()?)?;
+        }
+        return Some(if neg { format!("-{n}") } else { n.to_string() });
+    }
     let (radix, digits) = if let Some(d) = body.strip_prefix("0b") {
         (2, d)
     } else if let Some(d) = body.strip_prefix("0x") {
@@ -337,6 +385,31 @@ mod tests {
             ("m".into(), s("on")),
         ];
         assert_eq!(m, want);
+    }
+
+    /// As PyYAML's `safe_load` builds the dict: merge keys applied (own keys win, the first
+    /// merged mapping wins among merged ones), a repeated key keeps its first place with its
+    /// last value, YAML 1.1's base-60 ints.
+    #[test]
+    fn merge_keys_repeated_keys_and_base_60() {
+        let m = parse("<<: {kv-cache-dtype: fp8_e4m3, tensor-parallel-size: 2}\ntensor-parallel-size: 8\n").unwrap();
+        assert_eq!(
+            m,
+            vec![("kv-cache-dtype".into(), s("fp8_e4m3")), ("tensor-parallel-size".into(), Value::Int("8".into()))]
+        );
+        let m = parse("<<: [{a: 1}, {a: 2, b: 3}]\nc: 4\n").unwrap();
+        let int = |n: &str| Value::Int(n.into());
+        assert_eq!(m, vec![("a".into(), int("1")), ("b".into(), int("3")), ("c".into(), int("4"))]);
+        let m = parse("tensor-parallel-size: 8\nmax-num-seqs: 4\ntensor-parallel-size: 4\n").unwrap();
+        assert_eq!(m, vec![("tensor-parallel-size".into(), int("4")), ("max-num-seqs".into(), int("4"))]);
+        let m = parse("a: 1:00\nb: -1:30:00\nc: 1:60\nd: '1:00'\n").unwrap();
+        assert_eq!(
+            m,
+            vec![("a".into(), int("60")), ("b".into(), int("-5400")), ("c".into(), s("1:60")), ("d".into(), s("1:00"))]
+        );
+        assert!(parse("<<: 3\n").is_err(), "a merge of a scalar is an error in PyYAML too");
+        // A quoted `<<` is an ordinary key.
+        assert_eq!(parse("'<<': x\n").unwrap(), vec![("<<".into(), s("x"))]);
     }
 
     #[test]

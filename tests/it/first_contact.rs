@@ -597,6 +597,7 @@ fn engine_config_file_is_read_and_its_settings_are_not_overridden() {
     img.file("/etc/serve/fp8.yaml", "model: /models/kimi-k3\nkv-cache-dtype: fp8\n");
     img.file("/etc/serve/serve.json", "{}");
     img.file("/etc/serve/bad.yaml", "model: [unclosed\n");
+    img.file("/etc/serve/merged.yaml", "model: /models/kimi-k3\n<<: {kv-cache-dtype: fp8_e4m3}\n");
     let ov = shipped_overlay();
     let run = |args: &[&str]| dry_json(&img, &ov, "0,1,2,3,4,5,6,7", args);
     let findings = |j: &serde_json::Value, code: &str| -> Vec<String> {
@@ -643,6 +644,10 @@ fn engine_config_file_is_read_and_its_settings_are_not_overridden() {
     let out = run(&["--config", "/etc/serve/fp8.yaml"]);
     assert_eq!(out.code, 78, "{}", out.stderr);
     assert!(out.stderr.contains("--kv-cache-dtype fp8 (set in the --config file)"), "{}", out.stderr);
+    // ... also when it comes through a YAML merge key, as vLLM's PyYAML reads it.
+    let out = run(&["--config", "/etc/serve/merged.yaml"]);
+    assert_eq!(out.code, 78, "{}", out.stderr);
+    assert!(out.stderr.contains("--kv-cache-dtype fp8_e4m3 (set in the --config file)"), "{}", out.stderr);
     // The command line wins over the file.
     let out = run(&["--config", "/etc/serve/fp8.yaml", "--kv-cache-dtype", "auto"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
