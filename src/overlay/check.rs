@@ -66,6 +66,9 @@ pub fn inside(tree: &Path, path: &Path) -> Result<(), OverlayError> {
     match fs::canonicalize(path) {
         Ok(r) if r.starts_with(&t) => Ok(()),
         Ok(r) => Err(OverlayError::Escapes { path: path.to_path_buf(), target: r, tree: tree.to_path_buf() }),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            Err(OverlayError::LinkLoop { path: path.to_path_buf(), tree: tree.to_path_buf() })
+        }
         // A dangling link is reported as escaping to where it points.
         Err(_) => Err(OverlayError::Escapes {
             path: path.to_path_buf(),

@@ -215,6 +215,9 @@ pub enum OverlayError {
         hint = "payload files must live inside their tree; replace the symlink by the file"
     )]
     Escapes { path: PathBuf, target: PathBuf, tree: PathBuf },
+    #[error("`{}` is a loop of symbolic links (the kernel gives up after 40) in tree `{}`", path.display(), tree.display())]
+    #[refuse(code = "path-link-loop", exit = Invalid, hint = "payload files must be files; replace the looping symlink by the file it was meant to be")]
+    LinkLoop { path: PathBuf, tree: PathBuf },
     #[error("`{}` is a set-user/group-ID file (mode {mode:o}); a payload may not carry one", path.display())]
     #[refuse(code = "overlay-setid", exit = Invalid, hint = "remove the set-id bit when staging (`chmod ug-s`), or mount the overlay nosuid")]
     SetId { path: PathBuf, mode: u32 },
