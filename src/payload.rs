@@ -108,6 +108,18 @@ fn walk(tree: &Path) -> std::io::Result<Vec<(String, fs::Metadata)>> {
     Ok(out)
 }
 
+/// `f` on a pool of one thread per core, or on this thread alone where no thread can be
+/// started (a pod's pids limit reached): rayon's global pool would abort the process then.
+fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .build()
+        .or_else(|_| rayon::ThreadPoolBuilder::new().num_threads(1).use_current_thread().build());
+    match pool {
+        Ok(p) => p.install(f),
+        Err(_) => f(),
+    }
+}
+
 fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
     // A FIFO or device in place of a recorded file must not block or be read.
@@ -135,27 +147,29 @@ fn not_regular(m: &fs::Metadata) -> String {
 /// The integrity record of a tree: sizes and digests, hashed in parallel.
 pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), PayloadError> {
     let files = walk(tree).map_err(unreadable(tree))?;
-    let results: Vec<Result<Entry, Problem>> = files
-        .par_iter()
-        .map(|(rel, m)| {
-            let p = tree.join(rel);
-            if m.file_type().is_symlink() {
-                overlay::inside(tree, &p).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
-                let target = fs::read_link(&p).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
-                return Ok(Entry {
-                    path: rel.clone(),
-                    size: None,
-                    blake3: None,
-                    link: Some(target.to_string_lossy().into_owned()),
-                });
-            }
-            if !m.is_file() {
-                return Err(Problem { path: rel.clone(), what: not_regular(m) });
-            }
-            let digest = hash_file(&p, m.size()).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
-            Ok(Entry { path: rel.clone(), size: Some(m.size()), blake3: Some(digest), link: None })
-        })
-        .collect();
+    let results: Vec<Result<Entry, Problem>> = in_pool(|| {
+        files
+            .par_iter()
+            .map(|(rel, m)| {
+                let p = tree.join(rel);
+                if m.file_type().is_symlink() {
+                    overlay::inside(tree, &p).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
+                    let target = fs::read_link(&p).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
+                    return Ok(Entry {
+                        path: rel.clone(),
+                        size: None,
+                        blake3: None,
+                        link: Some(target.to_string_lossy().into_owned()),
+                    });
+                }
+                if !m.is_file() {
+                    return Err(Problem { path: rel.clone(), what: not_regular(m) });
+                }
+                let digest = hash_file(&p, m.size()).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
+                Ok(Entry { path: rel.clone(), size: Some(m.size()), blake3: Some(digest), link: None })
+            })
+            .collect()
+    });
     let mut entries = Vec::new();
     let mut problems = Vec::new();
     for r in results {
@@ -181,11 +195,13 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
     let mut pys = BTreeSet::new();
     let mut rocms = BTreeSet::new();
     let mut libpy = BTreeSet::new();
-    let elves: Vec<(String, Result<Vec<String>, String>)> = files
-        .par_iter()
-        .filter(|(_, m)| m.is_file())
-        .filter_map(|(rel, _)| elf_needed(&tree.join(rel)).map(|n| (rel.clone(), n)))
-        .collect();
+    let elves: Vec<(String, Result<Vec<String>, String>)> = in_pool(|| {
+        files
+            .par_iter()
+            .filter(|(_, m)| m.is_file())
+            .filter_map(|(rel, _)| elf_needed(&tree.join(rel)).map(|n| (rel.clone(), n)))
+            .collect()
+    });
     for (rel, _) in files.iter().filter(|(_, m)| m.is_file()) {
         let name = rel.rsplit('/').next().unwrap_or(rel);
         if name.ends_with(".abi3.so") {
@@ -394,49 +410,54 @@ pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>
             }
         }
     }
-    let checks: Vec<Option<Problem>> = record
-        .files
-        .par_iter()
-        .map(|e| {
-            let p = e.path.clone();
-            let Some(m) = actual.get(e.path.as_str()) else {
-                return Some(Problem { path: p, what: "missing (in the integrity record)".into() });
-            };
-            match (&e.link, m.file_type().is_symlink()) {
-                (Some(t), true) => {
-                    let now =
-                        fs::read_link(tree.join(&e.path)).map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
-                    return (&now != t)
-                        .then(|| Problem { path: p, what: format!("symlink now points to `{now}`, recorded `{t}`") });
-                }
-                (Some(t), false) => {
-                    return Some(Problem { path: p, what: format!("recorded as a symlink to `{t}`, now a file") })
-                }
-                (None, true) => return Some(Problem { path: p, what: "recorded as a file, now a symlink".into() }),
-                (None, false) if !m.is_file() => return Some(Problem { path: p, what: not_regular(m) }),
-                (None, false) => {}
-            }
-            if e.size != Some(m.size()) {
-                return Some(Problem {
-                    path: p,
-                    what: format!("size {} bytes, recorded {}", m.size(), e.size.unwrap_or(0)),
-                });
-            }
-            if digest {
-                match hash_file(&tree.join(&e.path), m.size()) {
-                    Ok(h) if Some(&h) != e.blake3.as_ref() => {
-                        return Some(Problem {
+    let checks: Vec<Option<Problem>> = in_pool(|| {
+        record
+            .files
+            .par_iter()
+            .map(|e| {
+                let p = e.path.clone();
+                let Some(m) = actual.get(e.path.as_str()) else {
+                    return Some(Problem { path: p, what: "missing (in the integrity record)".into() });
+                };
+                match (&e.link, m.file_type().is_symlink()) {
+                    (Some(t), true) => {
+                        let now = fs::read_link(tree.join(&e.path))
+                            .map(|x| x.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        return (&now != t).then(|| Problem {
                             path: p,
-                            what: "content changed (BLAKE3 differs from the record)".into(),
-                        })
+                            what: format!("symlink now points to `{now}`, recorded `{t}`"),
+                        });
                     }
-                    Err(err) => return Some(Problem { path: p, what: err.to_string() }),
-                    Ok(_) => {}
+                    (Some(t), false) => {
+                        return Some(Problem { path: p, what: format!("recorded as a symlink to `{t}`, now a file") })
+                    }
+                    (None, true) => return Some(Problem { path: p, what: "recorded as a file, now a symlink".into() }),
+                    (None, false) if !m.is_file() => return Some(Problem { path: p, what: not_regular(m) }),
+                    (None, false) => {}
                 }
-            }
-            None
-        })
-        .collect();
+                if e.size != Some(m.size()) {
+                    return Some(Problem {
+                        path: p,
+                        what: format!("size {} bytes, recorded {}", m.size(), e.size.unwrap_or(0)),
+                    });
+                }
+                if digest {
+                    match hash_file(&tree.join(&e.path), m.size()) {
+                        Ok(h) if Some(&h) != e.blake3.as_ref() => {
+                            return Some(Problem {
+                                path: p,
+                                what: "content changed (BLAKE3 differs from the record)".into(),
+                            })
+                        }
+                        Err(err) => return Some(Problem { path: p, what: err.to_string() }),
+                        Ok(_) => {}
+                    }
+                }
+                None
+            })
+            .collect()
+    });
     problems.extend(checks.into_iter().flatten());
     problems.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(problems)

@@ -395,3 +395,25 @@ fn the_json_plan_carries_paths_that_are_not_utf8() {
     assert_eq!(j["facts"]["models"][0]["status"], "missing");
     assert_eq!(j["facts"]["models"][0]["path"]["hex"], hex(b"/models/\xff"));
 }
+
+/// Out of processes (a pod's pids limit): `manifest verify --digest` hashes on this thread
+/// alone instead of aborting when no worker thread can be started.
+#[test]
+fn digest_verification_works_when_no_thread_can_be_started() {
+    let ov = shipped_overlay();
+    std::fs::set_permissions(ov.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new("prlimit")
+        .args(["--nproc=1:1", "--", "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .arg(BIN)
+        .args(["manifest", "verify", "--digest"])
+        .arg(ov.overlay())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(std::os::unix::process::ExitStatusExt::signal(&o.status).is_none(), "died by a signal: {stderr}");
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ok: 2 trees"), "{}", String::from_utf8_lossy(&o.stdout));
+}
