@@ -66,9 +66,10 @@ fn stopped(sig: i32, during: &str) -> i32 {
 fn await_leader(x: &ExecSpec) -> Result<Option<i32>, ExecError> {
     use crate::resolve::Unresolved;
     for step in &x.steps {
-        if let Step::AwaitLeader { host, timeout_seconds, resolv_conf, hosts } = step {
+        if let Step::AwaitLeader { host, timeout_seconds, resolv_conf, hosts, root } = step {
             let t = std::time::Duration::from_secs(*timeout_seconds);
-            match crate::resolve::wait(host, resolv_conf, hosts, t, &stop) {
+            let root = crate::rootfs::Root::new(root.clone());
+            match crate::resolve::wait(host, &root, resolv_conf, hosts, t, &stop) {
                 Ok((ip, took)) => {
                     tracing::info!(code = "leader-resolved", "`{host}` is {ip} (after {:.1} s)", took.as_secs_f64())
                 }

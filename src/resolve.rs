@@ -226,6 +226,7 @@ pub enum Unresolved {
 /// that ends the wait (and is asked between queries). Ok: the address and how long it took.
 pub fn wait(
     name: &str,
+    root: &crate::rootfs::Root,
     resolv_conf: &Path,
     hosts: &Path,
     timeout: Duration,
@@ -234,7 +235,7 @@ pub fn wait(
     let start = Instant::now();
     let deadline = start + timeout;
     // A pod's files are small; a large hosts file is read whole all the same.
-    let read = |p: &Path| crate::rootfs::read_bounded(p, 64 << 20).map(|b| String::from_utf8_lossy(&b).into_owned());
+    let read = |p: &Path| root.read_file(p, 64 << 20).map(|b| String::from_utf8_lossy(&b).into_owned());
     let mut pause = Duration::from_millis(250);
     let mut logged = Instant::now() - Duration::from_secs(3600);
     let mut last = String::from("no nameserver was asked in time");

@@ -76,11 +76,14 @@ pub enum Step {
     AwaitLeader {
         host: String,
         timeout_seconds: u64,
-        /// The resolver configuration and hosts file read (container paths; host files with `--root`).
+        /// The resolver configuration and hosts file read (container paths), inside `root`
+        /// (with `--root`: the image's directory; links resolved inside it).
         #[serde(serialize_with = "ser_path")]
         resolv_conf: PathBuf,
         #[serde(serialize_with = "ser_path")]
         hosts: PathBuf,
+        #[serde(serialize_with = "ser_path")]
+        root: PathBuf,
     },
     /// Run an engine patch of the overlay with the image's interpreter, in `/`, with the
     /// exec's environment, for at most `timeout_seconds` (then it is killed).

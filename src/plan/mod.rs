@@ -330,12 +330,12 @@ fn await_leader(req: &Request, facts: &Facts) -> Option<crate::spec::Step> {
     if leader.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok() {
         return None;
     }
-    let file = |p: &str| facts.root.host(std::path::Path::new(p));
     Some(crate::spec::Step::AwaitLeader {
         host: leader.clone(),
         timeout_seconds: g.leader_wait,
-        resolv_conf: file("/etc/resolv.conf"),
-        hosts: file("/etc/hosts"),
+        resolv_conf: "/etc/resolv.conf".into(),
+        hosts: "/etc/hosts".into(),
+        root: facts.root.host(std::path::Path::new("/")),
     })
 }
 

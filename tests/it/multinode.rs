@@ -526,6 +526,14 @@ fn the_leader_wait_keeps_its_deadline_checks_replies_and_stops_on_sigterm() {
     img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:1\n");
     let out = rank1_of(&img, &ov, "kimi-0..infera").env("INFERA_LEADER_WAIT", "1").run();
     out.assert(66, "is not a DNS name");
+    // The image's /etc/hosts, an absolute link, is read inside the image, not on this host.
+    img.rm("/etc/hosts")
+        .link("/etc/hosts", "/etc/leader-hosts")
+        .file("/etc/leader-hosts", "10.9.9.9 kimi-0.kimi.infera\n");
+    let (out, _) = rank1(&img, &ov, "2");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("[leader-resolved] `kimi-0.kimi.infera` is 10.9.9.9"), "{}", out.stderr);
+    img.rm("/etc/hosts").file("/etc/hosts", "127.0.0.1 localhost\n");
     // SIGTERM during the wait (the 300 s default): 143 at once, nothing started.
     img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:5\n");
     let child = rank1_of(&img, &ov, LEADER).spawn();
