@@ -20,7 +20,7 @@ use crate::envvars as ev;
 
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
 const EXIT_CODES: &str =
-    "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 74 output not written, \
+    "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 70 internal error (a bug), 74 output not written, \
                           78 engine configuration refused, 126 cannot execute, 127 not found.";
 
 /// The variables that are not an option's (the options show theirs as `[env: ...]`).
@@ -47,7 +47,7 @@ Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), IN
                   --model /models/m`: `-m infera.engine.<engine>` runs as `worker --engine <engine>`, `-m infera.server` \
                   as `server`, anything else with the selected tree's environment. The OPTIONS of `worker` go before \
                   PROGRAM, or in INFERA_* variables (`infera-exec worker --help` lists them).\n\n\
-                  Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 74 output not written, \
+                  Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 70 internal error (a bug), 74 output not written, \
                   78 engine configuration refused, 126 cannot execute, 127 not found."
 )]
 pub struct Cli {

@@ -23,6 +23,8 @@ pub enum Exit {
     /// The output could not be written (stdout full or closed): an answer that did not
     /// arrive is not a success.
     Output = 74,
+    /// A bug in the launcher (a panic, a plan it cannot render): said on stderr.
+    Internal = 70,
     /// Engine configuration refused.
     Refused = 78,
     /// The target exists but cannot be executed.
@@ -159,4 +161,7 @@ pub enum UsageError {
     #[error("a group of {size} nodes ({source_}) needs the leader's address")]
     #[refuse(code = "group-no-leader", exit = Usage, hint = "set LWS_LEADER_ADDRESS (LeaderWorkerSet does) or --leader-address / INFERA_LEADER_ADDRESS")]
     NoLeader { size: u32, source_: String },
+    #[error("{var}=`{value}` has an empty label: no resolver sends such a name")]
+    #[refuse(code = "leader-address-invalid", exit = Usage, hint = "give the leader's DNS name (`leader-0.group.namespace`) or its IP address")]
+    LeaderEmptyLabel { var: String, value: String },
 }

@@ -159,6 +159,17 @@ fn emit(text: &str) -> Result<(), i32> {
     }
 }
 
+/// A bug, said as a refusal is (exit 70).
+pub fn internal(what: &str, env: &Env) -> i32 {
+    let r = Refusal {
+        code: "internal".into(),
+        message: what.to_string(),
+        hint: Some("this is a bug in infera-exec: please report it with the command line and the image".into()),
+        exit: Exit::Internal,
+    };
+    refuse(&r, env)
+}
+
 /// The one place a refusal is printed (and written where Kubernetes shows it).
 fn refuse(r: &Refusal, env: &Env) -> i32 {
     let _ = std::io::stderr().write_all(r.render().as_bytes());
@@ -255,7 +266,10 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
 
     if req.dry_run {
         let text = match req.output {
-            Output::Json => report::json(&plan) + "\n",
+            Output::Json => match report::json(&plan) {
+                Ok(j) => j + "\n",
+                Err(e) => return internal(&format!("the plan cannot be written as JSON: {e}"), env),
+            },
             Output::Text => report::text(&plan, req.role == Role::Check),
         };
         let written = emit(&text);
@@ -276,7 +290,9 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     }
     if let Some(e) = &plan.error {
         if req.output == Output::Json {
-            let _ = std::io::stdout().write_all((report::json(&plan) + "\n").as_bytes());
+            if let Ok(j) = report::json(&plan) {
+                let _ = std::io::stdout().write_all((j + "\n").as_bytes());
+            }
         }
         return refuse(e, env);
     }

@@ -9,9 +9,10 @@ use crate::finding::Level;
 use crate::plan::Plan;
 use crate::spec::{is_secret, ExecSpec, Step, REDACTED};
 
-pub fn json(plan: &Plan) -> String {
-    serde_json::to_string_pretty(plan)
-        .unwrap_or_else(|e| format!("{{\"error\":{{\"code\":\"internal\",\"message\":\"{e}\"}}}}"))
+/// The plan as JSON; Err: why it cannot be (a bug: every path and argument is rendered,
+/// UTF-8 or not).
+pub fn json(plan: &Plan) -> Result<String, String> {
+    serde_json::to_string_pretty(plan).map_err(|e| e.to_string())
 }
 
 /// Quote for a POSIX shell so the printed command can be pasted; non-UTF-8 bytes use

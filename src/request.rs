@@ -157,6 +157,14 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
     if r >= n {
         return Err(UsageError::RankOutOfRange { rank: r, size: n, source_ });
     }
+    // A name with an empty label (`a..b`, `.a`) is never sent by glibc's resolver.
+    if let Some((var, v)) = leader.as_ref() {
+        let name = v.trim().trim_end_matches('.');
+        let literal = name.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok();
+        if !literal && name.split('.').any(str::is_empty) {
+            return Err(UsageError::LeaderEmptyLabel { var: var.clone(), value: v.clone() });
+        }
+    }
     let leader = leader.map(|(_, v)| v.trim().to_string());
     if n > 1 && leader.is_none() {
         return Err(UsageError::NoLeader { size: n, source_ });

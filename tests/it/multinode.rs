@@ -525,7 +525,7 @@ fn the_leader_wait_keeps_its_deadline_checks_replies_and_stops_on_sigterm() {
     // A leader name with an empty label is never sent.
     img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:1\n");
     let out = rank1_of(&img, &ov, "kimi-0..infera").env("INFERA_LEADER_WAIT", "1").run();
-    out.assert(66, "is not a DNS name");
+    out.assert(2, "error[leader-address-invalid]: LWS_LEADER_ADDRESS=`kimi-0..infera` has an empty label");
     // The image's /etc/hosts, an absolute link, is read inside the image, not on this host.
     img.rm("/etc/hosts")
         .link("/etc/hosts", "/etc/leader-hosts")
