@@ -28,6 +28,9 @@ pub struct Model {
     /// `num_attention_heads` present but not a positive count (`-8`, `0`, `1e30`, `"64"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heads_unusable: Option<String>,
+    /// `model_type` present but not a name (a list, an object, a number), as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_type_unusable: Option<String>,
     /// Why each trait was recognised, for messages.
     pub evidence: Vec<String>,
 }
@@ -437,6 +440,12 @@ fn classify(reference: &str, config: PathBuf, top: &Top) -> Model {
         hybrid: hybrid_key.is_some(),
         attention_heads: heads.and_then(Value::as_u64).filter(|h| *h > 0),
         heads_unusable: heads.filter(|v| v.as_u64().is_none_or(|h| h == 0)).map(shown),
+        model_type_unusable: [Some(&top.0), text]
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l.get("model_type"))
+            .find(|v| !v.is_string() && !v.is_null())
+            .map(shown),
         evidence,
     }
 }
@@ -469,6 +478,9 @@ mod tests {
         // Odd types are said, not guessed.
         assert_eq!(known(br#"{"num_attention_heads":"64"}"#).heads_unusable.as_deref(), Some("\"64\""));
         assert_eq!(known(br#"{"num_attention_heads":[64]}"#).heads_unusable.as_deref(), Some("[64]"));
+        // A model_type that is not a name is said as it is written.
+        let m = known(br#"{"model_type":["deepseek_v3"],"kv_lora_rank":512}"#);
+        assert_eq!((m.model_type_unusable.as_deref(), m.mla), (Some(r#"["deepseek_v3"]"#), false));
     }
 
     #[test]

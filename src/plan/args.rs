@@ -426,6 +426,15 @@ fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a 
     };
     match ctx.facts.models.get(reference) {
         Some(ModelFacts::Known(m)) => {
+            if let Some(v) = &m.model_type_unusable {
+                findings.push(Finding::warn(
+                    "model-type-unusable",
+                    format!(
+                        "model_type = {v} in `{}` is not a name: the rules that depend on the model's type (MLA) are not checked",
+                        m.config.display()
+                    ),
+                ));
+            }
             if let Some(v) = &m.heads_unusable {
                 findings.push(Finding::warn(
                     "model-heads-unusable",

@@ -51,6 +51,7 @@ fn kimi() -> ModelFacts {
         hybrid: true,
         attention_heads: Some(64),
         heads_unusable: None,
+        model_type_unusable: None,
         evidence: vec!["MLA: model_type kimi_k3 with kv_lora_rank 512".into()],
     })
 }
