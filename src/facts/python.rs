@@ -122,8 +122,7 @@ pub fn detect(
     let resolved = root.resolve(&found).map_err(|e| unresolvable(root, found.clone(), &e))?;
 
     let bin_dir = found.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let venv_dir =
-        bin_dir.parent().map(Path::to_path_buf).filter(|v| root.is_file(&crate::rootfs::join(v, "pyvenv.cfg")));
+    let venv_dir = bin_dir.parent().map(Path::to_path_buf).filter(|v| root.is_file(&v.join("pyvenv.cfg")));
 
     let mut evidence: Vec<Evidence> = Vec::new();
     // 1. The interpreter's own name, e.g. /usr/bin/python3.12.
@@ -135,7 +134,7 @@ pub fn detect(
     }
     // 2. pyvenv.cfg (`version = 3.12.3` from venv, `version_info = ...` from uv/virtualenv).
     if let Some(v) = &venv_dir {
-        let cfg = crate::rootfs::join(v, "pyvenv.cfg");
+        let cfg = v.join("pyvenv.cfg");
         if let Ok(text) = root.read_small_string(&cfg) {
             if let Some(m) = pyvenv_minor(&text) {
                 evidence.push(Evidence { what: format!("`{}`", cfg.display()), minor: m });
@@ -263,7 +262,7 @@ fn find_on_path(root: &Root, dirs: &[&str], names: &[String]) -> Result<Option<P
     let mut not_regular: Option<PathBuf> = None;
     for name in names {
         for d in dirs {
-            let cand = crate::rootfs::join(Path::new(d), name);
+            let cand = Path::new(d).join(name);
             match root.stat(&cand) {
                 Ok((_, m)) if m.is_file() => return Ok(Some(cand)),
                 Ok(_) => {
@@ -310,11 +309,11 @@ fn site_candidates(root: &Root, prefix: &Path, venv: bool) -> Vec<(PathBuf, Opti
     let mut out = Vec::new();
     let mut bases: Vec<(PathBuf, &[&str])> = Vec::new();
     if venv {
-        bases.push((crate::rootfs::join(prefix, "lib"), &["site-packages"]));
+        bases.push((prefix.join("lib"), &["site-packages"]));
     } else {
         // Debian/Ubuntu put pip's packages in /usr/local/lib/python3.X/dist-packages.
-        bases.push((crate::rootfs::join(prefix, "local/lib"), &["dist-packages", "site-packages"]));
-        bases.push((crate::rootfs::join(prefix, "lib"), &["site-packages", "dist-packages"]));
+        bases.push((prefix.join("local/lib"), &["dist-packages", "site-packages"]));
+        bases.push((prefix.join("lib"), &["site-packages", "dist-packages"]));
     }
     for (lib, kinds) in bases {
         let mut names: Vec<String> = root
@@ -347,7 +346,7 @@ fn site_candidates(root: &Root, prefix: &Path, venv: bool) -> Vec<(PathBuf, Opti
 /// Does this site directory hold the image's packages (torch, or an engine)?
 fn holds_packages(root: &Root, dir: &Path) -> bool {
     // torch is in every engine image: one stat answers the common case.
-    if root.is_dir(&crate::rootfs::join(dir, "torch")) {
+    if root.is_dir(&dir.join("torch")) {
         return true;
     }
     let dists: Vec<&str> = crate::engines::TABLE.iter().map(|i| i.dist).chain(["torch"]).collect();
@@ -360,11 +359,11 @@ fn holds_packages(root: &Root, dir: &Path) -> bool {
 
 /// `torch/_C.cpython-312-x86_64-linux-gnu.so` → (path, (3, 12)).
 fn torch_ext_minor(root: &Root, site: &Path) -> Option<(PathBuf, (u32, u32))> {
-    let tdir = crate::rootfs::join(site, "torch");
+    let tdir = site.join("torch");
     root.list(&tdir).into_iter().find_map(|n| {
         let n = n.into_string().ok()?;
         let m = ext_suffix_minor(&n)?;
-        Some((crate::rootfs::join(&tdir, n), m))
+        Some((tdir.join(n), m))
     })
 }
 

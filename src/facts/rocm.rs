@@ -198,7 +198,7 @@ fn candidates(w: &Where) -> Vec<PathBuf> {
             add(p);
             if let (true, Some(dir)) = (sibling, parent) {
                 for t in THEROCK {
-                    add(crate::rootfs::join(&dir, t));
+                    add(dir.join(t));
                 }
             }
         }
@@ -206,7 +206,7 @@ fn candidates(w: &Where) -> Vec<PathBuf> {
     add(PathBuf::from("/opt/rocm"));
     for site in w.site_dirs {
         for t in THEROCK {
-            add(crate::rootfs::join(site, t));
+            add(site.join(t));
         }
     }
     out
@@ -302,7 +302,7 @@ fn first_agreeing<T: Clone, K: PartialEq>(
 fn from_install(root: &Root, dir: &Path, found: &mut Found, looked: &mut Vec<String>, findings: &mut Vec<Finding>) {
     let releases = found.releases.len();
     for rel in [".info/version", ".info/version-dev", "core/.info/version"] {
-        let p = crate::rootfs::join(dir, rel);
+        let p = dir.join(rel);
         match root.read_small_string(&p) {
             Ok(text) => match parse_release(&text) {
                 Some((version, major, minor)) => {
@@ -324,7 +324,7 @@ fn from_install(root: &Root, dir: &Path, found: &mut Found, looked: &mut Vec<Str
         }
     }
     if found.releases.len() == releases {
-        let h = crate::rootfs::join(dir, "include/rocm-core/rocm_version.h");
+        let h = dir.join("include/rocm-core/rocm_version.h");
         match root.read_small_string(&h) {
             Ok(text) => {
                 if let Some((version, major, minor)) = parse_version_header(&text) {
@@ -336,8 +336,8 @@ fn from_install(root: &Root, dir: &Path, found: &mut Found, looked: &mut Vec<Str
     }
     // HIP: the runtime's soname (what DT_NEEDED binds), found through share/hip/version's
     // major with one lookup, else by listing lib/.
-    let lib = crate::rootfs::join(dir, "lib");
-    let hv = crate::rootfs::join(dir, "share/hip/version");
+    let lib = dir.join("lib");
+    let hv = dir.join("share/hip/version");
     let from_file = match root.read_small_string(&hv) {
         Ok(t) => parse_hip_version(&t),
         Err(e) => {
@@ -354,7 +354,7 @@ fn from_install(root: &Root, dir: &Path, found: &mut Found, looked: &mut Vec<Str
     let soname = from_file
         .as_ref()
         .map(|(major, _)| format!("libamdhip64.so.{major}"))
-        .filter(|n| root.metadata(&crate::rootfs::join(&lib, n)).is_ok())
+        .filter(|n| root.metadata(&lib.join(n)).is_ok())
         .and_then(|n| parse_hip_soname(&n).map(|(m, v)| (n, m, v)))
         .or_else(|| {
             let mut names: Vec<(String, u32, Option<String>)> = root

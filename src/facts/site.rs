@@ -203,11 +203,7 @@ fn probe_into(
         found.sort_by(|a, b| a.1.cmp(&b.1));
         for (d, entry) in found {
             if let Some(e) = engine_of(&d.name).filter(|e| wanted(*e) && !engines.iter().any(|x| x.engine == *e)) {
-                engines.push(EngineInstall {
-                    engine: e,
-                    version: d.version.clone(),
-                    record: crate::rootfs::join(dir, entry),
-                });
+                engines.push(EngineInstall { engine: e, version: d.version.clone(), record: dir.join(entry) });
             }
             index.dists.push(d);
         }
@@ -231,14 +227,14 @@ fn probe_versions(root: &Root, dir: &Path, wanted: impl Fn(Engine) -> bool) -> V
     let mut out = Vec::new();
     for info in crate::engines::TABLE.iter().filter(|i| wanted(i.engine)) {
         let found = info.version_files.iter().find_map(|file| {
-            let path = crate::rootfs::join(dir, file);
+            let path = dir.join(file);
             let text = root.read_small_string(&path).ok()?;
             let v = super::pyassign::literal(&text, "__version__")
                 .or_else(|| super::pyassign::literal(&text, "version"))?;
             Some((v, path))
         });
         let Some((version, path)) = found else { continue };
-        let dist = crate::rootfs::join(dir, format!("{}-{version}.dist-info", info.dist));
+        let dist = dir.join(format!("{}-{version}.dist-info", info.dist));
         let record = if root.metadata(&dist).is_ok() { dist } else { path };
         out.push(EngineInstall { engine: info.engine, version, record });
     }

@@ -87,11 +87,11 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
     base.push(site);
     base.extend(&parts);
     let found = |p: &Path| fs::symlink_metadata(p).is_ok();
-    let pkg = crate::rootfs::join(&base, last);
+    let pkg = base.join(last);
     if found(&pkg) {
         return Some(pkg);
     }
-    let py = crate::rootfs::join(&base, format!("{last}.py"));
+    let py = base.join(format!("{last}.py"));
     if found(&py) {
         return Some(py);
     }
@@ -101,7 +101,7 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
     let _ = crate::rootfs::each_entry(&base, |name, _| {
         let n = name.to_string_lossy();
         if ext.is_none() && n.starts_with(&prefix) && n.ends_with(".so") {
-            ext = Some(crate::rootfs::join(&base, name));
+            ext = Some(base.join(name));
         }
     });
     ext

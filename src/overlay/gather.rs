@@ -48,7 +48,7 @@ pub fn tree_facts_on(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOption
     }
     let mut libraries = BTreeMap::new();
     for l in m.capabilities.values().flat_map(|c| c.libraries.iter()) {
-        libraries.insert(l.clone(), first_present(&paths.lib, |lib| file_presence(root, &crate::rootfs::join(lib, l))));
+        libraries.insert(l.clone(), first_present(&paths.lib, |lib| file_presence(root, &lib.join(l))));
     }
     let mut top_modules: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut dists = Vec::new();
@@ -93,7 +93,7 @@ fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFi
         let _ = crate::rootfs::each_entry(bin, |name, _| {
             let Some(name) = name.to_str() else { return };
             if !out.contains_key(name) {
-                let path = crate::rootfs::join(bin, name);
+                let path = bin.join(name);
                 let file = crate::facts::exe::inspect(&host, &path);
                 out.insert(name.to_string(), (path, file));
             }
@@ -105,7 +105,7 @@ fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFi
 /// `patches/<engine>/*.py` and `patches/<engine>_<part>/*.py` (sglang ships
 /// `sglang_disagg`, `sglang_responses`, `sglang_rocm`), directories and files in name order.
 pub fn patches(overlay: &Path) -> Vec<Patch> {
-    let dir = crate::rootfs::join(overlay, "patches");
+    let dir = overlay.join("patches");
     let mut dirs: Vec<(String, Engine)> = fs::read_dir(&dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
@@ -137,7 +137,7 @@ pub fn patches(overlay: &Path) -> Vec<Patch> {
 /// load the host's build by path (RDMAV_DRIVERS) without writing into the image. They point
 /// outside the overlay on purpose, at the one path the pod spec mounts; nothing else may.
 pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
-    let dir = crate::rootfs::join(overlay, "rdma");
+    let dir = overlay.join("rdma");
     let mut out = BTreeMap::new();
     let _ = crate::rootfs::each_entry(&dir, |name, _| {
         let Some(pabi) =
@@ -145,7 +145,7 @@ pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
         else {
             return;
         };
-        let path = crate::rootfs::join(&dir, name);
+        let path = dir.join(name);
         if fs::read_link(&path).is_ok_and(|t| t == Path::new(crate::facts::ionic::HOST_LIBIONIC)) {
             out.insert(pabi, path);
         }

@@ -299,7 +299,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
         Ok(m) if m.is_dir() => m,
         _ => return Err(OverlayError::Missing { dir }),
     };
-    let trees_meta = std::fs::metadata(crate::rootfs::join(&dir, "trees")).ok().filter(|m| m.is_dir());
+    let trees_meta = std::fs::metadata(dir.join("trees")).ok().filter(|m| m.is_dir());
     let (layout, trees) = if let Some(trees_meta) = trees_meta {
         (Layout::Ours, ours::load(&dir, opts, [&meta, &trees_meta])?)
     } else {

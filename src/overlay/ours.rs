@@ -10,14 +10,14 @@ use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
 
 /// `stats`: the overlay's and `trees/`'s own `stat`, as the caller read them.
 pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> Result<Vec<Tree>, OverlayError> {
-    let trees_dir = crate::rootfs::join(dir, "trees");
+    let trees_dir = dir.join("trees");
     // `trees/` itself a link elsewhere would make every tree someone else's.
     inside(dir, &trees_dir)?;
     // The directory's own record of each entry's type: a directory is one without a
     // `stat`; only a link (or a filesystem that does not record types) is looked up.
     let mut names: Vec<String> = Vec::new();
     let _ = rootfs::each_entry(&trees_dir, |n, t| {
-        let dir = if t.is_symlink() { crate::rootfs::join(&trees_dir, n).is_dir() } else { t.is_dir() };
+        let dir = if t.is_symlink() { trees_dir.join(n).is_dir() } else { t.is_dir() };
         if dir {
             names.push(n.to_string_lossy().into_owned());
         }
@@ -35,11 +35,11 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
     // tree with every one before it.
     let mut by_abi: rustc_hash::FxHashMap<u64, usize> = Default::default();
     for name in names {
-        let tdir = crate::rootfs::join(&trees_dir, &name);
+        let tdir = trees_dir.join(&name);
         // The tree's and its manifest's own `lstat`: where neither is a link, what `inside`
         // and the mode checks need, and the manifest opened without another lookup.
         let tmeta = plain(&trees_dir, &tdir)?;
-        let mpath = crate::rootfs::join(&tdir, "manifest.toml");
+        let mpath = tdir.join("manifest.toml");
         // A manifest that is a link to a file elsewhere describes a tree it is not part of.
         let mmeta = if tmeta.is_some() { plain(&tdir, &mpath)? } else { None };
         if tmeta.is_none() {
@@ -63,7 +63,7 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
         }
         let mut paths = Paths { parts: vec![tdir.clone()], contain: tdir.clone(), ..Paths::default() };
         for (sub, list) in [("site-packages", &mut paths.site), ("lib", &mut paths.lib), ("bin", &mut paths.bin)] {
-            let p = crate::rootfs::join(&tdir, sub);
+            let p = tdir.join(sub);
             if dir_inside(&tdir, &p)? {
                 list.push(p);
             }
@@ -71,11 +71,11 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
         // A capability's own directory, when the tree keeps it apart (so that the image's
         // copy can be imported instead: `prefer = "base"`).
         if !manifest.capabilities.is_empty() {
-            let caps = crate::rootfs::join(&tdir, "capabilities");
+            let caps = tdir.join("capabilities");
             // `capabilities/` a plain directory (not a link): each name is one `lstat`.
             let plain = fs::symlink_metadata(&caps).is_ok_and(|m| m.is_dir());
             for name in manifest.capabilities.keys() {
-                let p = crate::rootfs::join(&caps, name);
+                let p = caps.join(name);
                 let dir = if plain {
                     dir_inside(&tdir, &p)?
                 } else if p.exists() {
