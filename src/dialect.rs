@@ -603,7 +603,7 @@ mod table_tests {
                 assert_ne!(w[0], w[1], "{e:?}: {} spells two options", w[0]);
             }
         }
-        for l in &crate::engines::OPTION_LISTS {
+        for l in crate::engines::OptionList::all() {
             let names: Vec<&str> = l.names().to_vec();
             assert!(names.len() > 300, "{} {}", l.engine.name(), l.recorded);
             for w in names.windows(2) {

@@ -160,7 +160,7 @@ fn emit(text: &str) -> Result<(), i32> {
 }
 
 /// A bug, said as a refusal is (exit 70).
-pub fn internal(what: &str, env: &Env) -> i32 {
+fn internal(what: &str, env: &Env) -> i32 {
     let r = Refusal {
         code: "internal".into(),
         message: what.to_string(),

@@ -100,6 +100,12 @@ pub enum Lookup {
 /// Waits up to the given time for a signal that ends the wait; its number, or None.
 pub type Stop<'a> = &'a dyn Fn(Duration) -> Option<i32>;
 
+/// A name with an empty label (`a..b`, `.a`), which no resolver sends (a final dot only
+/// makes a name absolute).
+pub fn has_empty_label(name: &str) -> bool {
+    name.trim_end_matches('.').split('.').any(str::is_empty)
+}
+
 /// One round: the literal, `/etc/hosts`, then every candidate name at every nameserver,
 /// each query given what is left of `deadline` (at most the resolver's timeout).
 pub fn lookup(name: &str, conf: &ResolvConf, hosts: &str, deadline: Instant, stop: Stop) -> Lookup {
@@ -145,11 +151,11 @@ enum Answer {
 /// not the reply, as glibc's resolver ignores it.
 fn query(ns: IpAddr, name: &str, qtype: RecordType, until: Instant, stop: Stop) -> std::io::Result<Answer> {
     let invalid = || std::io::Error::other(format!("`{name}` is not a DNS name"));
-    // Absolute, as the resolver sends it; an empty label (`a..b`) is not a name.
-    let qname = Name::from_ascii(format!("{}.", name.trim_end_matches('.'))).map_err(|_| invalid())?;
-    if qname.iter().any(|l| l.is_empty()) || name.split('.').any(str::is_empty) {
+    if has_empty_label(name) {
         return Err(invalid());
     }
+    // Absolute, as the resolver sends it.
+    let qname = Name::from_ascii(format!("{}.", name.trim_end_matches('.'))).map_err(|_| invalid())?;
     let bind: SocketAddr = if ns.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }
         .map_err(|_| std::io::Error::other("bind address"))?;
     let sock = UdpSocket::bind(bind)?;

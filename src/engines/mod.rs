@@ -215,6 +215,11 @@ pub struct Info {
     /// or is refused across nodes (sglang's multi-node DP is not the launcher's to plan).
     pub dp_across_nodes: bool,
     pub(crate) spell: fn(Opt) -> Option<Spelling>,
+    /// Its recorded option lists (a later release of the same minor may add options: an
+    /// abbreviation the list calls unique may then be ambiguous to the engine, which exits 2
+    /// at once; it never removes the meaning of an unambiguous one without a deprecation
+    /// cycle).
+    pub options: fn() -> &'static [OptionList],
 }
 
 pub const TABLE: [Info; 2] = [vllm::INFO, sglang::INFO];
@@ -271,12 +276,21 @@ pub struct OptionList {
     pub versions: &'static str,
     /// The version it was recorded from.
     pub recorded: &'static str,
-    pub(crate) text: &'static str,
+    text: &'static str,
     /// The names with the wrapper module's own, sorted (the wrapper parses before the engine).
-    pub(crate) names: std::sync::OnceLock<Vec<&'static str>>,
+    names: std::sync::OnceLock<Vec<&'static str>>,
 }
 
 impl OptionList {
+    pub const fn new(engine: Engine, versions: &'static str, recorded: &'static str, text: &'static str) -> Self {
+        OptionList { engine, versions, recorded, text, names: std::sync::OnceLock::new() }
+    }
+
+    /// Every recorded list, of every engine.
+    pub fn all() -> impl Iterator<Item = &'static OptionList> {
+        Engine::all().flat_map(|e| (e.info().options)())
+    }
+
     /// The engine's and its wrapper's option names, sorted, without duplicates.
     pub fn names(&self) -> &[&'static str] {
         self.names.get_or_init(|| {
@@ -289,19 +303,10 @@ impl OptionList {
     }
 }
 
-/// Recorded lists. A later release of the same minor may add options (an abbreviation the
-/// list calls unique may then be ambiguous to the engine, which exits 2 at once); it never
-/// removes the meaning of an unambiguous one without a deprecation cycle.
-pub static OPTION_LISTS: [&OptionList; 3] = [&vllm::OPTIONS[0], &vllm::OPTIONS[1], &sglang::OPTIONS[0]];
-
 /// The recorded option list for this engine version, if one covers it.
 pub fn option_list(engine: Engine, version: Option<&str>) -> Option<&'static OptionList> {
     let v = crate::version::parse(version?)?;
-    OPTION_LISTS
-        .iter()
-        .copied()
-        .filter(|l| l.engine == engine)
-        .find(|l| crate::version::Spec::parse(l.versions).is_ok_and(|s| s.contains(&v)))
+    (engine.info().options)().iter().find(|l| crate::version::Spec::parse(l.versions).is_ok_and(|s| s.contains(&v)))
 }
 
 #[cfg(test)]

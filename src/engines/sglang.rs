@@ -27,6 +27,7 @@ pub const INFO: Info = Info {
     follower: None,
     wrapper_reads_only_its_command_line: &[],
     spell,
+    options: || &OPTIONS,
 };
 
 fn bootstrap_port(_: Var, value: Value) -> Option<u16> {
@@ -42,13 +43,8 @@ fn transfer(_: Option<&serde_json::Value>, value: Value) -> &'static str {
 }
 
 /// Its recorded option lists (see [`OptionList`]).
-pub static OPTIONS: [OptionList; 1] = [OptionList {
-    engine: Engine::Sglang,
-    versions: ">=0.5.23, <0.6",
-    recorded: "0.5.23",
-    text: include_str!("options/sglang-0.5.23.txt"),
-    names: std::sync::OnceLock::new(),
-}];
+static OPTIONS: [OptionList; 1] =
+    [OptionList::new(Engine::Sglang, ">=0.5.23, <0.6", "0.5.23", include_str!("options/sglang-0.5.23.txt"))];
 
 // [python/sglang/srt/server_args.py]
 fn spell(o: Opt) -> Option<Spelling> {

@@ -36,6 +36,7 @@ pub const INFO: Info = Info {
         (Opt::KvCacheDtype, "without it there it appends --kv-cache-dtype fp8_e4m3, overriding the file"),
     ],
     spell,
+    options: || &OPTIONS,
 };
 
 /// What a vLLM rank > 0 runs instead of `-m infera.engine.vllm` (as `python -c`): the real
@@ -91,21 +92,9 @@ fn own_addresses(kv: Option<&serde_json::Value>, var: Var, prefill: bool) -> Vec
 }
 
 /// Its recorded option lists (see [`OptionList`]).
-pub static OPTIONS: [OptionList; 2] = [
-    OptionList {
-        engine: Engine::Vllm,
-        versions: ">=0.11.1, <0.29",
-        recorded: "0.28.0",
-        text: include_str!("options/vllm-0.28.0.txt"),
-        names: std::sync::OnceLock::new(),
-    },
-    OptionList {
-        engine: Engine::Vllm,
-        versions: ">=0.33, <0.34",
-        recorded: "0.33.0",
-        text: include_str!("options/vllm-0.33.0.txt"),
-        names: std::sync::OnceLock::new(),
-    },
+static OPTIONS: [OptionList; 2] = [
+    OptionList::new(Engine::Vllm, ">=0.11.1, <0.29", "0.28.0", include_str!("options/vllm-0.28.0.txt")),
+    OptionList::new(Engine::Vllm, ">=0.33, <0.34", "0.33.0", include_str!("options/vllm-0.33.0.txt")),
 ];
 
 // [vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py]

@@ -262,11 +262,8 @@ pub fn abbreviations(
                 format!("`{written}` (arg {}) read as {full}, as {} {l}'s parser reads it", i + 1, e.name()),
             ));
         } else {
-            let recorded: Vec<String> = crate::engines::OPTION_LISTS
-                .iter()
-                .filter(|l| l.engine == e)
-                .map(|l| format!("{} {}", l.engine.name(), l.versions))
-                .collect();
+            let recorded: Vec<String> =
+                (e.info().options)().iter().map(|l| format!("{} {}", l.engine.name(), l.versions)).collect();
             findings.push(Finding::warn(
                 "arg-abbreviation-unchecked",
                 format!(

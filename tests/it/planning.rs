@@ -376,7 +376,12 @@ fn a_config_truncated_while_read_is_never_a_signal() {
             .env("INFERA_GPUS", "8")
             .env("INFERA_ALLOW", "engine-version")
             .run();
-        assert!([0, 78].contains(&out.code), "{}", out.stderr);
+        // The whole config (a llama: nothing to refuse) or one cut short (a finding that
+        // names it): a plan either way.
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(out.stdout.starts_with("infera-exec worker plan"), "{}", out.stdout);
+        let cut = out.stdout.contains("`/models/kimi-k3/config.json` is not JSON");
+        assert!(cut || !out.stdout.contains("model-unreadable"), "{}", out.stdout);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
