@@ -417,3 +417,45 @@ fn digest_verification_works_when_no_thread_can_be_started() {
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("ok: 2 trees"), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+/// With fd 0, 1 or 2 closed and no /dev/null (a minimal /dev), std's start-up would abort the
+/// launcher with SIGABRT and no word. It runs: stdin reads as empty, a plan that cannot be
+/// written to a closed stdout is exit 74 said on stderr, and the program exec'd sees the fds
+/// closed, as the pod gave them.
+#[test]
+fn closed_stdio_without_dev_null_is_not_a_death_by_signal() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: hiding /dev/null needs a mount namespace (root)");
+        return;
+    }
+    let img = vllm_image(None);
+    img.exe(
+        "/usr/bin/python3.12",
+        "#!/bin/sh\nfor fd in 0 1 2; do if [ -e /proc/$$/fd/$fd ]; then echo \"fd $fd open\"; else echo \"fd $fd closed\"; fi; done\n",
+    );
+    let ov = shipped_overlay();
+    let run = |redirect: &str, args: &[&str]| {
+        let script = format!("mount -t tmpfs tmpfs /dev && test ! -e /dev/null && exec \"$0\" \"$@\" {redirect}");
+        let o = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script, BIN])
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("INFERA_ROOT", img.path())
+            .env("INFERA_OVERLAY", ov.overlay())
+            .env("HIP_VISIBLE_DEVICES", "0")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(std::os::unix::process::ExitStatusExt::signal(&o.status).is_none(), "{redirect}: signal: {err}");
+        (o.status.code().unwrap(), String::from_utf8_lossy(&o.stdout).into_owned(), err)
+    };
+    let (code, out, err) = run("<&- 2>&-", &["--version"]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert!(out.starts_with("infera-exec "), "{out}");
+    let (code, out, err) = run(">&-", &["worker", "--dry-run"]);
+    assert_eq!(code, 74, "{err}");
+    assert!(out.is_empty() && err.contains("error[output-failed]: cannot write the answer to stdout"), "{err}");
+    let (code, out, err) = run("<&- 2>&-", &["server"]);
+    assert_eq!((code, out.as_str()), (0, "fd 0 closed\nfd 1 open\nfd 2 closed\n"), "{err}");
+}

@@ -292,3 +292,53 @@ fn noexec_overlay_with_shared_objects_is_refused() {
     assert_eq!(o.status.code(), Some(65), "{err}");
     assert!(err.contains("holds shared objects but is mounted noexec"), "{err}");
 }
+
+/// As PID 1 of its own PID namespace (what a container's command is): the kernel delivers no
+/// signal to PID 1 that it has no handler for, so each one here reaches the engine only because
+/// the init forwards it. SIGTERM and a real-time signal sent to the init end the child and the
+/// exit is 128+n; a child killed by a real-time signal is 128+n; orphans are reaped.
+#[test]
+fn as_pid_1_of_a_pid_namespace_signals_are_forwarded_and_deaths_are_128_plus_n() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: a PID namespace needs root");
+        return;
+    }
+    let img = vllm_image(None);
+    img.exe(
+        "/usr/bin/python3.12",
+        "#!/bin/sh\n( sleep 0.2 & ) ; echo \"started $$\"\nexec sleep 30\n",
+    );
+    let ov = shipped_overlay();
+    let rt = nix::libc::SIGRTMIN() + 5;
+    // (who gets the signal, which signal, the exit expected)
+    for (to_init, sig, want) in [(true, 15, 143), (true, rt, 128 + rt), (false, rt, 128 + rt), (false, 9, 137)] {
+        let mut unshare = Command::new("unshare");
+        unshare.args(["--pid", "--fork", "--mount-proc", "--kill-child", BIN, "server", "--init"]).env_clear();
+        for (k, v) in launcher(&img, &ov, &[], &[]).get_envs() {
+            if let Some(v) = v {
+                unshare.env(k, v);
+            }
+        }
+        unshare.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = unshare.spawn().unwrap();
+        let lines = read_until(&mut child, "started ");
+        assert_eq!(lines.last().unwrap().trim(), "started 2", "the engine is PID 2, under the init: {lines:?}");
+        let init = children_of(child.id());
+        assert_eq!(init.len(), 1, "unshare's one child is the init: {init:?}");
+        let init = init[0].0;
+        let status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap();
+        assert!(status.lines().any(|l| l.starts_with("NSpid:") && l.ends_with("\t1")), "{status}");
+        std::thread::sleep(Duration::from_millis(300));
+        let target = if to_init {
+            init
+        } else {
+            let engine = children_of(init);
+            assert_eq!(engine.len(), 1, "the orphan was reaped; only the engine is left: {engine:?}");
+            engine[0].0
+        };
+        // SAFETY: kill(2) on a process this test started (the init, or the engine under it).
+        assert_eq!(unsafe { nix::libc::kill(target as i32, sig) }, 0);
+        let (code, _, err) = finish(child);
+        assert_eq!(code, want, "signal {sig} to {}: {err}", if to_init { "the init" } else { "the engine" });
+    }
+}
