@@ -139,7 +139,8 @@ pub fn lookup(name: &str, conf: &ResolvConf, hosts: &str, deadline: Instant, sto
     Lookup::NotYet(why)
 }
 
-enum Answer {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
     Addr(IpAddr),
     NxDomain,
     NoData,
@@ -160,7 +161,7 @@ fn query(ns: IpAddr, name: &str, qtype: RecordType, until: Instant, stop: Stop) 
         .map_err(|_| std::io::Error::other("bind address"))?;
     let sock = UdpSocket::bind(bind)?;
     sock.connect(SocketAddr::new(ns, 53))?;
-    let question = Query::query(qname.clone(), qtype);
+    let question = Query::query(qname, qtype);
     let mut msg = Message::query();
     msg.metadata.recursion_desired = true;
     msg.add_query(question.clone());
@@ -182,13 +183,21 @@ fn query(ns: IpAddr, name: &str, qtype: RecordType, until: Instant, stop: Stop) 
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
             Err(e) => return Err(e),
         };
-        let Ok(reply) = Message::from_vec(&buf[..n]) else { continue };
-        let m = &reply.metadata;
-        if m.id != id || m.message_type != MessageType::Response || reply.queries != [question.clone()] {
-            continue;
+        if let Some(a) = read_reply(&buf[..n], id, &question) {
+            return Ok(a);
         }
-        return Ok(answer(&reply, &qname, qtype));
     }
+}
+
+/// A datagram read as the reply to query `id` asking `question`, or None when it is not that
+/// reply (undecodable, another id, not a response, another question).
+pub fn read_reply(datagram: &[u8], id: u16, question: &Query) -> Option<Answer> {
+    let reply = Message::from_vec(datagram).ok()?;
+    let m = &reply.metadata;
+    if m.id != id || m.message_type != MessageType::Response || reply.queries.as_slice() != [question.clone()] {
+        return None;
+    }
+    Some(answer(&reply, question.name(), question.query_type()))
 }
 
 /// The address for `qname` in a reply: a record of its owner name, or of the name a CNAME
