@@ -304,10 +304,7 @@ fn as_pid_1_of_a_pid_namespace_signals_are_forwarded_and_deaths_are_128_plus_n()
         return;
     }
     let img = vllm_image(None);
-    img.exe(
-        "/usr/bin/python3.12",
-        "#!/bin/sh\n( sleep 0.2 & ) ; echo \"started $$\"\nexec sleep 30\n",
-    );
+    img.exe("/usr/bin/python3.12", "#!/bin/sh\n( sleep 0.2 & ) ; echo \"started $$\"\nexec sleep 30\n");
     let ov = shipped_overlay();
     let rt = nix::libc::SIGRTMIN() + 5;
     // (who gets the signal, which signal, the exit expected)

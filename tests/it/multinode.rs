@@ -544,6 +544,127 @@ fn the_leader_wait_keeps_its_deadline_checks_replies_and_stops_on_sigterm() {
     assert!(!out.stdout.contains("INFERA-STANDIN"));
 }
 
+/// DNS labels as written in a message.
+fn labels(name: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    for l in name.split('.').filter(|l| !l.is_empty()) {
+        out.push(l.len() as u8);
+        out.extend_from_slice(l.as_bytes());
+    }
+    out.push(0);
+    out
+}
+
+/// An A record of `owner` (None: the question's name, by pointer).
+fn a_record(owner: Option<&str>, ip: [u8; 4]) -> Vec<u8> {
+    let mut r = owner.map_or(vec![0xc0, 12], labels);
+    r.extend_from_slice(&[0, 1, 0, 1, 0, 0, 0, 5, 0, 4]);
+    r.extend_from_slice(&ip);
+    r
+}
+
+/// A nameserver whose reply to `<case>.t` is that case's: right, or wrong in one way each
+/// (the id, the QR bit, the question, the owner name, the CNAME chain). AAAA: no data.
+fn case_nameserver(ip: &str) -> std::thread::JoinHandle<()> {
+    let sock = UdpSocket::bind((ip, 53)).expect("bind :53");
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let q = &buf[..n];
+            let mut end = 12;
+            while end < q.len() && q[end] != 0 {
+                end += 1 + q[end] as usize;
+            }
+            let case = String::from_utf8_lossy(&q[13..13 + q[12] as usize]).to_ascii_lowercase();
+            let mut r = q[..end + 5].to_vec();
+            r[2] = 0x81;
+            r[3] = 0x80;
+            let answers: Vec<Vec<u8>> = match (q[end + 2], case.as_str()) {
+                (28, _) => vec![],
+                (_, "plain" | "badid" | "notresp" | "otherq") => vec![a_record(None, [10, 4, 0, 9])],
+                (_, "upper") => vec![a_record(Some("UPPER.T"), [10, 4, 0, 11])],
+                (_, "owner") => vec![a_record(Some("evil.t"), [6, 6, 6, 6])],
+                (_, "cname" | "cnamebad") => {
+                    let target = labels("alias.t");
+                    let mut c = vec![0xc0, 12, 0, 5, 0, 1, 0, 0, 0, 5, 0, target.len() as u8];
+                    c.extend_from_slice(&target);
+                    let to = if case == "cname" { "alias.t" } else { "other.t" };
+                    vec![c, a_record(Some(to), [10, 4, 0, 10])]
+                }
+                _ => {
+                    r[3] = 0x83;
+                    vec![]
+                }
+            };
+            r[7] = answers.len() as u8;
+            match case.as_str() {
+                "badid" => r[1] ^= 0xff,
+                "notresp" => r[2] = 0x01,
+                "otherq" => r[13] = b'x',
+                _ => {}
+            }
+            r.extend(answers.concat());
+            let _ = sock.send_to(&r, from);
+        }
+    })
+}
+
+/// The leader wait takes an address from a reply exactly when glibc's `getaddrinfo` does:
+/// each case is asked of both, against the same nameserver, and they must agree. One
+/// difference is chosen: glibc (2.36) takes the address from a message whose QR bit says it
+/// is a query, if its id and question match; the launcher does not (RFC 1035: not a response).
+#[test]
+fn the_leader_wait_accepts_the_replies_glibc_accepts() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let ov = shipped_overlay();
+    let conf = "nameserver 127.0.53.31\noptions ndots:1 timeout:1 attempts:1\n";
+    img.file("/etc/hosts", "127.0.0.1 localhost\n").file("/etc/resolv.conf", conf);
+    let _ns = case_nameserver("127.0.53.31");
+    // (the leader's name, what glibc takes, what the launcher takes)
+    let cases = [
+        ("plain", Some("10.4.0.9"), Some("10.4.0.9")),
+        ("upper", Some("10.4.0.11"), Some("10.4.0.11")),
+        ("cname", Some("10.4.0.10"), Some("10.4.0.10")),
+        ("badid", None, None),
+        ("otherq", None, None),
+        ("owner", None, None),
+        ("cnamebad", None, None),
+        ("nx", None, None),
+        ("notresp", Some("10.4.0.9"), None),
+    ];
+    for (case, theirs, want) in cases {
+        let name = format!("{case}.t");
+        // glibc, in a mount namespace whose resolv.conf and hosts are the image's.
+        let script = format!(
+            "mount --bind {root}/etc/resolv.conf /etc/resolv.conf && mount --bind {root}/etc/hosts /etc/hosts && \
+             exec python3 -c 'import socket,sys\ntry: print(socket.getaddrinfo(sys.argv[1], None, socket.AF_INET)[0][4][0])\nexcept OSError as e: print(\"none\", e)' {name}",
+            root = img.path().display()
+        );
+        let o = Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]).output().unwrap();
+        let glibc = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        assert_eq!(glibc.starts_with("none"), theirs.is_none(), "{case}: glibc gave {glibc}");
+        if let Some(ip) = theirs {
+            assert_eq!(glibc, ip, "{case}: glibc");
+        }
+        let out = rank1_of(&img, &ov, &name).env("INFERA_LEADER_WAIT", "2").env("INFERA_LOG", "info").run();
+        let ours = out
+            .stderr
+            .split(&format!("[leader-resolved] `{name}` is "))
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string);
+        match want {
+            Some(ip) => assert_eq!((out.code, ours.as_deref()), (0, Some(ip)), "{case}: {}", out.stderr),
+            None => {
+                assert_eq!((out.code, ours), (66, None), "{case}: {}", out.stderr);
+                assert!(out.stderr.contains("error[leader-unresolvable]"), "{case}: {}", out.stderr);
+            }
+        }
+    }
+}
+
 #[test]
 fn socket_interfaces_are_checked_in_the_pods_network() {
     // A network namespace of the test's own: only `lo`, down, without an address.
