@@ -6,6 +6,7 @@
 //! `<<` merge keys, a repeated key keeping its first place with its last value) and
 //! reasons about the effective values, adding no default the file sets.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use saphyr_parser::{Event, Parser, ScalarStyle};
@@ -30,6 +31,15 @@ pub enum Value {
 }
 
 impl Value {
+    /// How many values this one is, itself and all it holds.
+    fn size(&self) -> usize {
+        match self {
+            Value::Seq(items) => 1 + items.iter().map(Value::size).sum::<usize>(),
+            Value::Map(pairs) => 1 + pairs.iter().map(|(_, v)| v.size()).sum::<usize>(),
+            _ => 1,
+        }
+    }
+
     /// Python's `str(value)`, which both engines pass as the option's value.
     fn py_str(&self) -> String {
         match self {
@@ -116,10 +126,10 @@ pub fn parse(text: &str) -> Result<Vec<(String, Value)>, String> {
         let (ev, span) = ev.map_err(|e| format!("not YAML: {e}"))?;
         events.push((ev, span.start.line()));
     }
-    let mut it = events.into_iter().peekable();
+    let mut r = Reader { it: events.into_iter().peekable(), anchors: HashMap::new(), left: MAX_VALUES };
     let mut docs = 0;
     let mut top = None;
-    while let Some((ev, line)) = it.next() {
+    while let Some((ev, line)) = r.it.next() {
         match ev {
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
             Event::DocumentStart(_) => {
@@ -127,11 +137,11 @@ pub fn parse(text: &str) -> Result<Vec<(String, Value)>, String> {
                 if docs > 1 {
                     return Err("more than one YAML document (the engines load one)".into());
                 }
-                if matches!(it.peek(), Some((Event::DocumentEnd, _))) {
+                if matches!(r.it.peek(), Some((Event::DocumentEnd, _))) {
                     top = Some(Value::Null);
                     continue;
                 }
-                top = Some(node(&mut it, line, 0)?);
+                top = Some(node(&mut r, line, 0)?);
             }
             other => return Err(format!("unexpected YAML event {other:?} at line {line}")),
         }
@@ -143,90 +153,99 @@ pub fn parse(text: &str) -> Result<Vec<(String, Value)>, String> {
     }
 }
 
-type Events<'a> = std::iter::Peekable<std::vec::IntoIter<(Event<'a>, usize)>>;
+/// The events of one document, the values anchored so far (an alias is a copy of its
+/// anchor's value, as PyYAML gives the same object twice) and how many more values may be
+/// made: aliases of aliases would otherwise grow a small file exponentially.
+struct Reader<'a> {
+    it: std::iter::Peekable<std::vec::IntoIter<(Event<'a>, usize)>>,
+    anchors: HashMap<usize, Value>,
+    left: usize,
+}
 
 /// How deep a config's values may nest (the engines' own configs nest two or three levels).
 const MAX_DEPTH: usize = 64;
+/// How many values a config may expand to, aliases counted at each use.
+const MAX_VALUES: usize = 100_000;
 
-fn node(it: &mut Events, line: usize, depth: usize) -> Result<Value, String> {
-    let Some((ev, line)) = it.next() else { return Err(format!("YAML ends early after line {line}")) };
+fn node(r: &mut Reader, line: usize, depth: usize) -> Result<Value, String> {
+    let Some((ev, line)) = r.it.next() else { return Err(format!("YAML ends early after line {line}")) };
     if depth > MAX_DEPTH {
         return Err(format!("values nested more than {MAX_DEPTH} levels deep at line {line}"));
     }
-    match ev {
+    let is_alias = matches!(ev, Event::Alias(_));
+    let (value, anchor) = match ev {
         Event::Scalar(text, style, anchor, tag) => {
-            if anchor != 0 {
-                return Err(format!("an anchor at line {line} (anchors and aliases are not read here)"));
-            }
-            Ok(scalar(&text, style, tag.as_ref().map(|t| t.suffix.as_str())))
+            (scalar(&text, style, tag.as_ref().map(|t| t.suffix.as_str())), anchor)
         }
         Event::SequenceStart(anchor, _) => {
-            if anchor != 0 {
-                return Err(format!("an anchor at line {line} (anchors and aliases are not read here)"));
-            }
             let mut v = Vec::new();
             loop {
-                if matches!(it.peek(), Some((Event::SequenceEnd, _))) {
-                    it.next();
-                    return Ok(Value::Seq(v));
+                if matches!(r.it.peek(), Some((Event::SequenceEnd, _))) {
+                    r.it.next();
+                    break (Value::Seq(v), anchor);
                 }
-                v.push(node(it, line, depth + 1)?);
+                v.push(node(r, line, depth + 1)?);
             }
         }
-        Event::MappingStart(anchor, _) => {
-            if anchor != 0 {
-                return Err(format!("an anchor at line {line} (anchors and aliases are not read here)"));
-            }
-            let mut m: Vec<(String, Value)> = Vec::new();
-            // `<<` (YAML 1.1's merge key, which PyYAML's safe loader applies): the mappings
-            // it names, their pairs before the mapping's own (the first merged one wins).
-            let mut merged: Vec<(String, Value)> = Vec::new();
-            loop {
-                if matches!(it.peek(), Some((Event::MappingEnd, _))) {
-                    it.next();
-                    // A Python dict of the merged pairs then the own ones: a key keeps its
-                    // first place and takes its last value.
-                    let mut out: Vec<(String, Value)> = Vec::new();
-                    for (k, v) in merged.into_iter().chain(m) {
-                        match out.iter_mut().find(|(x, _)| *x == k) {
-                            Some(slot) => slot.1 = v,
-                            None => out.push((k, v)),
-                        }
-                    }
-                    return Ok(Value::Map(out));
+        Event::MappingStart(anchor, _) => (mapping(r, line, depth)?, anchor),
+        Event::Alias(id) => match r.anchors.get(&id) {
+            Some(v) => (v.clone(), 0),
+            None => return Err(format!("an alias at line {line} names no anchor before it")),
+        },
+        other => return Err(format!("unexpected YAML event {other:?} at line {line}")),
+    };
+    // One value made here, or a copy of all an alias names.
+    let made = if is_alias { value.size() } else { 1 };
+    r.left = r.left.checked_sub(made).ok_or(format!("the values expand past {MAX_VALUES} (aliases) by line {line}"))?;
+    if anchor != 0 {
+        r.anchors.insert(anchor, value.clone());
+    }
+    Ok(value)
+}
+
+/// A mapping's pairs, after its start event.
+fn mapping(r: &mut Reader, line: usize, depth: usize) -> Result<Value, String> {
+    let mut m: Vec<(String, Value)> = Vec::new();
+    // `<<` (YAML 1.1's merge key, which PyYAML's safe loader applies): the mappings
+    // it names, their pairs before the mapping's own (the first merged one wins).
+    let mut merged: Vec<(String, Value)> = Vec::new();
+    loop {
+        if matches!(r.it.peek(), Some((Event::MappingEnd, _))) {
+            r.it.next();
+            // A Python dict of the merged pairs then the own ones: a key keeps its
+            // first place and takes its last value.
+            let mut out: Vec<(String, Value)> = Vec::new();
+            for (k, v) in merged.into_iter().chain(m) {
+                match out.iter_mut().find(|(x, _)| *x == k) {
+                    Some(slot) => slot.1 = v,
+                    None => out.push((k, v)),
                 }
-                let merge = matches!(it.peek(), Some((Event::Scalar(t, ScalarStyle::Plain, _, None), _)) if t == "<<");
-                let key = match node(it, line, depth + 1)? {
-                    Value::Str(s) => s,
-                    Value::Int(s) | Value::Float(s) => s,
-                    other => return Err(format!("a mapping key at line {line} is not a name: {other:?}")),
-                };
-                let value = node(it, line, depth + 1)?;
-                if merge {
-                    let maps = match value {
-                        Value::Map(pairs) => vec![pairs],
-                        Value::Seq(items) if items.iter().all(|i| matches!(i, Value::Map(_))) => items
-                            .into_iter()
-                            .filter_map(|i| if let Value::Map(p) = i { Some(p) } else { None })
-                            .collect(),
-                        _ => {
-                            return Err(format!(
-                                "the merge key `<<` at line {line} needs a mapping or a list of mappings"
-                            ))
-                        }
-                    };
-                    for (k, v) in maps.into_iter().flatten() {
-                        if !merged.iter().any(|(x, _)| *x == k) {
-                            merged.push((k, v));
-                        }
-                    }
-                    continue;
-                }
-                m.push((key, value));
             }
+            return Ok(Value::Map(out));
         }
-        Event::Alias(_) => Err(format!("an alias at line {line} (anchors and aliases are not read here)")),
-        other => Err(format!("unexpected YAML event {other:?} at line {line}")),
+        let merge = matches!(r.it.peek(), Some((Event::Scalar(t, ScalarStyle::Plain, _, None), _)) if t == "<<");
+        let key = match node(r, line, depth + 1)? {
+            Value::Str(s) => s,
+            Value::Int(s) | Value::Float(s) => s,
+            other => return Err(format!("a mapping key at line {line} is not a name: {other:?}")),
+        };
+        let value = node(r, line, depth + 1)?;
+        if merge {
+            let maps = match value {
+                Value::Map(pairs) => vec![pairs],
+                Value::Seq(items) if items.iter().all(|i| matches!(i, Value::Map(_))) => {
+                    items.into_iter().filter_map(|i| if let Value::Map(p) = i { Some(p) } else { None }).collect()
+                }
+                _ => return Err(format!("the merge key `<<` at line {line} needs a mapping or a list of mappings")),
+            };
+            for (k, v) in maps.into_iter().flatten() {
+                if !merged.iter().any(|(x, _)| *x == k) {
+                    merged.push((k, v));
+                }
+            }
+            continue;
+        }
+        m.push((key, value));
     }
 }
 
@@ -467,12 +486,31 @@ mod tests {
         assert_eq!(args.len(), 9);
     }
 
+    /// Anchors and aliases as PyYAML 6.0.3's safe_load gives them (answers recorded from it):
+    /// an alias is its anchor's value, a merge key takes one; aliases of aliases are bounded.
+    #[test]
+    fn anchors_and_aliases_as_pyyaml_reads_them() {
+        let json = |t: &str| Value::Map(parse(t).unwrap()).json().to_string();
+        assert_eq!(json("a: &x 1\nb: *x\n"), r#"{"a":1,"b":1}"#);
+        // (serde_json sorts the keys; the order is the pairs')
+        let merge = "base: &b {kv-cache-dtype: fp8_e4m3, tp: 2}\n<<: *b\ntp: 4\n";
+        assert_eq!(json(merge), r#"{"base":{"kv-cache-dtype":"fp8_e4m3","tp":2},"kv-cache-dtype":"fp8_e4m3","tp":4}"#);
+        let keys: Vec<String> = parse(merge).unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["kv-cache-dtype", "tp", "base"]);
+        assert_eq!(json("l: &l [1, 2]\nm: *l\n"), r#"{"l":[1,2],"m":[1,2]}"#);
+        let mut laughs = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            laughs += &format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 10].join(", "));
+        }
+        assert!(parse(&laughs).unwrap_err().contains("expand past 100000"), "{laughs}");
+    }
+
     #[test]
     fn what_is_not_a_flat_mapping_is_said() {
         assert_eq!(parse("").unwrap(), vec![]);
         assert_eq!(parse("---\n...\n").unwrap(), vec![]);
         assert!(parse("- a\n- b\n").unwrap_err().contains("not a mapping"));
-        assert!(parse("a: &x 1\nb: *x\n").unwrap_err().contains("anchor"));
+        assert!(parse("s: *nope\n").is_err());
         assert!(parse("a: [1\n").unwrap_err().starts_with("not YAML"));
         assert!(parse("a: 1\n---\nb: 2\n").unwrap_err().contains("more than one"));
         // Hostile nesting is refused, not a stack overflow.
