@@ -49,6 +49,10 @@ fn main() {
         );
         std::process::exit(70);
     }));
+    // Debug builds only: the tests' way to reach the hook above (no input makes a panic).
+    if cfg!(debug_assertions) && std::env::var_os("INFERA_EXEC_TEST_PANIC").is_some() {
+        panic!("a panic the test asked for");
+    }
     let args = std::env::args_os().collect();
     let env: infera_exec::Env = std::env::vars_os().collect();
     std::process::exit(infera_exec::run(args, env));

@@ -459,3 +459,16 @@ fn closed_stdio_without_dev_null_is_not_a_death_by_signal() {
     let (code, out, err) = run("<&- 2>&-", &["server"]);
     assert_eq!((code, out.as_str()), (0, "fd 0 closed\nfd 1 open\nfd 2 closed\n"), "{err}");
 }
+
+/// A panic (a bug) is said as a refusal is and exits 70, not a death by SIGABRT. The debug
+/// build the tests run panics on request, since no input is known to make one.
+#[test]
+fn a_panic_is_error_internal_and_exit_70() {
+    let o = Command::new(BIN).arg("--version").env("INFERA_EXEC_TEST_PANIC", "1").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(std::os::unix::process::ExitStatusExt::signal(&o.status).is_none(), "died by a signal: {err}");
+    assert_eq!(o.status.code(), Some(70), "{err}");
+    assert!(err.starts_with("error[internal]: panicked at src/main.rs:"), "{err}");
+    assert!(err.contains("a panic the test asked for\nhint: this is a bug in infera-exec"), "{err}");
+    assert!(o.stdout.is_empty());
+}
