@@ -465,43 +465,10 @@ fn silent_nameserver(ip: &str) -> UdpSocket {
     UdpSocket::bind((ip, 53)).expect("bind :53 on a loopback address (the tests run as root)")
 }
 
-/// A nameserver that answers every query, but with the wrong thing: a reply to another
-/// question, then an A record for another name. Neither is the leader's address.
-fn lying_nameserver(ip: &str) -> std::thread::JoinHandle<()> {
-    let sock = UdpSocket::bind((ip, 53)).expect("bind :53");
-    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 512];
-        while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let q = &buf[..n];
-            let mut end = 12;
-            while end < q.len() && q[end] != 0 {
-                end += 1 + q[end] as usize;
-            }
-            // Another question: the first label's first letter changed.
-            let mut other = q[..end + 5].to_vec();
-            other[2] = 0x81;
-            other[3] = 0x80;
-            other[7] = 1;
-            other[13] = if other[13] == b'x' { b'y' } else { b'x' };
-            other.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 6, 6, 6, 6]);
-            let _ = sock.send_to(&other, from);
-            // The question echoed, with an A record for `evil.`.
-            let mut r = q[..end + 5].to_vec();
-            r[2] = 0x81;
-            r[3] = 0x80;
-            r[7] = 1;
-            r.extend_from_slice(&[4, b'e', b'v', b'i', b'l', 0, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 6, 6, 6, 7]);
-            let _ = sock.send_to(&r, from);
-        }
-    })
-}
-
 /// The wait keeps one deadline across search names, nameservers and retries, says it timed
-/// out, takes no address from a reply to another question or for another name, and a
-/// SIGTERM ends it at once with 143.
+/// out, and a SIGTERM ends it at once with 143. (Which replies it takes: the next test.)
 #[test]
-fn the_leader_wait_keeps_its_deadline_checks_replies_and_stops_on_sigterm() {
+fn the_leader_wait_keeps_its_deadline_and_stops_on_sigterm() {
     let py = real_python("3.12");
     let img = vllm_image(Some(&py));
     let ov = shipped_overlay();
@@ -516,12 +483,6 @@ fn the_leader_wait_keeps_its_deadline_checks_replies_and_stops_on_sigterm() {
     out.assert(66, "did not resolve within 1 s (no answer from 127.0.53.");
     assert!(out.stderr.contains("timed out"), "{}", out.stderr);
     assert!(took < Duration::from_millis(2500), "the deadline was not kept: {took:?}");
-    // Replies to other questions or for other names are not the leader's address.
-    let _liar = lying_nameserver("127.0.53.23");
-    img.file("/etc/resolv.conf", "nameserver 127.0.53.23\noptions ndots:5 timeout:1\n");
-    let (out, _) = rank1(&img, &ov, "2");
-    out.assert(66, "error[leader-unresolvable]");
-    assert!(!out.stderr.contains("6.6.6"), "{}", out.stderr);
     // A leader name with an empty label is never sent.
     img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:1\n");
     let out = rank1_of(&img, &ov, "kimi-0..infera").env("INFERA_LEADER_WAIT", "1").run();
