@@ -57,6 +57,95 @@ pub const INFERA_TREE: &str = "INFERA_TREE";
 /// the engine must not inherit a forced family.
 pub const INFERA_TREE_FAMILY: &str = "INFERA_TREE_FAMILY";
 
+/// The `INFERA_*` variables the launcher reads or sets.
+const OURS: [&str; 34] = [
+    INFERA_OVERLAY,
+    INFERA_ROOT,
+    INFERA_ENGINE,
+    INFERA_REQUIRE,
+    INFERA_FAMILY,
+    INFERA_DRY_RUN,
+    INFERA_OUTPUT,
+    INFERA_INIT,
+    INFERA_INIT_GROUP,
+    INFERA_INIT_GRACE,
+    INFERA_DROP_CAPS,
+    INFERA_NO_NEW_PRIVS,
+    INFERA_ALLOW,
+    INFERA_GPUS,
+    INFERA_LOG,
+    INFERA_LOG_FORMAT,
+    INFERA_TERMINATION_LOG,
+    INFERA_IMAGE_ENV,
+    INFERA_DEFAULT_KV_FP8,
+    INFERA_VERIFY,
+    INFERA_PYTHON,
+    INFERA_REQUIRE_NATIVE,
+    INFERA_EXEC_CHDIR,
+    INFERA_SKIP_ENGINE_PATCHES,
+    INFERA_ENGINE_PATCH_TIMEOUT,
+    INFERA_TREE,
+    INFERA_TREE_FAMILY,
+    INFERA_NNODES,
+    INFERA_NODE_RANK,
+    INFERA_LEADER_ADDRESS,
+    INFERA_LEADER_WAIT,
+    INFERA_ARGS_DIGEST,
+    "INFERA_EXEC_TEST_PANIC",
+    "INFERA_COMMIT",
+];
+
+/// The Infera stack's own `INFERA_*` variables (its router, kvd, engine wrappers and tests)
+/// and the prefixes of its families of them: not misspellings of the launcher's.
+const STACK: [&str; 14] = [
+    "INFERA_ENGINE_READY_TIMEOUT",
+    "INFERA_DRAIN_TIMEOUT",
+    "INFERA_REQUEST_MAX_RETRIES",
+    "INFERA_REQUESTS",
+    "INFERA_MIGRATION_LIMIT",
+    "INFERA_KV_EVENTS",
+    "INFERA_K8S_LABEL_SELECTOR",
+    "INFERA_NODEPORT_RANGE",
+    "INFERA_E2E_MODEL_DIR",
+    "INFERA_ROUTER_BIN",
+    "INFERA_ROUTER_MODE",
+    "INFERA_ROUTER_BACKEND",
+    "INFERA_ROUTER_DEFAULT_RETENTION",
+    "INFERA_ENABLE_PROFILING",
+];
+const STACK_PREFIXES: [&str; 9] = [
+    "INFERA_KVD_",
+    "INFERA_L4_",
+    "INFERA_NATS_REQ_",
+    "INFERA_EPP_",
+    "INFERA_BREAKER_",
+    "INFERA_PREFLIGHT_",
+    "INFERA_ATOM_",
+    "INFERA_VLLM_",
+    "INFERA_ENABLE_",
+];
+
+/// `INFERA_*` variables of the environment that are neither the launcher's nor the stack's
+/// but within two edits of one of the launcher's: `INFERA_DRYRUN` for `INFERA_DRY_RUN`. Each
+/// with the name it is close to. (Other `INFERA_*` names are the stack's business.)
+pub fn misspelt(env: &Env) -> Vec<(String, &'static str)> {
+    let mut out = Vec::new();
+    for name in env.keys().filter_map(|k| k.to_str()).filter(|k| k.starts_with("INFERA_")) {
+        if OURS.contains(&name) || STACK.contains(&name) || STACK_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        let near = OURS
+            .iter()
+            .map(|o| (strsim::damerau_levenshtein(name, o), *o))
+            .filter(|(d, _)| *d <= 2)
+            .min_by_key(|(d, _)| *d);
+        if let Some((_, ours)) = near {
+            out.push((name.to_string(), ours));
+        }
+    }
+    out
+}
+
 pub const PATH: &str = "PATH";
 pub const PYTHONPATH: &str = "PYTHONPATH";
 pub const LD_LIBRARY_PATH: &str = "LD_LIBRARY_PATH";
@@ -102,3 +191,19 @@ pub const HOME: &str = "HOME";
 
 /// PATH used when the environment has none (what most base images set).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misspelt_names_are_ours_within_two_edits_and_not_the_stacks() {
+        let names =
+            ["INFERA_DRYRUN", "INFERA_OVERLAYS", "INFERA_GPUS", "INFERA_KVD_SOCKET", "INFERA_REQUESTS", "INFERA_XYZ"];
+        let env: Env = names.into_iter().map(|k| (k.into(), "1".into())).collect();
+        assert_eq!(
+            misspelt(&env),
+            [("INFERA_DRYRUN".to_string(), INFERA_DRY_RUN), ("INFERA_OVERLAYS".to_string(), INFERA_OVERLAY)]
+        );
+    }
+}

@@ -133,10 +133,6 @@ impl Root {
         self.place.is_host_root()
     }
 
-    pub fn host_dir(&self) -> &Path {
-        &self.place.host
-    }
-
     /// Where a container path lives on this host (no symlink resolution).
     pub fn host(&self, cpath: &Path) -> PathBuf {
         self.place.host(cpath)

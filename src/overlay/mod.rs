@@ -163,10 +163,6 @@ impl Tree {
             None => format!("{} (python {ma}.{mi}, no native tree)", self.family),
         }
     }
-    /// The capability whose own directory holds top-level module `top`, if any.
-    pub fn capability_of(&self, top: &str) -> Option<&str> {
-        self.facts.cap_modules.iter().find(|(_, ms)| ms.iter().any(|m| m == top)).map(|(c, _)| c.as_str())
-    }
     pub fn module(&self, dotted: &str) -> &Presence {
         self.facts.modules.get(dotted).unwrap_or(&Presence::Missing)
     }

@@ -122,6 +122,12 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
         findings: inp.facts.findings.clone(),
         error: None,
     };
+    for (name, ours) in crate::envvars::misspelt(inp.env) {
+        p.findings.push(Finding::warn(
+            "env-misspelt",
+            format!("{name} is not a variable infera-exec reads (it is ignored); did you mean {ours}?"),
+        ));
+    }
     if let Err(e) = build(inp, &mut p) {
         p.error = Some(e);
     }
