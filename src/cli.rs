@@ -527,16 +527,44 @@ fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::
         _ => Vec::new(),
     };
     let similar = e.get(ContextKind::SuggestedArg).is_some();
-    if owners.is_empty() && !similar {
+    // An engine's option before `--` (the most common slip): say where it goes, with the
+    // command line as it should be, rather than a similar launcher option. (clap shows a
+    // short cluster's first letter: `-t` of `-tp`.)
+    let at = argv.iter().skip(2).position(|a| {
+        a.to_str().is_some_and(|a| a == shown || (!shown.starts_with("--") && a.starts_with(shown.as_str())))
+    });
+    let word = at.and_then(|i| argv[i + 2].to_str()).map(|w| w.split('=').next().unwrap_or(w));
+    let engine_option = word.is_some_and(|w| crate::engines::OptionList::all().any(|list| list.names().contains(&w)));
+    let slip = match (role, at, owners.is_empty() && (engine_option || !similar)) {
+        (Some((name, _)), Some(i), true) => {
+            let text =
+                |a: &[OsString]| a.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
+            let whose = if name == "server" { "the router's" } else { "the engine's" };
+            Some(format!(
+                "{whose} args go after `--`: infera-exec {} -- {}",
+                text(&argv[1..i + 2]),
+                text(&argv[i + 2..])
+            ))
+        }
+        _ => None,
+    };
+    if owners.is_empty() && !similar && slip.is_none() {
         return e; // not ours at all: clap's advice (`-- ARG` passes it to the engine) stands
     }
     let mut n = clap::Error::new(e.kind()).with_cmd(role.map_or(cmd, |(_, c)| c));
     for (k, v) in e.context() {
-        if k != ContextKind::Suggested {
+        // (clap's usage line for the slip would show the similar option it suggested)
+        let dropped = slip.is_some() && matches!(k, ContextKind::SuggestedArg | ContextKind::Usage);
+        if k != ContextKind::Suggested && !dropped {
             n.insert(k, v.clone());
         }
     }
-    if let (false, Some((name, _))) = (owners.is_empty(), role) {
+    if let (Some(_), Some((_, c))) = (&slip, role) {
+        n.insert(ContextKind::Usage, ContextValue::StyledStr(c.clone().render_usage()));
+    }
+    if let Some(tip) = slip {
+        n.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+    } else if let (false, Some((name, _))) = (owners.is_empty(), role) {
         let why = match name {
             "server" => "; the router runs no engine",
             "check" => "; check execs nothing",

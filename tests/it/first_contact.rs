@@ -75,10 +75,28 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
                 .into()
         )
     );
-    // An option that is not the launcher's at all keeps clap's advice to pass it on.
-    let (code, err) = stderr_of(&["worker", "--max-model-len", "4096"]);
+    // An engine's option before `--` (the most common slip): where it goes, with the command
+    // line as it should be, not a launcher option that looks like it (`--nnodes`).
+    assert_eq!(
+        stderr_of(&["worker", "--dry-run", "--model", "/models/x"]),
+        (
+            2,
+            "error: unexpected argument '--model' found\n\n  tip: the engine's args go after `--`: \
+             infera-exec worker --dry-run -- --model /models/x\n\n\
+             Usage: infera-exec worker [OPTIONS] [-- <ARGS>...]\n\nFor more information, try '--help'.\n"
+                .into()
+        )
+    );
+    let (code, err) = stderr_of(&["server", "--max-model-len", "4096"]);
     assert_eq!(code, 2);
-    assert!(err.contains("tip: to pass '--max-model-len' as a value, use '-- --max-model-len'"), "{err}");
+    assert!(err.contains("tip: the router's args go after `--`: infera-exec server -- --max-model-len 4096"), "{err}");
+    // The JSON answer carries the tip as its hint.
+    let out = infera(&["worker", "--output", "json", "-tp", "2"]).run();
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.json()["error"]["hint"],
+        "the engine's args go after `--`: infera-exec worker --output json -- -tp 2"
+    );
     // A value from a variable names the variable.
     let out = infera(&["worker", "--dry-run"]).env("INFERA_ENGINE", "vlm").run();
     assert_eq!(
@@ -184,7 +202,7 @@ fn refusals_reach_the_termination_message() {
     assert_eq!(out.code, 2);
     assert_eq!(
         std::fs::read_to_string(&log).unwrap(),
-        "infera-exec refused [usage] (exit 2): unexpected argument '--dryrun' found\n"
+        "infera-exec refused [usage] (exit 2): unexpected argument '--dryrun' found\nfix: a similar argument exists: '--dry-run'\n"
     );
 
     // Absent: not created. A symlink: not followed. A directory: left alone. A success

@@ -131,9 +131,13 @@ fn engine_patches_run_for_the_installed_engine_and_only_warn() {
     assert_eq!(out.standin()["standin"], "infera.engine.vllm");
     // ... with what it started: the patch's process group goes with it.
     let t = std::time::Instant::now();
-    let out = run(&[("INFERA_STANDIN_PATCH", "hang-with-child"), ("INFERA_ENGINE_PATCH_TIMEOUT", "1")]);
-    let left = std::process::Command::new("pgrep").args(["-f", "^sleep 3599$"]).output().unwrap();
-    let _ = std::process::Command::new("pkill").args(["-f", "^sleep 3599$"]).status();
+    let out = run(&[
+        ("INFERA_STANDIN_PATCH", "hang-with-child"),
+        ("INFERA_STANDIN_HELPER_SECONDS", "3598"),
+        ("INFERA_ENGINE_PATCH_TIMEOUT", "1"),
+    ]);
+    let left = std::process::Command::new("pgrep").args(["-f", "^sleep 3598$"]).output().unwrap();
+    let _ = std::process::Command::new("pkill").args(["-f", "^sleep 3598$"]).status();
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(t.elapsed() < std::time::Duration::from_secs(20));
     assert!(left.stdout.is_empty(), "the patch's helper outlived it: {}", String::from_utf8_lossy(&left.stdout));
@@ -160,10 +164,11 @@ fn sigterm_during_a_patch_exits_143_and_starts_nothing() {
         .overlay(&ov.overlay())
         .env("PYTHONPATH", img.p(VLLM_SITE))
         .env("INFERA_STANDIN_PATCH", "hang-with-child")
+        .env("INFERA_STANDIN_HELPER_SECONDS", "3597")
         .spawn();
     let (code, out, took) = terminated(child, std::time::Duration::from_millis(1500));
-    let left = std::process::Command::new("pgrep").args(["-f", "^sleep 3599$"]).output().unwrap();
-    let _ = std::process::Command::new("pkill").args(["-f", "^sleep 3599$"]).status();
+    let left = std::process::Command::new("pgrep").args(["-f", "^sleep 3597$"]).output().unwrap();
+    let _ = std::process::Command::new("pkill").args(["-f", "^sleep 3597$"]).status();
     assert_eq!(code, Some(143), "{}", out.stderr);
     assert!(took < std::time::Duration::from_secs(2), "{took:?}");
     assert!(out.stderr.contains("[stopped] signal 15 while running the engine patches"), "{}", out.stderr);

@@ -5,7 +5,7 @@ unpacks every Mamba-family layer as a 2-tuple, which Kimi-K3's KDA layers are no
 this one finds its target through the installed package without importing it, is idempotent,
 and writes into the image (its site-packages), never into the payload: it leaves a marker
 beside the engine package. Knobs for tests: INFERA_STANDIN_PATCH=fail exits 3, =hang sleeps, =hang-with-child
-sleeps after starting `sleep 3599`.
+sleeps after starting `sleep N` (N: INFERA_STANDIN_HELPER_SECONDS, default 3599; a test's own).
 """
 import importlib.util
 import os
@@ -21,7 +21,7 @@ if mode == "hang":
     time.sleep(3600)
 if mode == "hang-with-child":  # a helper it started, holding the launcher's stderr
     import subprocess
-    subprocess.Popen(["sleep", "3599"])
+    subprocess.Popen(["sleep", os.environ.get("INFERA_STANDIN_HELPER_SECONDS", "3599")])
     time.sleep(3600)
 spec = importlib.util.find_spec(engine)
 if spec is None or not spec.submodule_search_locations:
