@@ -182,7 +182,20 @@ fn defaults<'a>(
     // KV cache dtype: auto for MLA models, fp8_e4m3 otherwise (unless INFERA_DEFAULT_KV_FP8=0).
     let mut kv = p.value(Opt::KvCacheDtype).map(str::to_string);
     if !p.is_set(Opt::KvCacheDtype) {
-        let fp8_off = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).is_some_and(|v| v == "0");
+        let setting = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).map(|v| v.to_string_lossy());
+        let fp8_off = setting.as_deref() == Some("0");
+        // Infera's wrapper turns its default off on `0` only; other "no"s keep it, said here.
+        if let Some(v) =
+            setting.filter(|v| ["false", "no", "off", "n", "f"].contains(&v.trim().to_ascii_lowercase().as_str()))
+        {
+            findings.push(Finding::warn(
+                "default-kv-fp8-spelling",
+                format!(
+                    "{}=`{v}` keeps the fp8 KV default: only `0` turns it off (as infera's wrapper reads it)",
+                    ev::INFERA_DEFAULT_KV_FP8
+                ),
+            ));
+        }
         match model {
             Some(m) if m.mla => {
                 add(e, Opt::KvCacheDtype, "auto", added);
