@@ -161,7 +161,7 @@ pub enum UsageError {
     #[error("a group of {size} nodes ({source_}) needs the leader's address")]
     #[refuse(code = "group-no-leader", exit = Usage, hint = "set LWS_LEADER_ADDRESS (LeaderWorkerSet does) or --leader-address / INFERA_LEADER_ADDRESS")]
     NoLeader { size: u32, source_: String },
-    #[error("{var}=`{value}` has an empty label: no resolver sends such a name")]
+    #[error("{var}=`{value}` {why}")]
     #[refuse(code = "leader-address-invalid", exit = Usage, hint = "give the leader's DNS name (`leader-0.group.namespace`) or its IP address")]
-    LeaderEmptyLabel { var: String, value: String },
+    LeaderInvalid { var: String, value: String, why: String },
 }

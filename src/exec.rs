@@ -71,7 +71,11 @@ fn await_leader(x: &ExecSpec) -> Result<Option<i32>, ExecError> {
             let root = crate::rootfs::Root::new(root.clone());
             match crate::resolve::wait(host, &root, resolv_conf, hosts, t, &stop) {
                 Ok((ip, took)) => {
-                    tracing::info!(code = "leader-resolved", "`{host}` is {ip} (after {:.1} s)", took.as_secs_f64())
+                    tracing::info!(code = "leader-resolved", "`{host}` is {ip} (after {:.1} s)", took.as_secs_f64());
+                    // Written as 127.0.0.1 the plan refuses it; a name can lead there too.
+                    if ip.is_loopback() || ip.is_unspecified() {
+                        return Err(ExecError::LeaderLoopback { host: host.clone(), ip });
+                    }
                 }
                 Err(Unresolved::Stopped(sig)) => return Ok(Some(sig)),
                 Err(Unresolved::TimedOut(why)) => {

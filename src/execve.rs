@@ -34,6 +34,13 @@ pub enum ExecError {
         hint = "the leader pod has no IP yet, or its name is wrong (LWS_LEADER_ADDRESS / --leader-address); raise INFERA_LEADER_WAIT, or check the group's headless Service"
     )]
     LeaderUnresolvable { host: String, seconds: u64, why: String },
+    #[error("the leader `{host}` resolves to {ip}, this pod's own loopback: this rank would meet only itself and wait for the group forever")]
+    #[refuse(
+        code = "rendezvous-unreachable",
+        exit = Refused,
+        hint = "the name is mapped to loopback in this pod (/etc/hosts, hostAliases?): give the leader's headless-Service name (LWS_LEADER_ADDRESS) or its pod IP"
+    )]
+    LeaderLoopback { host: String, ip: std::net::IpAddr },
 }
 
 pub fn exec_error(program: &Path, cause: io::Error) -> ExecError {

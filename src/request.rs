@@ -157,12 +157,9 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
     if r >= n {
         return Err(UsageError::RankOutOfRange { rank: r, size: n, source_ });
     }
-    // A name with an empty label is never sent by glibc's resolver.
     if let Some((var, v)) = leader.as_ref() {
-        let name = v.trim();
-        let literal = name.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok();
-        if !literal && crate::resolve::has_empty_label(name) {
-            return Err(UsageError::LeaderEmptyLabel { var: var.clone(), value: v.clone() });
+        if let Some(why) = crate::resolve::not_a_leader_address(v.trim()) {
+            return Err(UsageError::LeaderInvalid { var: var.clone(), value: v.clone(), why });
         }
     }
     let leader = leader.map(|(_, v)| v.trim().to_string());

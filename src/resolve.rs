@@ -106,6 +106,35 @@ pub fn has_empty_label(name: &str) -> bool {
     name.trim_end_matches('.').split('.').any(str::is_empty)
 }
 
+/// Why `address` cannot be a leader's address (an IP literal or a host name as glibc's
+/// resolver checks it: labels of letters, digits, `-` and `_`, at most 63 bytes each and
+/// 253 in all), or None when it can. Said before anything waits on it: a port or junk would
+/// otherwise fail only once the leader wait is over.
+pub fn not_a_leader_address(address: &str) -> Option<String> {
+    if address.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    if let Some((host, port)) = address.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()) {
+        return Some(format!(
+            "has a port (`:{port}`): the leader's address is a host (`{host}`); the port the ranks meet on is the engine's own option"
+        ));
+    }
+    if has_empty_label(address) {
+        return Some("has an empty label: no resolver sends such a name".into());
+    }
+    let name = address.trim_end_matches('.');
+    let bad = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')));
+    match bad {
+        Some(c) => {
+            Some(format!("is not a host name or an IP address (`{}` is not allowed in a name)", c.escape_default()))
+        }
+        None if name.len() > 253 || name.split('.').any(|l| l.len() > 63) => {
+            Some("is not a host name (longer than 253 bytes, or a label longer than 63)".into())
+        }
+        None => None,
+    }
+}
+
 /// One round: the literal, `/etc/hosts`, then every candidate name at every nameserver,
 /// each query given what is left of `deadline` (at most the resolver's timeout).
 pub fn lookup(name: &str, conf: &ResolvConf, hosts: &str, deadline: Instant, stop: Stop) -> Lookup {
@@ -326,6 +355,20 @@ mod tests {
 
     /// The address is taken for the name asked (or the name its CNAME chain leads to), as
     /// glibc takes it: a record for another name is no answer.
+    #[test]
+    fn leader_addresses_are_names_or_ips_without_a_port() {
+        for ok in ["kimi-0.kimi.infera", "kimi-0.kimi.infera.", "10.4.0.9", "fd00::1", "[fd00::1]", "leader_0.x"] {
+            assert_eq!(not_a_leader_address(ok), None, "{ok}");
+        }
+        let why = |a: &str| not_a_leader_address(a).unwrap_or_default();
+        assert!(why("kimi-0:5000").starts_with("has a port (`:5000`)"));
+        assert!(why("[fd00::1]:29500").starts_with("has a port (`:29500`)"));
+        assert!(why("a..b").starts_with("has an empty label"));
+        assert!(why("kimi 0").contains("` ` is not allowed"));
+        assert!(why(&"a".repeat(64)).contains("a label longer than 63"));
+        assert!(why("").starts_with("has an empty label"));
+    }
+
     #[test]
     fn answers_are_for_the_name_asked() {
         use hickory_proto::rr::rdata::{A, CNAME};

@@ -494,6 +494,15 @@ fn the_leader_wait_keeps_its_deadline_and_stops_on_sigterm() {
     let (out, _) = rank1(&img, &ov, "2");
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stderr.contains("[leader-resolved] `kimi-0.kimi.infera` is 10.9.9.9"), "{}", out.stderr);
+    // A name that leads to this pod's own loopback (hostAliases, a hosts line) is refused
+    // as the written 127.0.0.1 is: the rank would meet only itself.
+    img.rm("/etc/hosts").file("/etc/hosts", "127.0.0.1 localhost\n127.0.1.1 kimi-0.kimi.infera\n");
+    let (out, _) = rank1(&img, &ov, "2");
+    out.assert(
+        78,
+        "error[rendezvous-unreachable]: the leader `kimi-0.kimi.infera` resolves to 127.0.1.1, this pod's own loopback",
+    );
+    assert!(!out.stdout.contains("INFERA-STANDIN"), "nothing ran");
     img.rm("/etc/hosts").file("/etc/hosts", "127.0.0.1 localhost\n");
     // SIGTERM during the wait (the 300 s default): 143 at once, nothing started.
     img.file("/etc/resolv.conf", "nameserver 127.0.53.21\noptions timeout:5\n");
