@@ -54,7 +54,10 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
     let invocation = match cli::parse(argv) {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
+            let json_log = matches!(logging::format(&env), Ok(logging::Format::Json));
+            if !e.use_stderr() || !json_log {
+                let _ = e.print();
+            }
             if !e.use_stderr() {
                 return 0; // --help
             }
@@ -66,6 +69,9 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
             if json() {
                 // The parser's message, as the `error` object every JSON answer carries.
                 print_json_error(&r);
+            }
+            if json_log {
+                let _ = std::io::stderr().write_all(logging::refusal_line(&r).as_bytes());
             }
             termination::write(&r, &env);
             return Exit::Usage.code();
@@ -174,7 +180,12 @@ fn internal(what: &str, env: &Env) -> i32 {
 
 /// The one place a refusal is printed (and written where Kubernetes shows it).
 fn refuse(r: &Refusal, env: &Env) -> i32 {
-    let _ = std::io::stderr().write_all(r.render().as_bytes());
+    // With JSON logs the refusal is one more JSON line: a log collector most needs this one.
+    let text = match logging::format(env) {
+        Ok(logging::Format::Json) => logging::refusal_line(r),
+        _ => r.render(),
+    };
+    let _ = std::io::stderr().write_all(text.as_bytes());
     termination::write(r, env);
     r.exit.code()
 }

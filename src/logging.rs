@@ -184,6 +184,21 @@ impl Lines {
     }
 }
 
+/// A refusal as a JSON log line: the fields of every line (level `error`, its code and
+/// message), with its hint and exit code.
+pub fn refusal_line(r: &crate::error::Refusal) -> String {
+    let line = serde_json::json!({
+        "time": rfc3339(std::time::SystemTime::now()),
+        "level": "error",
+        "code": r.code,
+        "message": r.message,
+        "hint": r.hint,
+        "exit_code": r.exit.code(),
+        "target": TARGET,
+    });
+    format!("{line}\n")
+}
+
 /// `2026-12-03T10:41:07.123Z`.
 pub fn rfc3339(t: std::time::SystemTime) -> String {
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

@@ -301,6 +301,25 @@ fn a_start_logs_one_line_and_json_for_collectors() {
     let time = lines[2]["time"].as_str().unwrap();
     assert!(time.len() >= 20 && time.as_bytes()[10] == b'T' && time.ends_with('Z'), "{time}");
 
+    // ... all the way to a refusal, a usage error included: the line a collector most needs.
+    let out = infera(&["worker", "--dry-run", "--", "--tensor-parallel-size", "16"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_GPUS", "8")
+        .env("INFERA_LOG_FORMAT", "json")
+        .run();
+    let lines: Vec<serde_json::Value> =
+        out.stderr.lines().map(|l| serde_json::from_str(l).expect(&out.stderr)).collect();
+    let last = lines.last().expect("a refusal line");
+    assert_eq!(out.code, 78, "{}", out.stderr);
+    assert_eq!((last["level"].as_str(), last["code"].as_str()), (Some("error"), Some("tp-exceeds-gpus")), "{last}");
+    assert_eq!(last["exit_code"], 78);
+    assert!(last["hint"].as_str().unwrap().starts_with("lower the tensor parallel size to 8"), "{last}");
+    let out = infera(&["worker", "--model", "/m"]).env("INFERA_LOG_FORMAT", "json").run();
+    let only: serde_json::Value = serde_json::from_str(out.stderr.trim()).unwrap();
+    assert_eq!((out.code, only["code"].as_str(), only["exit_code"].as_i64()), (2, Some("usage"), Some(2)), "{only}");
+    assert_eq!(only["hint"], "the engine's args go after `--`: infera-exec worker -- --model /m");
+
     // debug: the info findings as well.
     let out = started(&img, &ov, &[("INFERA_LOG", "debug")]);
     assert_eq!(out.code, 0);
