@@ -12,15 +12,15 @@ use crate::spec::{ExecSpec, Step};
 
 pub use crate::execve::{exec_error, file, ExecError, Prepared};
 
-/// Carry out the exec section, in its order: the steps, the privilege drop, then the exec
-/// (or the child, in init mode). Returns only when the run cannot happen (the refusal) or,
+/// Carry out the exec section, in its order: the steps, the privilege drop, the `start` log
+/// line (after it nothing refuses), then the exec (or the child, in init mode). Returns only when the run cannot happen (the refusal) or,
 /// in init mode, with the code the launcher must exit with.
 ///
 /// SIGTERM and SIGINT (what a pod is stopped with) are held from here and looked at
 /// between the steps and inside their waits: one that comes before the exec ends the launch
 /// with 128+n and nothing started, whether the launcher is PID 1 (which has no default
 /// action for them) or not. The exec empties the mask again.
-pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
+pub fn run(x: &ExecSpec, start: &str) -> Result<i32, Refusal> {
     let prepared = Prepared::new(x).map_err(|e| exec_error(file(x), e))?;
     let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&stop_set()), None);
     if let Some(sig) = await_leader(x)? {
@@ -33,6 +33,7 @@ pub fn run(x: &ExecSpec) -> Result<i32, Refusal> {
         return Ok(stopped(sig, "before the exec"));
     }
     crate::privs::apply(&x.privileges)?;
+    tracing::info!(code = "start", "{start}");
     if let Some(init) = &x.init {
         return crate::init::run(x, init, std::sync::Arc::new(prepared));
     }

@@ -312,10 +312,8 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let Some(x) = &plan.exec else {
         return Exit::Ok.code();
     };
-    tracing::info!(code = "start", "{}", report::start_line(&plan, x));
     let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    match exec::run(x) {
+    match exec::run(x, &report::start_line(&plan, x)) {
         Ok(code) => code,
         Err(r) => refuse(&r, env),
     }

@@ -240,8 +240,9 @@ fn started(img: &Fx, ov: &Fx, env: &[(&str, &str)]) -> Out {
     r.run()
 }
 
-/// One info line on every start: what runs, from which tree, with which interpreter, and
-/// what the launcher added and why.
+/// One info line on every start, the last before the exec (after the leader wait and the
+/// patches, so nothing refuses after it): what runs, from which tree, with which
+/// interpreter, and what the launcher added and why.
 #[test]
 fn a_start_logs_one_line_and_json_for_collectors() {
     let py = real_python("3.12");
@@ -256,7 +257,9 @@ fn a_start_logs_one_line_and_json_for_collectors() {
         format!(
             " WARN infera-exec: [kv-cache-dtype-mla] added --kv-cache-dtype auto: /models/kimi-k3 is an MLA model (MLA: \
              model_type kimi_k3 with kv_lora_rank 512; multimodal: vision_config present; hybrid: linear_attn_config \
-             present); fp8 KV with MLA crashes on ROCm\n \
+             present); fp8 KV with MLA crashes on ROCm\n\
+             standin patch for vllm: no vllm here, nothing to do\n \
+             INFO infera-exec: [engine-patch] `{}` applied\n \
              INFO infera-exec: [start] vllm 0.11.0+rocm700 (infera.engine.vllm) from tree rocm7-py312 ({}) with \
              /usr/bin/python3.12 3.12; added --tensor-parallel-size 8 --mm-encoder-tp-mode data --kv-cache-dtype auto \
              --host 0.0.0.0 ([host-default] added --host 0.0.0.0: the router reaches this worker from another pod, and \
@@ -266,11 +269,9 @@ fn a_start_logs_one_line_and_json_for_collectors() {
              [mm-encoder-tp-mode] added --mm-encoder-tp-mode data: /models/kimi-k3 is multimodal and TP is 8; the \
              vision encoder runs data-parallel instead of sharded; [kv-cache-dtype-mla] added --kv-cache-dtype auto: \
              /models/kimi-k3 is an MLA model (MLA: model_type kimi_k3 with kv_lora_rank 512; multimodal: vision_config \
-             present; hybrid: linear_attn_config present); fp8 KV with MLA crashes on ROCm)\n\
-             standin patch for vllm: no vllm here, nothing to do\n \
-             INFO infera-exec: [engine-patch] `{}` applied\n",
-            tree.display(),
-            ov.overlay().join("patches/vllm/10_standin_marker.py").display()
+             present; hybrid: linear_attn_config present); fp8 KV with MLA crashes on ROCm)\n",
+            ov.overlay().join("patches/vllm/10_standin_marker.py").display(),
+            tree.display()
         )
     );
     assert_eq!(out.standin()["standin"], "infera.engine.vllm");
