@@ -161,6 +161,9 @@ pub enum UsageError {
     #[error("a group of {size} nodes ({source_}) needs the leader's address")]
     #[refuse(code = "group-no-leader", exit = Usage, hint = "set LWS_LEADER_ADDRESS (LeaderWorkerSet does) or --leader-address / INFERA_LEADER_ADDRESS")]
     NoLeader { size: u32, source_: String },
+    #[error("{said} contradicts LeaderWorkerSet's {lws}: this rank would plan for a group that does not exist")]
+    #[refuse(code = "group-contradiction", exit = Usage, hint = "leave the group to LeaderWorkerSet's variables (unset the launcher's), or make them agree")]
+    GroupContradiction { said: String, lws: String },
     #[error("{var}=`{value}` {why}")]
     #[refuse(code = "leader-address-invalid", exit = Usage, hint = "give the leader's DNS name (`leader-0.group.namespace`) or its IP address")]
     LeaderInvalid { var: String, value: String, why: String },

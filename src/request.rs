@@ -150,6 +150,20 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
         }
     };
     let (n, r) = (num(&size_var, &size)?, num(&rank_var, &rank)?);
+    // The launcher's own setting wins over LeaderWorkerSet's, but one that contradicts it
+    // plans a group LeaderWorkerSet did not make: every rank would wait on a rank that
+    // never comes.
+    let ours = [(&e.nnodes, &size_var, ev::LWS_GROUP_SIZE, n), (&e.node_rank, &rank_var, ev::LWS_WORKER_INDEX, r)];
+    for (mine, said, theirs, value) in ours {
+        let Some((var, lws_value)) = mine.as_ref().and(lws(theirs)) else { continue };
+        if num(&var, &lws_value).ok() != Some(value) {
+            let sep = if said.starts_with("--") { " " } else { "=" };
+            return Err(UsageError::GroupContradiction {
+                said: format!("{said}{sep}{value}"),
+                lws: format!("{var}={lws_value}"),
+            });
+        }
+    }
     let source_ = format!("{size_var}={size}, {rank_var}={rank}");
     if n == 0 {
         return Err(UsageError::GroupValue { var: size_var, value: size });
