@@ -189,7 +189,11 @@ impl Facts {
     pub fn view(&self) -> FactsView<'_> {
         FactsView {
             python: self.python.as_ref().ok(),
-            rocm: self.rocm.as_ref().ok(),
+            rocm: match &self.rocm {
+                Ok(r) => Some(r),
+                Err(RocmError::Cuda { found, .. }) => found.as_deref(),
+                Err(_) => None,
+            },
             torch: self.torch.as_ref(),
             engines: &self.engines,
             gpus: self.gpus.as_ref().ok().and_then(|g| g.count),

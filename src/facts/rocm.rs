@@ -86,7 +86,8 @@ pub enum RocmError {
         exit = Unsupported,
         hint = "use the ROCm build of the engine image (e.g. vllm/vllm-openai-rocm, rocm/vllm, lmsysorg/sglang ROCm tags)"
     )]
-    Cuda { torch: String, cuda: String, path: PathBuf },
+    /// `found`: the image's ROCm install all the same (a refusal's dry run shows every fact).
+    Cuda { torch: String, cuda: String, path: PathBuf, found: Option<Box<Rocm>> },
     #[error("no HIP runtime found in the image{} (looked at {})", release.as_ref().map(|r| format!(" (ROCm {} from {})", r.version, r.source)).unwrap_or_default(), looked.join(", "))]
     #[refuse(
         code = "rocm-missing",
@@ -220,13 +221,6 @@ struct Found {
 }
 
 pub fn detect(root: &Root, w: &Where, torch: Option<&Torch>, findings: &mut Vec<Finding>) -> Result<Rocm, RocmError> {
-    if let Some(t) = torch.filter(|t| t.is_cuda()) {
-        return Err(RocmError::Cuda {
-            torch: t.version.clone().unwrap_or_else(|| "?".into()),
-            cuda: t.cuda.clone().unwrap_or_default(),
-            path: t.path.clone(),
-        });
-    }
     let mut looked = Vec::new();
     let mut found = Found::default();
     let mut install = None;
@@ -249,6 +243,17 @@ pub fn detect(root: &Root, w: &Where, torch: Option<&Torch>, findings: &mut Vec<
             Ok(_) => {}
             Err(e) => looked.push(format!("`{}` ({})", dir.display(), rootfs::io_reason(&e))),
         }
+    }
+    if let Some(t) = torch.filter(|t| t.is_cuda()) {
+        let found = found.hips.first().map(|hip| {
+            Box::new(Rocm { hip: hip.clone(), release: found.releases.first().cloned(), install: install.clone() })
+        });
+        return Err(RocmError::Cuda {
+            torch: t.version.clone().unwrap_or_else(|| "?".into()),
+            cuda: t.cuda.clone().unwrap_or_default(),
+            path: t.path.clone(),
+            found,
+        });
     }
     if let Some(t) = torch {
         let source = t.path.display().to_string();

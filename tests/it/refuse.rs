@@ -30,6 +30,22 @@ fn cuda_image() {
     out.assert(69, "this image's torch is a CUDA build (torch 2.9.0+cu128, cuda 12.8, no hip");
     assert_eq!(out.json()["error"]["code"], "cuda-image");
     assert_eq!(out.json()["error"]["exit_code"], 69);
+    assert!(out.json()["facts"]["rocm"].is_null(), "no ROCm in this image");
+    // A CUDA torch beside a ROCm install: the refusal stands, and the facts say what the
+    // install is (a refusal's dry run shows every fact it could read).
+    img.file("/opt/rocm-7.2.4/.info/version", "7.2.4-44\n").file("/opt/rocm-7.2.4/lib/libamdhip64.so.7", "\x7fELF");
+    let out = infera(&["worker", "--dry-run", "--output", "json"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("ROCM_PATH", "/opt/rocm-7.2.4")
+        .run();
+    out.assert(69, "this image's torch is a CUDA build");
+    let rocm = &out.json()["facts"]["rocm"];
+    assert_eq!(
+        (rocm["release"]["version"].as_str(), rocm["hip"]["major"].as_u64()),
+        (Some("7.2.4"), Some(7)),
+        "{rocm}"
+    );
 }
 
 #[test]
