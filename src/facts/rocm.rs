@@ -101,7 +101,8 @@ pub enum RocmError {
 /// as nightly SDKs write them; a `-BUILD` suffix (`6.4.1-120`) is dropped. No leading zeros
 /// (`7.01` is not a ROCm version: fuzzing found it read as 7.1). → (version, major, minor).
 pub fn parse_release(text: &str) -> Option<(String, u32, u32)> {
-    let line = text.lines().next()?.trim();
+    // A byte-order mark (a file written by a Windows editor) is not part of the version.
+    let line = text.trim_start_matches('\u{feff}').lines().next()?.trim();
     let ver = line.split('-').next()?;
     let numeric_end = ver.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(ver.len());
     let (nums, rest) = ver.split_at(numeric_end);

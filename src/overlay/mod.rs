@@ -293,7 +293,10 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
     // Each `stat` kept for the checks of its mode below (one lookup per directory).
     let meta = match std::fs::metadata(&dir) {
         Ok(m) if m.is_dir() => m,
-        _ => return Err(OverlayError::Missing { dir }),
+        Ok(_) => return Err(OverlayError::Unreadable { path: dir, reason: "not a directory".into() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OverlayError::Missing { dir }),
+        // A link loop, a permission: said as what it is, not as "does not exist".
+        Err(e) => return Err(OverlayError::Unreadable { path: dir, reason: crate::rootfs::io_reason(&e) }),
     };
     let trees_meta = std::fs::metadata(dir.join("trees")).ok().filter(|m| m.is_dir());
     let (layout, trees) = if let Some(trees_meta) = trees_meta {

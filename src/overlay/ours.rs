@@ -16,12 +16,13 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
     // The directory's own record of each entry's type: a directory is one without a
     // `stat`; only a link (or a filesystem that does not record types) is looked up.
     let mut names: Vec<String> = Vec::new();
-    let _ = rootfs::each_entry(&trees_dir, |n, t| {
+    rootfs::each_entry(&trees_dir, |n, t| {
         let dir = if t.is_symlink() { trees_dir.join(n).is_dir() } else { t.is_dir() };
         if dir {
             names.push(n.to_string_lossy().into_owned());
         }
-    });
+    })
+    .map_err(|e| OverlayError::Unreadable { path: trees_dir.clone(), reason: rootfs::io_reason(&e) })?;
     names.sort();
     if names.is_empty() {
         return Err(OverlayError::Empty { dir: dir.to_path_buf() });

@@ -65,6 +65,14 @@ fn a_non_root_launcher_refuses_a_tree_others_can_change() {
             "[torch-version-unreadable] `/usr/local/lib/python3.12/dist-packages/torch/version.py` permission denied (uid {NOBODY})"
         ),
     );
+    // An overlay whose trees/ this uid cannot list is that, not an overlay without trees.
+    let trees = ov.overlay().join("trees");
+    std::fs::set_permissions(&trees, std::fs::Permissions::from_mode(0o700)).unwrap();
+    as_nobody(&img, &ov, &["check"], &[]).assert(
+        65,
+        &format!("error[overlay-unreadable]: `{}` cannot be read: permission denied (uid {NOBODY})", trees.display()),
+    );
+    std::fs::set_permissions(&trees, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[test]

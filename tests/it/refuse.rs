@@ -193,6 +193,15 @@ fn missing_overlay_and_interpreter() {
         .overlay(&img.p("/nonexistent"))
         .run()
         .assert(66, "error[overlay-missing]: the overlay directory");
+    // A path that is a loop of links is said as one, not as absent.
+    std::os::unix::fs::symlink(img.p("/ov-loop"), img.p("/ov-loop")).unwrap();
+    infera(&["worker", "--dry-run"]).root(&img).overlay(&img.p("/ov-loop")).run().assert(
+        65,
+        &format!(
+            "error[overlay-unreadable]: `{}` cannot be read: too many levels of symbolic links",
+            img.p("/ov-loop").display()
+        ),
+    );
     let ov = shipped_overlay();
     infera(&["worker", "--dry-run"])
         .root(&img)
