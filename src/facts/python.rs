@@ -133,40 +133,33 @@ pub fn detect(
         }
     }
     // 2. pyvenv.cfg (`version = 3.12.3` from venv, `version_info = ...` from uv/virtualenv).
-    if let Some(v) = &venv_dir {
-        let cfg = v.join("pyvenv.cfg");
-        if let Ok(text) = root.read_small_string(&cfg) {
-            if let Some(m) = pyvenv_minor(&text) {
-                evidence.push(Evidence { what: format!("`{}`", cfg.display()), minor: m });
-            }
+    let venv_cfg = venv_dir.as_ref().and_then(|v| root.read_small_string(&v.join("pyvenv.cfg")).ok());
+    if let (Some(v), Some(text)) = (&venv_dir, &venv_cfg) {
+        if let Some(m) = pyvenv_minor(text) {
+            evidence.push(Evidence { what: format!("`{}`", v.join("pyvenv.cfg").display()), minor: m });
         }
     }
     // 3. Site directories: lib/python3.X/{site,dist}-packages under the prefix. The prefix
     // of the path found on PATH counts too (`/usr/bin/python3` → `/usr`, whose
     // /usr/local/lib/python3.X/dist-packages Debian-built CPython reads), not only the
     // prefix of the resolved file.
-    let candidates = match &venv_dir {
-        Some(v) => site_candidates(root, v, true),
-        None => {
-            let mut prefixes: Vec<PathBuf> = Vec::new();
-            for p in [&found, &resolved] {
-                if let Some(pre) = p.parent().and_then(Path::parent) {
-                    if !prefixes.iter().any(|x| x == pre) {
-                        prefixes.push(pre.to_path_buf());
-                    }
-                }
-            }
-            let mut all = Vec::new();
-            for pre in prefixes {
-                for c in site_candidates(root, &pre, false) {
-                    if !all.contains(&c) {
-                        all.push(c);
-                    }
-                }
-            }
-            all
-        }
+    // A venv made with `--system-site-packages` (`include-system-site-packages = true`): CPython
+    // appends the base installation's site directories (its prefix: `home`'s parent, where
+    // the venv's interpreter resolves) after the venv's own.
+    let base_too = venv_cfg.as_deref().is_some_and(system_site);
+    let base_prefixes: Vec<PathBuf> = match &venv_dir {
+        Some(_) if !base_too => Vec::new(),
+        Some(_) => venv_cfg.as_deref().and_then(pyvenv_home).into_iter().chain([resolved.clone()]).collect(),
+        None => vec![found.clone(), resolved.clone()],
     };
+    let mut candidates = venv_dir.as_ref().map(|v| site_candidates(root, v, true)).unwrap_or_default();
+    for pre in base_prefixes.iter().filter_map(|p| p.parent().and_then(Path::parent)) {
+        for c in site_candidates(root, pre, false) {
+            if !candidates.contains(&c) {
+                candidates.push(c);
+            }
+        }
+    }
     // The directories that hold the image's packages (torch or an engine) are evidence;
     // an empty python3.X directory left by the OS is not.
     let mut pkg_minors: BTreeSet<(u32, u32)> = BTreeSet::new();
@@ -287,6 +280,20 @@ fn unresolvable(root: &Root, path: PathBuf, e: &std::io::Error) -> PythonError {
     }
     let looped = chain.last().is_some_and(|l| chain[..chain.len() - 1].contains(l) || *l == path) || chain.len() > 40;
     PythonError::BrokenLink { link: path, chain, looped }
+}
+
+/// `include-system-site-packages = true` (as CPython's site.py reads it: any case).
+fn system_site(text: &str) -> bool {
+    text.lines().filter_map(|l| l.split_once('=')).any(|(k, v)| {
+        k.trim().eq_ignore_ascii_case("include-system-site-packages") && v.trim().eq_ignore_ascii_case("true")
+    })
+}
+
+/// The base interpreter's path as pyvenv.cfg's `home` (its bin directory) gives it.
+fn pyvenv_home(text: &str) -> Option<PathBuf> {
+    let (_, home) =
+        text.lines().filter_map(|l| l.split_once('=')).find(|(k, _)| k.trim().eq_ignore_ascii_case("home"))?;
+    Some(Path::new(home.trim()).join("python3"))
 }
 
 fn pyvenv_minor(text: &str) -> Option<(u32, u32)> {

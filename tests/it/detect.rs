@@ -28,6 +28,46 @@ fn vllm_rocm_layout() {
     assert!(ev.contains("interpreter name") && ev.contains("dist-packages") && ev.contains("cpython-312"), "{ev}");
 }
 
+/// `python3 -m venv --system-site-packages /opt/venv` on a vLLM image (one venv per model,
+/// the base's torch): CPython appends the base's site directories, so vLLM and torch in
+/// /usr/local/lib/python3.12/dist-packages are the venv's too; without the flag they are not.
+#[test]
+fn a_venv_with_system_site_packages_sees_the_base() {
+    let img = vllm_image(None);
+    img.link("/opt/venv/bin/python3", "/usr/bin/python3.12")
+        .dir("/opt/venv/lib/python3.12/site-packages")
+        .file("/opt/venv/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = true\nversion = 3.12.3\n");
+    let ov = shipped_overlay();
+    let run = || {
+        infera(&["check", "--output", "json"])
+            .root(&img)
+            .overlay(&ov.overlay())
+            .env("INFERA_PYTHON", "/opt/venv/bin/python3")
+            .run()
+    };
+    let out = run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert_eq!(j["facts"]["python"]["venv"], "/opt/venv");
+    assert_eq!(j["facts"]["python"]["executable"], "/opt/venv/bin/python3");
+    assert_eq!(
+        (j["engine"]["name"].as_str(), j["engine"]["version"].as_str()),
+        (Some("vllm"), Some("0.11.0+rocm700")),
+        "{}",
+        j["engine"]
+    );
+    assert_eq!(j["facts"]["rocm"]["version"], "7.0.0");
+    // Without it, the venv sees only its own (empty) site-packages: no engine there.
+    img.file("/opt/venv/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n");
+    let out = infera(&["worker", "--dry-run"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_PYTHON", "/opt/venv/bin/python3")
+        .run();
+    assert_eq!(out.code, 66, "{}", out.stderr);
+    assert!(out.stderr.contains("error[engine-missing]"), "{}", out.stderr);
+}
+
 #[test]
 fn sglang_venv_py310_and_py312() {
     let img = sglang_image("3.10", None);
