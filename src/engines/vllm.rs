@@ -9,7 +9,9 @@ pub const INFO: Info = Info {
     name: "vllm",
     dist: "vllm",
     // setuptools-scm writes the literal into vllm/_version.py.
-    version_files: &["vllm/_version.py"],
+    // `vllm/__init__.py` held the version literal up to 0.5 (the egg installs of ROCm's
+    // older Dockerfiles); later ones import it from `_version.py`, which is no literal there.
+    version_files: &["vllm/_version.py", "vllm/__init__.py"],
     module: "infera.engine.vllm",
     normalise: Normalise::UnderscoresToDashes,
     wrapper_abbrev: false,

@@ -216,8 +216,15 @@ pub fn detect(
         }
     };
 
-    let mut site_dirs: Vec<PathBuf> =
-        candidates.iter().filter(|(_, m)| m.is_none() || *m == Some(minor)).map(|(d, _)| d.clone()).collect();
+    let mut site_dirs: Vec<PathBuf> = Vec::new();
+    for (dir, _) in candidates.iter().filter(|(_, m)| m.is_none() || *m == Some(minor)) {
+        site_dirs.push(dir.clone());
+        for p in pth_paths(root, dir) {
+            if !site_dirs.contains(&p) {
+                site_dirs.push(p);
+            }
+        }
+    }
     // PYTHONPATH entries of the image come first in sys.path: they are the base's too.
     if let Some(pp) = pythonpath {
         let pp = rootfs::os_to_string(pp);
@@ -280,6 +287,49 @@ fn unresolvable(root: &Root, path: PathBuf, e: &std::io::Error) -> PythonError {
     }
     let looped = chain.last().is_some_and(|l| chain[..chain.len() - 1].contains(l) || *l == path) || chain.len() > 40;
     PythonError::BrokenLink { link: path, chain, looped }
+}
+
+/// The directories a site directory's `.pth` files add (as CPython's site.py reads them: in
+/// name order, hidden files skipped, a line per path relative to the site directory, `#`
+/// comments and `import` lines skipped, only directories that exist): `easy-install.pth` naming a
+/// `vllm-0.5.0-py3.9-linux-x86_64.egg` or a `setup.py develop` checkout.
+fn pth_paths(root: &Root, dir: &Path) -> Vec<PathBuf> {
+    let mut names: Vec<String> = root
+        .list(dir)
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| n.ends_with(".pth") && !n.starts_with('.'))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let Ok(text) = root.read_small_string(&dir.join(&name)) else { continue };
+        for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            if line.starts_with("import ") || line.starts_with("import\t") {
+                continue;
+            }
+            let p = normalise(&dir.join(line));
+            if root.is_dir(&p) && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// `a/./b/../c` → `a/c`, without touching the file system (CPython's `os.path.abspath`).
+fn normalise(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `include-system-site-packages = true` (as CPython's site.py reads it: any case).

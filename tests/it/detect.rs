@@ -68,6 +68,36 @@ fn a_venv_with_system_site_packages_sees_the_base() {
     assert!(out.stderr.contains("error[engine-missing]"), "{}", out.stderr);
 }
 
+/// `setup.py install` (ROCm's older vLLM Dockerfiles) leaves an egg named by
+/// `easy-install.pth`, with the version in `vllm/__init__.py`; `setup.py develop` leaves the
+/// checkout's path there (and an `.egg-link`). Both are on sys.path, as CPython reads .pth files.
+#[test]
+fn egg_installs_are_found_through_easy_install_pth() {
+    let img = vllm_image(None);
+    let egg = "vllm-0.5.0+rocm603-py3.12-linux-x86_64.egg";
+    img.rm(&format!("{VLLM_SITE}/vllm"))
+        .rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+        .file(&format!("{VLLM_SITE}/{egg}/vllm/__init__.py"), "\"\"\"vLLM\"\"\"\n__version__ = \"0.5.0\"\n")
+        .file(&format!("{VLLM_SITE}/{egg}/EGG-INFO/PKG-INFO"), "Name: vllm\nVersion: 0.5.0+rocm603\n")
+        .file(&format!("{VLLM_SITE}/easy-install.pth"), format!("# a comment\nimport sys\n./{egg}\n./missing.egg\n"));
+    let engine = |img: &Fx| {
+        let ov = shipped_overlay();
+        // (older than the tree's bound: allowed knowingly, to see what was found)
+        let out =
+            infera(&["check", "--output", "json", "--allow", "engine-version"]).root(img).overlay(&ov.overlay()).run();
+        let j = out.json();
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        (j["engine"]["name"].as_str().map(String::from), j["engine"]["version"].as_str().map(String::from))
+    };
+    assert_eq!(engine(&img), (Some("vllm".into()), Some("0.5.0".into())));
+    // `setup.py develop`: the checkout's path, absolute, and its .egg-link.
+    img.rm(&format!("{VLLM_SITE}/{egg}"))
+        .file("/workspace/vllm/vllm/__init__.py", "__version__ = \"0.4.3\"\n")
+        .file(&format!("{VLLM_SITE}/vllm.egg-link"), "/workspace/vllm\n.\n")
+        .file(&format!("{VLLM_SITE}/easy-install.pth"), "/workspace/vllm\n");
+    assert_eq!(engine(&img), (Some("vllm".into()), Some("0.4.3".into())));
+}
+
 #[test]
 fn sglang_venv_py310_and_py312() {
     let img = sglang_image("3.10", None);
