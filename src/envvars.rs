@@ -97,7 +97,7 @@ const OURS: [&str; 34] = [
 
 /// The Infera stack's own `INFERA_*` variables (its router, kvd, engine wrappers and tests)
 /// and the prefixes of its families of them: not misspellings of the launcher's.
-const STACK: [&str; 14] = [
+const STACK: [&str; 9] = [
     "INFERA_ENGINE_READY_TIMEOUT",
     "INFERA_DRAIN_TIMEOUT",
     "INFERA_REQUEST_MAX_RETRIES",
@@ -107,13 +107,9 @@ const STACK: [&str; 14] = [
     "INFERA_K8S_LABEL_SELECTOR",
     "INFERA_NODEPORT_RANGE",
     "INFERA_E2E_MODEL_DIR",
-    "INFERA_ROUTER_BIN",
-    "INFERA_ROUTER_MODE",
-    "INFERA_ROUTER_BACKEND",
-    "INFERA_ROUTER_DEFAULT_RETENTION",
-    "INFERA_ENABLE_PROFILING",
 ];
-const STACK_PREFIXES: [&str; 9] = [
+const STACK_PREFIXES: [&str; 10] = [
+    "INFERA_ROUTER_",
     "INFERA_KVD_",
     "INFERA_L4_",
     "INFERA_NATS_REQ_",

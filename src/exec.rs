@@ -13,8 +13,9 @@ use crate::spec::{ExecSpec, Step};
 pub use crate::execve::{exec_error, file, ExecError, Prepared};
 
 /// Carry out the exec section, in its order: the steps, the privilege drop, the `start` log
-/// line (after it nothing refuses), then the exec (or the child, in init mode). Returns only when the run cannot happen (the refusal) or,
-/// in init mode, with the code the launcher must exit with.
+/// line (after it nothing refuses), then the exec (or the child, in init mode). Returns only
+/// when the run cannot happen (the refusal) or, in init mode, with the code the launcher
+/// must exit with.
 ///
 /// SIGTERM and SIGINT (what a pod is stopped with) are held from here and looked at
 /// between the steps and inside their waits: one that comes before the exec ends the launch
