@@ -135,14 +135,14 @@ pub fn not_a_leader_address(address: &str) -> Option<String> {
     }
 }
 
-/// One round: the literal, `/etc/hosts`, then every candidate name at every nameserver,
-/// each query given what is left of `deadline` (at most the resolver's timeout).
-pub fn lookup(name: &str, conf: &ResolvConf, hosts: &str, deadline: Instant, stop: Stop) -> Lookup {
+/// One round: the literal, `hosts` (what /etc/hosts gives the name), then every candidate
+/// name at every nameserver, each query given what is left of `deadline`.
+pub fn lookup(name: &str, conf: &ResolvConf, hosts: Option<IpAddr>, deadline: Instant, stop: Stop) -> Lookup {
     if let Ok(ip) = name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
         return Lookup::Found(ip);
     }
-    if let Some(ip) = from_hosts(hosts, name).first() {
-        return Lookup::Found(*ip);
+    if let Some(ip) = hosts {
+        return Lookup::Found(ip);
     }
     let mut why = None;
     for cand in conf.candidates(name) {
@@ -256,6 +256,33 @@ fn answer(reply: &Message, qname: &Name, qtype: RecordType) -> Answer {
     Answer::NoData
 }
 
+/// The first address `/etc/hosts` gives `name`, read a line at a time, so a file of any size
+/// is read to its end; a line longer than 64 KiB (no hosts line is) is passed over.
+pub fn hosts_entry(root: &crate::rootfs::Root, hosts: &Path, name: &str) -> Option<IpAddr> {
+    use std::io::{BufRead, Read};
+    let (file, _) = root.open_file(hosts).ok()?;
+    let mut r = std::io::BufReader::new(file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut r).take(64 << 10).read_until(b'\n', &mut line).ok()?;
+        if n == 0 {
+            return None;
+        }
+        if !line.ends_with(b"\n") && n == 64 << 10 {
+            // The rest of an over-long line, in bounded pieces.
+            while !line.ends_with(b"\n") && !line.is_empty() {
+                line.clear();
+                (&mut r).take(64 << 10).read_until(b'\n', &mut line).ok()?;
+            }
+            continue;
+        }
+        if let Some(ip) = from_hosts(&String::from_utf8_lossy(&line), name).first() {
+            return Some(*ip);
+        }
+    }
+}
+
 /// Why a wait ended without an address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unresolved {
@@ -278,7 +305,6 @@ pub fn wait(
 ) -> Result<(IpAddr, Duration), Unresolved> {
     let start = Instant::now();
     let deadline = start + timeout;
-    // A pod's files are small; a large hosts file is read whole all the same.
     let read = |p: &Path| root.read_file(p, 64 << 20).map(|b| String::from_utf8_lossy(&b).into_owned());
     let mut pause = Duration::from_millis(250);
     let mut logged = Instant::now() - Duration::from_secs(3600);
@@ -289,7 +315,7 @@ pub fn wait(
         }
         // Re-read each round: a pod's files are written by the kubelet and may change.
         let conf = ResolvConf::parse(&read(resolv_conf).unwrap_or_default());
-        match lookup(name, &conf, &read(hosts).unwrap_or_default(), deadline, stop) {
+        match lookup(name, &conf, hosts_entry(root, hosts, name), deadline, stop) {
             Lookup::Found(ip) => return Ok((ip, start.elapsed())),
             Lookup::Stopped(sig) => return Err(Unresolved::Stopped(sig)),
             Lookup::NotYet(why) => {
@@ -355,6 +381,22 @@ mod tests {
 
     /// The address is taken for the name asked (or the name its CNAME chain leads to), as
     /// glibc takes it: a record for another name is no answer.
+    /// /etc/hosts of any size is read to its end (a line at a time), an over-long line
+    /// passed over: here 70 MiB of one line, then the entry.
+    #[test]
+    fn hosts_of_any_size() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hosts");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.set_len(70 << 20).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"\n127.0.0.1 localhost\n10.1.2.3 kimi-0.kimi.infera\n").unwrap();
+        let root = crate::rootfs::Root::new("/");
+        assert_eq!(hosts_entry(&root, &path, "kimi-0.kimi.infera."), Some(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3))));
+        assert_eq!(hosts_entry(&root, &path, "other"), None);
+    }
+
     #[test]
     fn leader_addresses_are_names_or_ips_without_a_port() {
         for ok in ["kimi-0.kimi.infera", "kimi-0.kimi.infera.", "10.4.0.9", "fd00::1", "[fd00::1]", "leader_0.x"] {
