@@ -388,8 +388,7 @@ mod tests {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hosts");
-        let mut f = std::fs::File::create(&path).unwrap();
-        f.set_len(70 << 20).unwrap();
+        std::fs::File::create(&path).unwrap().set_len(70 << 20).unwrap();
         let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"\n127.0.0.1 localhost\n10.1.2.3 kimi-0.kimi.infera\n").unwrap();
         let root = crate::rootfs::Root::new("/");
