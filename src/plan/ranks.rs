@@ -71,6 +71,7 @@ pub enum RankError {
 /// The parallel sizes the engine will run with, for the rules.
 pub struct Sizes {
     pub tp: Option<u64>,
+    pub pp: Option<u64>,
     pub nnodes: u64,
 }
 
@@ -139,7 +140,7 @@ pub fn plan(
                     "ranks-ray",
                     format!("rank {} of {n} ({}): Ray places the ranks (--distributed-executor-backend ray); no rank flags added", g.rank, g.source),
                 ));
-                return Ok(Sizes { tp: user.tp, nnodes: 1 });
+                return Ok(Sizes { tp: user.tp, pp: user.pp, nnodes: 1 });
             }
             if g.rank == 0 && p.is_set(Opt::DataParallelStartRank) {
                 return Err(RankError::StartRankOnLeader);
@@ -176,6 +177,24 @@ pub fn plan(
         },
     }
     let sizes = sizes(e, n, gpus, user, added, &mut said)?;
+    // A layout filled in around the one size the user gave that is not one TP group a node
+    // (`-tp 2` on 2 × 8 GPUs gets PP 8): a warning with the arithmetic.
+    let one_given = user.tp.is_some() != user.pp.is_some();
+    if let (true, Some(g), Some(t), Some(q)) = (one_given, gpus.filter(|g| *g > 0), sizes.tp, sizes.pp) {
+        if q > 1 && t != u64::from(g) {
+            let o = if user.tp.is_some() { Opt::PipelineParallelSize } else { Opt::TensorParallelSize };
+            let v = if user.tp.is_some() { q } else { t };
+            let dp = user.dp.filter(|d| *d > 1).map_or_else(String::new, |d| format!(" × DP {d}"));
+            let total = u64::from(n) * u64::from(g);
+            findings.push(Finding::warn(
+                "layout-added",
+                format!(
+                    "added {flag} {v}: {n} nodes × {g} GPUs = {total} GPUs = TP {t} × PP {q}{dp}; set {flag} yourself for another layout",
+                    flag = e.flag(o)
+                ),
+            ));
+        }
+    }
     if !said.is_empty() {
         findings.push(Finding::info(
             "ranks",
@@ -238,5 +257,5 @@ fn sizes(
             return Err(RankError::ShareExceeds { sizes, world, nodes: n, share, gpus: g });
         }
     }
-    Ok(Sizes { tp, nnodes: nodes })
+    Ok(Sizes { tp, pp, nnodes: nodes })
 }
