@@ -289,29 +289,21 @@ fn unresolvable(root: &Root, path: PathBuf, e: &std::io::Error) -> PythonError {
     PythonError::BrokenLink { link: path, chain, looped }
 }
 
-/// The directories a site directory's `.pth` files add (as CPython's site.py reads them: in
-/// name order, hidden files skipped, a line per path relative to the site directory, `#`
-/// comments and `import` lines skipped, only directories that exist): `easy-install.pth` naming a
-/// `vllm-0.5.0-py3.9-linux-x86_64.egg` or a `setup.py develop` checkout.
+/// The directories a site directory's `easy-install.pth` adds, as CPython's site.py reads a
+/// `.pth` file (a line per path relative to the site directory, `#` comments and `import`
+/// lines skipped, only paths that exist): the egg of a `setup.py install`, the checkout of a
+/// `setup.py develop`. Only that file, by name: listing every site directory for `*.pth` on
+/// each start would cost what the site scan avoids (it lists a directory only when it must).
 fn pth_paths(root: &Root, dir: &Path) -> Vec<PathBuf> {
-    let mut names: Vec<String> = root
-        .list(dir)
-        .into_iter()
-        .filter_map(|n| n.into_string().ok())
-        .filter(|n| n.ends_with(".pth") && !n.starts_with('.'))
-        .collect();
-    names.sort();
+    let Ok(text) = root.read_small_string(&dir.join("easy-install.pth")) else { return Vec::new() };
     let mut out = Vec::new();
-    for name in names {
-        let Ok(text) = root.read_small_string(&dir.join(&name)) else { continue };
-        for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            if line.starts_with("import ") || line.starts_with("import\t") {
-                continue;
-            }
-            let p = normalise(&dir.join(line));
-            if root.is_dir(&p) && !out.contains(&p) {
-                out.push(p);
-            }
+    for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        if line.starts_with("import ") || line.starts_with("import\t") {
+            continue;
+        }
+        let p = normalise(&dir.join(line));
+        if root.is_dir(&p) && !out.contains(&p) {
+            out.push(p);
         }
     }
     out
