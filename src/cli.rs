@@ -681,6 +681,23 @@ mod tests {
         std::iter::once("infera-exec").chain(v.iter().copied()).map(OsString::from).collect()
     }
 
+    /// Every option's variable is one `envvars::misspelt` knows as the launcher's, so a new
+    /// option's variable is never warned about as a misspelling of another.
+    #[test]
+    fn every_options_variable_is_known_as_ours() {
+        fn envs(cmd: &clap::Command, out: &mut Vec<String>) {
+            out.extend(cmd.get_arguments().filter_map(|a| a.get_env()).map(|e| e.to_string_lossy().into_owned()));
+            cmd.get_subcommands().for_each(|c| envs(c, out));
+        }
+        let mut all = Vec::new();
+        envs(&Cli::command(), &mut all);
+        envs(&CommandForm::command(), &mut all);
+        assert!(all.len() > 20, "{all:?}");
+        for e in all.iter().filter(|e| e.starts_with("INFERA_")) {
+            assert!(crate::envvars::OURS.contains(&e.as_str()), "{e} is missing from envvars::OURS");
+        }
+    }
+
     /// The command form finds its PROGRAM with the parser's own option list.
     #[test]
     fn option_kinds_come_from_the_parser() {

@@ -57,8 +57,9 @@ pub const INFERA_TREE: &str = "INFERA_TREE";
 /// the engine must not inherit a forced family.
 pub const INFERA_TREE_FAMILY: &str = "INFERA_TREE_FAMILY";
 
-/// The `INFERA_*` variables the launcher reads or sets.
-const OURS: [&str; 34] = [
+/// The `INFERA_*` variables the launcher reads or sets (a test checks that every option's
+/// variable is here).
+pub(crate) const OURS: [&str; 34] = [
     INFERA_OVERLAY,
     INFERA_ROOT,
     INFERA_ENGINE,

@@ -270,11 +270,7 @@ pub fn hosts_entry(root: &crate::rootfs::Root, hosts: &Path, name: &str) -> Opti
             return None;
         }
         if !line.ends_with(b"\n") && n == 64 << 10 {
-            // The rest of an over-long line, in bounded pieces.
-            while !line.ends_with(b"\n") && !line.is_empty() {
-                line.clear();
-                (&mut r).take(64 << 10).read_until(b'\n', &mut line).ok()?;
-            }
+            r.skip_until(b'\n').ok()?; // the rest of an over-long line, unbuffered
             continue;
         }
         if let Some(ip) = from_hosts(&String::from_utf8_lossy(&line), name).first() {
