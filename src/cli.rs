@@ -222,6 +222,10 @@ pub struct EngineArgs {
     /// How long ranks > 0 wait for the leader's name to resolve before refusing (0: do not wait).
     #[arg(long, env = ev::INFERA_LEADER_WAIT, default_value = "300", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86400))]
     pub leader_wait: u64,
+    /// How long to wait for an absent model path to appear (a download still running)
+    /// before refusing (0: do not wait).
+    #[arg(long, env = ev::INFERA_WAIT_MODEL, default_value = "0", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=604800))]
+    pub wait_model: u64,
 }
 
 impl Default for EngineArgs {
@@ -235,6 +239,7 @@ impl Default for EngineArgs {
             node_rank: None,
             leader_address: None,
             leader_wait: 300,
+            wait_model: 0,
         }
     }
 }

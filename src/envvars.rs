@@ -59,7 +59,7 @@ pub const INFERA_TREE_FAMILY: &str = "INFERA_TREE_FAMILY";
 
 /// The `INFERA_*` variables the launcher reads or sets (a test checks that every option's
 /// variable is here).
-pub(crate) const OURS: [&str; 34] = [
+pub(crate) const OURS: [&str; 35] = [
     INFERA_OVERLAY,
     INFERA_ROOT,
     INFERA_ENGINE,
@@ -91,6 +91,7 @@ pub(crate) const OURS: [&str; 34] = [
     INFERA_NODE_RANK,
     INFERA_LEADER_ADDRESS,
     INFERA_LEADER_WAIT,
+    INFERA_WAIT_MODEL,
     INFERA_ARGS_DIGEST,
     "INFERA_EXEC_TEST_PANIC",
     "INFERA_COMMIT",
@@ -153,6 +154,7 @@ pub const INFERA_NNODES: &str = "INFERA_NNODES";
 pub const INFERA_NODE_RANK: &str = "INFERA_NODE_RANK";
 pub const INFERA_LEADER_ADDRESS: &str = "INFERA_LEADER_ADDRESS";
 pub const INFERA_LEADER_WAIT: &str = "INFERA_LEADER_WAIT";
+pub const INFERA_WAIT_MODEL: &str = "INFERA_WAIT_MODEL";
 /// The digest of the engine args every rank of a group must share (set for the child).
 pub const INFERA_ARGS_DIGEST: &str = "INFERA_ARGS_DIGEST";
 /// What LeaderWorkerSet injects into every pod of a group.

@@ -63,6 +63,54 @@ fn stopped(sig: i32, during: &str) -> i32 {
     128 + sig
 }
 
+/// `--wait-model`: wait until each absent absolute model path exists (a download Job still
+/// running), logging the wait, for at most `seconds` in all. Run before the facts are read,
+/// so the rules see the model once it is there; after the wait an absent path is refused by
+/// the plan. SIGTERM and SIGINT are held from here on, as in `run`: Some(the exit code,
+/// 128+n) when one ended the wait.
+pub fn await_models(models: &[std::ffi::OsString], seconds: u64, said: &str) -> Option<i32> {
+    let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&stop_set()), None);
+    let start = std::time::Instant::now();
+    let limit = std::time::Duration::from_secs(seconds);
+    // Paths only: a repository id is resolved through the Hugging Face cache, not waited for.
+    for path in models.iter().map(Path::new).filter(|p| p.is_absolute()) {
+        if path.exists() {
+            continue;
+        }
+        tracing::info!(
+            code = "model-wait",
+            "`{}` does not exist yet: waiting up to {seconds} s for it ({said})",
+            path.display()
+        );
+        let mut said_at = start.elapsed();
+        while !path.exists() {
+            let left = limit.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return None;
+            }
+            if let Some(sig) = stop(left.min(std::time::Duration::from_secs(1))) {
+                return Some(stopped(sig, "waiting for the model"));
+            }
+            if start.elapsed() - said_at >= std::time::Duration::from_secs(60) {
+                said_at = start.elapsed();
+                tracing::info!(
+                    code = "model-wait",
+                    "still waiting for `{}` ({} s left)",
+                    path.display(),
+                    limit.saturating_sub(said_at).as_secs()
+                );
+            }
+        }
+        tracing::info!(
+            code = "model-appeared",
+            "`{}` appeared after {:.1} s",
+            path.display(),
+            start.elapsed().as_secs_f64()
+        );
+    }
+    None
+}
+
 /// A rank > 0 of a group: wait until the leader's name resolves, or refuse; Some: the
 /// signal that ended the wait.
 fn await_leader(x: &ExecSpec) -> Result<Option<i32>, ExecError> {

@@ -223,6 +223,12 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         return refuse(&r, env);
     }
     let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
+    // A model volume the download Job is still filling: wait for it (a real run in the pod).
+    if let Some(w) = req.wait_model.as_ref().filter(|_| !req.dry_run && root.is_host_root()) {
+        if let Some(code) = exec::await_models(&models, w.seconds, &w.said) {
+            return code;
+        }
+    }
     let configs: Vec<std::ffi::OsString> = if req.role.runs_engine() {
         dialect::config_pairs(&req.args).into_iter().filter_map(|(_, f)| f).collect()
     } else {

@@ -102,6 +102,15 @@ pub struct Request {
     pub verify: Verify,
     /// The multi-node group this pod is a rank of (None: a single node).
     pub group: Option<Group>,
+    /// `--wait-model`: how long a real run waits for an absent model path to appear.
+    pub wait_model: Option<ModelWait>,
+}
+
+/// `--wait-model SECONDS` (> 0) and how the user set it, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelWait {
+    pub seconds: u64,
+    pub said: String,
 }
 
 /// Who requires a capability given with `--require`.
@@ -296,6 +305,8 @@ impl Request {
             }
         }
         let image_env_said = o.said("image-env");
+        let wait_model = (o.engine.wait_model > 0)
+            .then(|| ModelWait { seconds: o.engine.wait_model, said: o.said("wait-model") });
         let Options { common: c, engine: e, exec: x, .. } = o;
         Ok(Request {
             role,
@@ -320,6 +331,7 @@ impl Request {
             privileges: Privileges { keep_caps, no_new_privs: c.no_new_privs },
             verify,
             group,
+            wait_model,
         })
     }
 

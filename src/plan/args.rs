@@ -26,9 +26,9 @@ pub enum ArgsError {
     #[error("{message}")]
     #[refuse(code = code, exit = Refused, hint = hint)]
     Rule { code: String, message: String, hint: String },
-    #[error("the model path `{}` does not exist in this container", path.display())]
+    #[error("the model path `{}` does not exist in this container{waited}", path.display())]
     #[refuse(code = "model-missing", exit = Missing, hint = "mount the model volume (PVC) at that path, or fix --model")]
-    ModelMissing { path: PathBuf },
+    ModelMissing { path: PathBuf, waited: String },
     #[error("the model `{reference}` is a relative path, but the engine runs in `{}` (INFERA_EXEC_CHDIR): it would read another directory", dir.display())]
     #[refuse(
         code = "model-path-relative",
@@ -457,7 +457,13 @@ fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a 
             Ok(Some(m))
         }
         Some(ModelFacts::Missing { path, .. }) if ctx.facts.root.is_host_root() => {
-            Err(ArgsError::ModelMissing { path: path.clone() }.into())
+            // With --wait-model a real run refuses only once the wait is over.
+            let waited = match &ctx.req.wait_model {
+                None => String::new(),
+                Some(w) if ctx.req.dry_run => format!(" (a real run waits up to {} s for it: {})", w.seconds, w.said),
+                Some(w) => format!(" after waiting {} s for it ({})", w.seconds, w.said),
+            };
+            Err(ArgsError::ModelMissing { path: path.clone(), waited }.into())
         }
         Some(ModelFacts::Missing { path, .. }) => {
             findings.push(Finding::warn(

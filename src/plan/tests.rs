@@ -159,6 +159,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         init: None,
         privileges: Privileges::default(),
         group: None,
+        wait_model: None,
         verify: Verify::Off,
     }
 }

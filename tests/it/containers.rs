@@ -645,6 +645,56 @@ fn mooncake_refused_under_a_low_memlock_limit() {
     out(c).assert(69, "no RDMA devices (/dev/infiniband/uverbs*) in the container");
 }
 
+/// The download Job and the worker start together: with INFERA_WAIT_MODEL the worker waits
+/// for the model volume to be filled (the Job renames the finished download into place)
+/// instead of crash-looping on `model-missing`, then plans with the model's facts (Kimi-K3
+/// is MLA: `--kv-cache-dtype auto`). Without the model in time: 66, saying it waited.
+#[test]
+fn the_worker_waits_for_the_model_the_download_job_fills() {
+    images();
+    let vol = "infera-wait-model-test";
+    let _ = out(podman(&["volume", "rm", "-f", vol]));
+    assert_eq!(out(podman(&["volume", "create", vol])).code, 0);
+    let worker = |env: &str, extra: &[&str]| {
+        let mut c = podman(&["run", "--rm", "--mount", &format!("type=image,source={OVERLAY},target=/opt/infera")]);
+        c.args(["-v", &format!("{vol}:/models:ro"), "-e", env, "-e", "MC_FORCE_TCP=1", VLLM]);
+        c.args(["/opt/infera/bin/infera-exec", "worker"]).args(extra).arg("--").args(SEED);
+        c
+    };
+    // The dry run does not wait, and says what the real run would do.
+    let d = out(worker("INFERA_WAIT_MODEL=600", &["--dry-run"]));
+    d.assert(66, "error[model-missing]: the model path `/models/kimi-k3` does not exist in this container (a real run waits up to 600 s for it: INFERA_WAIT_MODEL)");
+    // Too short a wait: refused, saying how long it waited.
+    let t = out(worker("INFERA_WAIT_MODEL=1", &[]));
+    t.assert(66, "does not exist in this container after waiting 1 s for it (INFERA_WAIT_MODEL)");
+    assert!(t.stderr.contains("[model-wait] `/models/kimi-k3` does not exist yet: waiting up to 1 s for it (INFERA_WAIT_MODEL)"), "{}", t.stderr);
+    // The real wait: the "Job" writes beside the path and renames it into place 3 s later.
+    let mut w = worker("INFERA_WAIT_MODEL=120", &[]);
+    let child = w.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let models = repo().join("examples/models");
+    let fill = out(podman(&[
+        "run", "--rm", "-v", &format!("{vol}:/models"), "-v", &format!("{}:/src:ro", models.display()), VLLM,
+        "python3", "-c",
+        "import os, shutil; shutil.copytree('/src/kimi-k3', '/models/.kimi-k3.partial'); os.rename('/models/.kimi-k3.partial', '/models/kimi-k3')",
+    ]));
+    assert_eq!(fill.code, 0, "{}", fill.stderr);
+    let o = child.wait_with_output().unwrap();
+    let _ = out(podman(&["volume", "rm", "-f", vol]));
+    let o = Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    };
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("[model-wait] `/models/kimi-k3` does not exist yet: waiting up to 120 s for it (INFERA_WAIT_MODEL)"), "{}", o.stderr);
+    assert!(o.stderr.contains("[model-appeared] `/models/kimi-k3` appeared after "), "{}", o.stderr);
+    let r = o.standin();
+    assert_eq!(r["pid"], 1);
+    let argv = strings(&r["argv"]);
+    assert!(argv.windows(2).any(|p| p == ["--kv-cache-dtype", "auto"]), "the MLA rule saw the model: {argv:?}");
+}
+
 // ---- The Infera stack's own form: its payload image, its initContainer copy, its commands ----
 
 const PAYLOAD: &str = "localhost/infera-payload:test";

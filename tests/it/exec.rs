@@ -335,3 +335,28 @@ fn in_place_a_venv_python_sees_its_venv() {
     let venv_site = format!("{}/opt/venv/lib/python3.10/site-packages", dir.display());
     assert!(r["sys_path"].as_array().unwrap().iter().any(|p| p == &venv_site), "{}", r["sys_path"]);
 }
+
+/// `--wait-model`: a pod stopped while its worker waits for the model exits at once with
+/// 128+15 (the launcher is PID 1 there: a signal has no default action), and says so.
+#[test]
+fn a_stop_while_waiting_for_the_model_ends_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("not-yet");
+    let started = std::time::Instant::now();
+    let mut child = infera(&["worker", "--wait-model", "60", "--", "--model"]).args([&model]).spawn();
+    // The wait has begun once it is logged.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    stderr.read_line(&mut line).unwrap();
+    assert!(
+        line.contains(&format!("[model-wait] `{}` does not exist yet: waiting up to 60 s for it (--wait-model)", model.display())),
+        "{line}"
+    );
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(143), "{rest}");
+    assert!(rest.contains("[stopped] signal 15 while waiting for the model: exiting with 143, the program was not started"), "{rest}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "the wait did not end");
+}
