@@ -200,7 +200,9 @@ fn defaults<'a>(
             Some(m) if m.mla => {
                 add(e, Opt::KvCacheDtype, "auto", added);
                 kv = Some("auto".into());
-                findings.push(Finding::warn(
+                // A fix applied is information (the start line says it); a warning is for a
+                // risk left in place.
+                findings.push(Finding::info(
                     "kv-cache-dtype-mla",
                     format!("added --kv-cache-dtype auto: {} is an MLA model ({}); fp8 KV with MLA crashes on ROCm", m.reference, m.evidence.join("; ")),
                 ));

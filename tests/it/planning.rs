@@ -43,7 +43,7 @@ fn kimi_k3_seed_recipe_on_vllm() {
         assert!(c.contains(&code.to_string()), "{code} in {c:?}");
     }
     let mla = j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "kv-cache-dtype-mla").unwrap();
-    assert_eq!(mla["level"], "warn");
+    assert_eq!(mla["level"], "info", "a fix applied is information");
     assert!(mla["message"].as_str().unwrap().contains("MLA: model_type kimi_k3 with kv_lora_rank 512"));
 
     // The same request with fp8 KV is refused with the rule's code, evidence and fix.
