@@ -23,18 +23,35 @@ const EXIT_CODES: &str =
     "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 70 internal error (a bug), 74 output not written, \
                           78 engine configuration refused, 126 cannot execute, 127 not found.";
 
-/// The variables that are not an option's (the options show theirs as `[env: ...]`).
-pub const ENVIRONMENT: &str = "Environment (besides each option's [env: ...]):\n  \
-    INFERA_GPUS=N               GPUs this container may use (default: HIP/CUDA/ROCR_VISIBLE_DEVICES, then /dev/dri)\n  \
-    INFERA_VERIFY=size|digest   check the selected tree against its integrity record before exec (default off)\n  \
-    INFERA_DEFAULT_KV_FP8=0     do not add --kv-cache-dtype fp8_e4m3 to non-MLA models\n  \
+/// The variables every role reads that are not an option's (the options show theirs as
+/// `[env: ...]`), as one literal so that `concat!` can build each role's help from it.
+macro_rules! common_environment {
+    () => {
+        "  INFERA_VERIFY=size|digest   check the selected tree against its integrity record before exec (default off)\n  \
     INFERA_LOG=DIRECTIVES       log filter in tracing's syntax: a level (error, warn, info, debug, trace, off) or\n                              \
     target=level pairs, comma-separated, e.g. `debug` or `info,infera_exec::exec=debug` (default info)\n  \
     INFERA_LOG_FORMAT=json      one JSON object per log line on stderr, for log collectors (default text)\n  \
     INFERA_TERMINATION_LOG=FILE where a refusal is also written for `kubectl describe pod`\n                              \
-    (default /dev/termination-log, only when it exists and is writable; empty: never)\n  \
-    LWS_GROUP_SIZE, LWS_WORKER_INDEX, LWS_LEADER_ADDRESS  a LeaderWorkerSet pod's group (see --nnodes)\n\
-Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), INFERA_ARGS_DIGEST (multi-node ranks).";
+    (default /dev/termination-log, only when it exists and is writable; empty: never)\n"
+    };
+}
+
+/// The variables of the roles that run an engine (`worker`, `check`).
+pub const ENVIRONMENT: &str = concat!(
+    "Environment (besides each option's [env: ...]):\n  \
+    INFERA_GPUS=N               GPUs this container may use (default: HIP/CUDA/ROCR_VISIBLE_DEVICES, then /dev/dri)\n  \
+    INFERA_DEFAULT_KV_FP8=0     do not add --kv-cache-dtype fp8_e4m3 to non-MLA models\n",
+    common_environment!(),
+    "  LWS_GROUP_SIZE, LWS_WORKER_INDEX, LWS_LEADER_ADDRESS  a LeaderWorkerSet pod's group (see --nnodes)\n\
+    Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), INFERA_ARGS_DIGEST (multi-node ranks)."
+);
+
+/// The router's: no GPUs, no KV dtype, no group.
+const SERVER_ENVIRONMENT: &str = concat!(
+    "Environment (besides each option's [env: ...]):\n",
+    common_environment!(),
+    "Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from)."
+);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,7 +81,7 @@ pub enum Command {
     #[command(after_help = ENVIRONMENT)]
     Worker(WorkerArgs),
     /// Exec the router (`python -m infera.server ROUTER_ARGS...`).
-    #[command(after_help = ENVIRONMENT)]
+    #[command(after_help = SERVER_ENVIRONMENT)]
     Server(ServerArgs),
     /// Capability dry run: print the facts and the capability table, exec nothing.
     #[command(after_help = ENVIRONMENT)]

@@ -141,6 +141,15 @@ fn help_lists_every_variable_the_launcher_reads() {
     for v in ["LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS"] {
         assert!(out.stdout.contains(v), "{v}");
     }
+    // The router's help lists only what the router reads: no GPUs, KV dtype or group.
+    let server = infera(&["server", "--help"]).run();
+    assert_eq!(server.code, 0, "{}", server.stderr);
+    for v in ["INFERA_GPUS", "INFERA_DEFAULT_KV_FP8", "LWS_", "INFERA_ARGS_DIGEST", "INFERA_NNODES", "INFERA_WAIT_MODEL"] {
+        assert!(!server.stdout.contains(v), "{v} in `server --help`:\n{}", server.stdout);
+    }
+    for v in ["INFERA_LOG_FORMAT", "INFERA_TERMINATION_LOG", "INFERA_VERIFY", "INFERA_DROP_CAPS"] {
+        assert!(server.stdout.contains(v), "{v} not in `server --help`");
+    }
 }
 
 #[test]
