@@ -936,6 +936,14 @@ fn kube_play_runs_the_stack_form_pod_spec() {
     let spec = spec
         .replace("vllm/vllm-openai-rocm:v0.11.0", VLLM)
         .replace("registry.example.com/infera/payload:0.1.0", PAYLOAD);
+    // As written the pod requires hipFile, which needs /dev/kfd: this machine has no GPU, so
+    // the launcher refuses at start, naming it (the stack's reason for setting it).
+    let mut c = podman(&["run", "--rm", "-v", &format!("{}:/overlay:ro", stack_volume("infera-stack-form-test")), "-e", "INFERA_REQUIRE_NATIVE=hipfile", VLLM]);
+    c.args(["/overlay/bin/infera-exec", "python3", "-m", "infera.engine.vllm", "--model", "/m"]);
+    out(c).assert(69, "hipfile");
+    let required = "{name: INFERA_REQUIRE_NATIVE, value: hipfile}";
+    assert_eq!(spec.matches(required).count(), 2, "the engine and kvd both require hipfile");
+    let spec = spec.replace(required, "{name: INFERA_REQUIRE_NATIVE, value: \"\"}");
     let r = kube_play(&spec, "kimi-k3-stack-worker-main");
     assert_eq!(r["pid"], 1);
     assert_eq!(r["standin"], "infera.engine.vllm");
