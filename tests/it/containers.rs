@@ -388,6 +388,23 @@ fn kube_play_runs_the_worker_pod_spec() {
     assert_eq!(r["tree_writable"], false);
 }
 
+/// The router's pod as the example writes it, at Pod Security "restricted": the overlay
+/// copied by the init container and the router run as uid 1000, every capability dropped.
+#[test]
+fn kube_play_runs_the_router_pod_spec_as_non_root() {
+    images();
+    let spec = document(&kustomize("initcontainer"), "Deployment", "kimi-k3-router");
+    assert!(spec.contains("runAsUser: 1000"), "{spec}");
+    let spec = spec
+        .replace("docker.io/vllm/vllm-openai-rocm:kimi-k3", VLLM)
+        .replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
+    let r = kube_play(&spec, "kimi-k3-router-router");
+    assert_eq!(r["standin"], "infera.server");
+    assert_eq!((r["uid"].as_u64(), r["gid"].as_u64()), (Some(1000), Some(1000)));
+    assert_eq!(r["pid"], 1);
+    assert_eq!(r["tree_writable"], false);
+}
+
 /// Play a Deployment's pod (with the example model in the model-cache volume), wait for
 /// `container`, and return the stand-in's report from its logs.
 fn kube_play(spec: &str, container: &str) -> serde_json::Value {

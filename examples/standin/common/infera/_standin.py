@@ -33,6 +33,8 @@ def main(module):
     report = {
         "standin": module,
         "pid": os.getpid(),
+        "uid": os.getuid(),
+        "gid": os.getgid(),
         "executable": sys.executable,
         "python": "%d.%d" % sys.version_info[:2],
         # Lossy text for reading; argv_hex is exact.
