@@ -305,8 +305,8 @@ impl Request {
             }
         }
         let image_env_said = o.said("image-env");
-        let wait_model = (o.engine.wait_model > 0)
-            .then(|| ModelWait { seconds: o.engine.wait_model, said: o.said("wait-model") });
+        let wait_model =
+            (o.engine.wait_model > 0).then(|| ModelWait { seconds: o.engine.wait_model, said: o.said("wait-model") });
         let Options { common: c, engine: e, exec: x, .. } = o;
         Ok(Request {
             role,

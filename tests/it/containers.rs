@@ -279,14 +279,17 @@ fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
         let router = document(&text, "Deployment", "kimi-k3-router");
         for (what, want) in [
             ("strategy", "  strategy:\n    type: Recreate\n"),
-            ("startup probe", "        startupProbe:\n          failureThreshold: 120\n          httpGet:\n            path: /health\n            port: http\n          periodSeconds: 10\n          timeoutSeconds: 10\n"),
+            ("startup probe", "        startupProbe:\n          failureThreshold: 840\n          httpGet:\n            path: /health\n            port: http\n          periodSeconds: 10\n          timeoutSeconds: 10\n"),
             ("downward API", "        - name: POD_IP\n          valueFrom:\n            fieldRef:\n              fieldPath: status.podIP\n"),
             ("service account", "      serviceAccountName: infera-worker\n"),
             ("termination message", "        terminationMessagePolicy: FallbackToLogsOnError\n"),
             ("service links", "      enableServiceLinks: false\n"),
             ("shm", "      - emptyDir:\n          medium: Memory\n          sizeLimit: 64Gi\n        name: dshm\n"),
             ("model cache read-only", "      - name: models\n        persistentVolumeClaim:\n          claimName: model-cache\n          readOnly: true\n"),
-            ("capabilities", "          capabilities:\n            add:\n            - IPC_LOCK\n            drop:\n            - ALL\n"),
+            // MC_FORCE_TCP=1: Mooncake pins nothing, so no IPC_LOCK (Pod Security baseline).
+            ("capabilities", "          capabilities:\n            drop:\n            - ALL\n"),
+            ("model wait", "        - name: INFERA_WAIT_MODEL\n          value: '7200'\n"),
+            ("template labels", "      labels:\n        app.kubernetes.io/component: worker\n        app.kubernetes.io/instance: kimi-k3\n        app.kubernetes.io/name: kimi-k3-server\n        app.kubernetes.io/part-of: infera\n"),
         ] {
             assert!(server.contains(want), "{overlay}: {what}:\n{server}");
         }
@@ -303,7 +306,22 @@ fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
         let pvc = document(&text, "PersistentVolumeClaim", "model-cache");
         assert!(pvc.contains("  accessModes:\n  - ReadWriteOnce\n"), "{pvc}");
         let job = document(&text, "Job", "model-download");
-        assert!(job.contains("hf download") && job.contains("--local-dir /models/kimi-k3"), "{job}");
+        // Downloaded beside the path the worker waits for, renamed into place when complete.
+        // (The script is one long YAML string, which the dump may wrap: compare its words.)
+        let words = job.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words.contains("--local-dir /models/.kimi-k3.partial && mv /models/.kimi-k3.partial /models/kimi-k3"),
+            "{job}"
+        );
+        assert!(job.contains("  ttlSecondsAfterFinished: 3600\n"), "{job}");
+        // The Job and the router follow the GPU worker to the node the RWO cache binds on.
+        let follow = "          requiredDuringSchedulingIgnoredDuringExecution:\n          - labelSelector:\n              matchLabels:\n                app.kubernetes.io/name: kimi-k3-server\n            topologyKey: kubernetes.io/hostname\n";
+        assert!(job.contains(follow), "{job}");
+        assert!(router.contains(follow), "{router}");
+        assert!(
+            job.contains("app.kubernetes.io/component: model-download\n        app.kubernetes.io/instance: kimi-k3\n"),
+            "{job}"
+        );
         for d in [&server, &router] {
             let infera = if overlay == "image-volume" {
                 "      - image:\n          pullPolicy: IfNotPresent\n          reference: registry.example.com/infera/overlay:0.1.0\n        name: infera\n"
@@ -342,6 +360,85 @@ fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
     let mut c = Command::new("python3");
     c.args(["-m", "kubernetes_validate", "--strict", "-k", "1.33.0"]).arg(&bad);
     assert_ne!(out(c).code, 0);
+}
+
+/// Every pod of every example at the Pod Security level the README gives it, judged by
+/// tests/k8s/pod-security (the admission controller's checks, themselves checked against
+/// the controller's own fixtures first).
+#[test]
+fn k8s_examples_pod_security_levels() {
+    let script = repo().join("tests/k8s/pod-security");
+    let mut c = Command::new(&script);
+    c.arg("--fixtures").arg(repo().join("tests/k8s/pss-fixtures"));
+    out(c).assert(0, "128/128 fixtures judged as pod-security-admission judges them");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for overlay in ["initcontainer", "image-volume"] {
+        let f = dir.path().join(format!("{overlay}.yaml"));
+        std::fs::write(&f, kustomize(overlay)).unwrap();
+        files.push(f);
+    }
+    for f in [
+        "lws/kimi-k3-vllm.yaml",
+        "lws/kimi-k3-sglang.yaml",
+        "lws/kimi-k3-pd.yaml",
+        "stack-form/worker.yaml",
+        "inferadeployment/kimi-k3.yaml",
+    ] {
+        files.push(repo().join("examples/k8s").join(f));
+    }
+    let mut c = Command::new(&script);
+    c.args(&files);
+    let o = out(c);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let got: Vec<(String, String)> = o
+        .stdout
+        .lines()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next().unwrap().to_string(), w.next().unwrap().to_string())
+        })
+        .collect();
+    let want = [
+        // initcontainer overlay, then image-volume
+        ("restricted", "Deployment/kimi-k3-router"),
+        ("baseline", "Deployment/kimi-k3-server"),
+        ("restricted", "Job/model-download"),
+        ("restricted", "Deployment/kimi-k3-router"),
+        ("baseline", "Deployment/kimi-k3-server"),
+        ("restricted", "Job/model-download"),
+        ("baseline", "LeaderWorkerSet/kimi-k3/leader"),
+        ("baseline", "LeaderWorkerSet/kimi-k3/worker"),
+        ("baseline", "LeaderWorkerSet/kimi-k3-sglang/leader"),
+        ("baseline", "LeaderWorkerSet/kimi-k3-sglang/worker"),
+        // RDMA: the node's network for its RoCE GIDs, IPC_LOCK to pin memory.
+        ("privileged", "LeaderWorkerSet/kimi-k3-prefill/leader"),
+        ("privileged", "LeaderWorkerSet/kimi-k3-prefill/worker"),
+        ("privileged", "LeaderWorkerSet/kimi-k3-decode/leader"),
+        ("privileged", "LeaderWorkerSet/kimi-k3-decode/worker"),
+        // The stack's kvd mlocks its arena (IPC_LOCK).
+        ("privileged", "Deployment/kimi-k3-stack-worker"),
+        ("baseline", "InferaDeployment/kimi-k3/server"),
+        ("baseline", "InferaDeployment/kimi-k3/worker"),
+    ];
+    let want: Vec<(String, String)> = want.iter().map(|(l, p)| (l.to_string(), p.to_string())).collect();
+    assert_eq!(got, want, "{}", o.stdout);
+    // The README says the same, pod by pod.
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    for (level, pod) in &want {
+        assert!(readme.contains(&format!("| `{pod}` | {level} |")), "README: `{pod}` at {level}");
+    }
+    // The checker is not a rubber stamp: IPC_LOCK back on the worker is not baseline.
+    let worker = std::fs::read_to_string(&files[0]).unwrap().replace(
+        "          capabilities:\n            drop:\n            - ALL\n        startupProbe",
+        "          capabilities:\n            add:\n            - IPC_LOCK\n            drop:\n            - ALL\n        startupProbe",
+    );
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, worker).unwrap();
+    let mut c = Command::new(&script);
+    c.arg(&bad);
+    out(c).assert(0, "privileged  Deployment/kimi-k3-server  (container worker: capabilities.add ['IPC_LOCK'])");
 }
 
 /// The initContainer variant (podman 4.3 has no image volumes) run by `podman kube play`.
@@ -684,7 +781,13 @@ fn the_worker_waits_for_the_model_the_download_job_fills() {
     // Too short a wait: refused, saying how long it waited.
     let t = out(worker("INFERA_WAIT_MODEL=1", &[]));
     t.assert(66, "does not exist in this container after waiting 1 s for it (INFERA_WAIT_MODEL)");
-    assert!(t.stderr.contains("[model-wait] `/models/kimi-k3` does not exist yet: waiting up to 1 s for it (INFERA_WAIT_MODEL)"), "{}", t.stderr);
+    assert!(
+        t.stderr.contains(
+            "[model-wait] `/models/kimi-k3` does not exist yet: waiting up to 1 s for it (INFERA_WAIT_MODEL)"
+        ),
+        "{}",
+        t.stderr
+    );
     // The real wait: the "Job" writes beside the path and renames it into place 3 s later.
     let mut w = worker("INFERA_WAIT_MODEL=120", &[]);
     let child = w.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -704,7 +807,13 @@ fn the_worker_waits_for_the_model_the_download_job_fills() {
         stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
     };
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
-    assert!(o.stderr.contains("[model-wait] `/models/kimi-k3` does not exist yet: waiting up to 120 s for it (INFERA_WAIT_MODEL)"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(
+            "[model-wait] `/models/kimi-k3` does not exist yet: waiting up to 120 s for it (INFERA_WAIT_MODEL)"
+        ),
+        "{}",
+        o.stderr
+    );
     assert!(o.stderr.contains("[model-appeared] `/models/kimi-k3` appeared after "), "{}", o.stderr);
     let r = o.standin();
     assert_eq!(r["pid"], 1);
@@ -955,7 +1064,15 @@ fn kube_play_runs_the_stack_form_pod_spec() {
         .replace("registry.example.com/infera/payload:0.1.0", PAYLOAD);
     // As written the pod requires hipFile, which needs /dev/kfd: this machine has no GPU, so
     // the launcher refuses at start, naming it (the stack's reason for setting it).
-    let mut c = podman(&["run", "--rm", "-v", &format!("{}:/overlay:ro", stack_volume("infera-stack-form-test")), "-e", "INFERA_REQUIRE_NATIVE=hipfile", VLLM]);
+    let mut c = podman(&[
+        "run",
+        "--rm",
+        "-v",
+        &format!("{}:/overlay:ro", stack_volume("infera-stack-form-test")),
+        "-e",
+        "INFERA_REQUIRE_NATIVE=hipfile",
+        VLLM,
+    ]);
     c.args(["/overlay/bin/infera-exec", "python3", "-m", "infera.engine.vllm", "--model", "/m"]);
     out(c).assert(69, "hipfile");
     let required = "{name: INFERA_REQUIRE_NATIVE, value: hipfile}";

@@ -350,13 +350,19 @@ fn a_stop_while_waiting_for_the_model_ends_the_wait() {
     use std::io::BufRead;
     stderr.read_line(&mut line).unwrap();
     assert!(
-        line.contains(&format!("[model-wait] `{}` does not exist yet: waiting up to 60 s for it (--wait-model)", model.display())),
+        line.contains(&format!(
+            "[model-wait] `{}` does not exist yet: waiting up to 60 s for it (--wait-model)",
+            model.display()
+        )),
         "{line}"
     );
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(143), "{rest}");
-    assert!(rest.contains("[stopped] signal 15 while waiting for the model: exiting with 143, the program was not started"), "{rest}");
+    assert!(
+        rest.contains("[stopped] signal 15 while waiting for the model: exiting with 143, the program was not started"),
+        "{rest}"
+    );
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "the wait did not end");
 }

@@ -144,7 +144,9 @@ fn help_lists_every_variable_the_launcher_reads() {
     // The router's help lists only what the router reads: no GPUs, KV dtype or group.
     let server = infera(&["server", "--help"]).run();
     assert_eq!(server.code, 0, "{}", server.stderr);
-    for v in ["INFERA_GPUS", "INFERA_DEFAULT_KV_FP8", "LWS_", "INFERA_ARGS_DIGEST", "INFERA_NNODES", "INFERA_WAIT_MODEL"] {
+    for v in
+        ["INFERA_GPUS", "INFERA_DEFAULT_KV_FP8", "LWS_", "INFERA_ARGS_DIGEST", "INFERA_NNODES", "INFERA_WAIT_MODEL"]
+    {
         assert!(!server.stdout.contains(v), "{v} in `server --help`:\n{}", server.stdout);
     }
     for v in ["INFERA_LOG_FORMAT", "INFERA_TERMINATION_LOG", "INFERA_VERIFY", "INFERA_DROP_CAPS"] {

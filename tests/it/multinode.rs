@@ -690,6 +690,37 @@ fn lws_examples_validate_and_every_rank_plans() {
     ] {
         assert!(text.contains(&format!("passed for {res}")), "{res}: {text}");
     }
+    // Each group's leader serves the API: a named port, startup and readiness probes on it
+    // with 10 s timeouts, and a Service that selects the leader and targets that port; every
+    // template carries the instance and component labels.
+    let check = r#"
+import sys, yaml
+docs = [d for f in sys.argv[1:] for d in yaml.safe_load_all(open(f)) if d]
+services = [d for d in docs if d["kind"] == "Service"]
+for d in docs:
+    if d["kind"] != "LeaderWorkerSet":
+        continue
+    name, t = d["metadata"]["name"], d["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        labels = t[role]["metadata"]["labels"]
+        assert labels.get("app.kubernetes.io/instance") == "kimi-k3" and "app.kubernetes.io/component" in labels, (name, role)
+    main = t["leaderTemplate"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in main["ports"]}
+    for probe in ("startupProbe", "readinessProbe"):
+        p = main[probe]
+        assert p["timeoutSeconds"] == 10 and p["httpGet"]["port"] in ports, (name, probe)
+    assert not any(k.endswith("Probe") for k in t["workerTemplate"]["spec"]["containers"][0]), name
+    svc = [s for s in services if s["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"}]
+    assert len(svc) == 1 and svc[0]["spec"]["ports"][0]["targetPort"] in ports, name
+    print("leader served:", name, sorted(ports.values()))
+"#;
+    let o = Command::new("python3").arg("-c").arg(check).args(&files).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{text}");
+    for served in ["kimi-k3 [8000]", "kimi-k3-sglang [30000]", "kimi-k3-prefill [30000]", "kimi-k3-decode [30000]"] {
+        assert!(text.contains(&format!("leader served: {served}\n")), "{served}: {text}");
+    }
+
     // Strict: a misspelt LWS field fails.
     let bad = Fx::new();
     let t = std::fs::read_to_string(&files[0]).unwrap().replace("    size: 2", "    sizes: 2");
