@@ -291,8 +291,8 @@ fn unresolvable(root: &Root, path: PathBuf, e: &std::io::Error) -> PythonError {
 
 /// The directories a site directory's `easy-install.pth` adds, as CPython's site.py reads a
 /// `.pth` file (a line per path relative to the site directory, `#` comments and `import`
-/// lines skipped, only paths that exist): the egg of a `setup.py install`, the checkout of a
-/// `setup.py develop`. Only that file, by name: listing every site directory for `*.pth` on
+/// lines skipped, only paths that exist): the egg of a `setup.py install` (a directory, or a
+/// zipped `.egg` file, which zipimport reads), the checkout of a `setup.py develop`. Only that file, by name: listing every site directory for `*.pth` on
 /// each start would cost what the site scan avoids (it lists a directory only when it must).
 fn pth_paths(root: &Root, dir: &Path) -> Vec<PathBuf> {
     let Ok(text) = root.read_small_string(&dir.join("easy-install.pth")) else { return Vec::new() };
@@ -302,7 +302,8 @@ fn pth_paths(root: &Root, dir: &Path) -> Vec<PathBuf> {
             continue;
         }
         let p = normalise(&dir.join(line));
-        if root.is_dir(&p) && !out.contains(&p) {
+        let zipped = p.extension().is_some_and(|e| e == "egg") && root.metadata(&p).is_ok_and(|m| m.is_file());
+        if (zipped || root.is_dir(&p)) && !out.contains(&p) {
             out.push(p);
         }
     }

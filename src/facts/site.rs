@@ -113,6 +113,12 @@ pub fn scan(
     let mut index = SiteIndex::default();
     let mut engines: Vec<EngineInstall> = Vec::new();
     for dir in site_dirs {
+        if let Some(e) =
+            zipped_egg(root, dir).filter(|e| wanted(e.engine) && !engines.iter().any(|x| x.engine == e.engine))
+        {
+            engines.push(e);
+            continue;
+        }
         for e in probe_versions(root, dir, wanted) {
             if !engines.iter().any(|x| x.engine == e.engine) {
                 engines.push(e);
@@ -208,6 +214,18 @@ fn probe_into(
             index.dists.push(d);
         }
     }
+}
+
+/// An engine installed as a zipped egg (`setup.py install` with zip_safe, named by
+/// `easy-install.pth`): a file on sys.path that zipimport reads. Its name says what it is,
+/// as pkg_resources reads it: `NAME-VERSION[-pyX.Y[-PLATFORM]].egg`.
+fn zipped_egg(root: &Root, path: &Path) -> Option<EngineInstall> {
+    let stem = path.file_name()?.to_str()?.strip_suffix(".egg")?;
+    let mut parts = stem.split('-');
+    let (dist, version) = (parts.next()?, parts.next()?);
+    let engine = engine_of(dist)?;
+    root.metadata(path).ok().filter(|m| m.is_file())?;
+    Some(EngineInstall { engine, version: version.to_string(), record: path.to_path_buf() })
 }
 
 /// The engine whose distribution this is (`vllm`, `sglang`; case and `_`/`-` as pip does).

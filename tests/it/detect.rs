@@ -90,6 +90,16 @@ fn egg_installs_are_found_through_easy_install_pth() {
         (j["engine"]["name"].as_str().map(String::from), j["engine"]["version"].as_str().map(String::from))
     };
     assert_eq!(engine(&img), (Some("vllm".into()), Some("0.5.0".into())));
+    // A zipped egg (zip_safe): a real zip file on sys.path, the version from its name.
+    img.rm(&format!("{VLLM_SITE}/{egg}"));
+    let zipped = img.p(&format!("{VLLM_SITE}/{egg}"));
+    let zip = std::process::Command::new("python3")
+        .args(["-c", "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z:\n    z.writestr('vllm/__init__.py', '__version__ = \"0.5.0\"\\n')\n    z.writestr('EGG-INFO/PKG-INFO', 'Name: vllm\\nVersion: 0.5.0+rocm603\\n')"])
+        .arg(&zipped)
+        .status()
+        .unwrap();
+    assert!(zip.success());
+    assert_eq!(engine(&img), (Some("vllm".into()), Some("0.5.0+rocm603".into())));
     // `setup.py develop`: the checkout's path, absolute, and its .egg-link.
     img.rm(&format!("{VLLM_SITE}/{egg}"))
         .file("/workspace/vllm/vllm/__init__.py", "__version__ = \"0.4.3\"\n")
