@@ -74,6 +74,9 @@ pub enum ModelProblem {
     NotObject { config: PathBuf },
     #[error("`{}` is not JSON: {reason}", config.display())]
     NotJson { config: PathBuf, reason: String },
+    /// Valid JSON (Python's `json` reads it) nested deeper than serde_json follows.
+    #[error("`{}` nests arrays or objects more than 128 deep ({at}), past what the launcher reads", config.display())]
+    TooDeep { config: PathBuf, at: String },
 }
 
 fn ser_display<S: serde::Serializer>(v: &ModelProblem, s: S) -> Result<S::Ok, S::Error> {
@@ -165,7 +168,10 @@ fn facts_of(reference: &str, config: &Path, read: Result<Top, serde_json::Error>
         Err(e) if e.is_data() && e.to_string().starts_with(NOT_OBJECT) => {
             unreadable(ModelProblem::NotObject { config })
         }
-        Err(e) => unreadable(ModelProblem::NotJson { config, reason: e.to_string() }),
+        Err(e) => match e.to_string().strip_prefix("recursion limit exceeded ") {
+            Some(at) => unreadable(ModelProblem::TooDeep { config, at: at.to_string() }),
+            None => unreadable(ModelProblem::NotJson { config, reason: e.to_string() }),
+        },
     }
 }
 
@@ -531,7 +537,10 @@ mod tests {
         // Nested past serde_json's bound: a finding naming the file, never a panic.
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(5000), "]".repeat(5000));
         match from_config("x", Path::new("/m/config.json"), deep.as_bytes()) {
-            ModelFacts::Unreadable { reason, .. } => assert!(reason.to_string().contains("/m/config.json"), "{reason}"),
+            ModelFacts::Unreadable { reason, .. } => assert_eq!(
+                reason.to_string(),
+                "`/m/config.json` nests arrays or objects more than 128 deep (at line 1 column 132), past what the launcher reads"
+            ),
             other => panic!("{other:?}"),
         }
     }

@@ -298,7 +298,15 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
         // A link loop, a permission: said as what it is, not as "does not exist".
         Err(e) => return Err(OverlayError::Unreadable { path: dir, reason: crate::rootfs::io_reason(&e) }),
     };
-    let trees_meta = std::fs::metadata(dir.join("trees")).ok().filter(|m| m.is_dir());
+    // `trees/` present but not a directory we can reach (a file, a link loop, no permission)
+    // is said as such, not taken for "no trees" (the other layout).
+    let trees_dir = dir.join("trees");
+    let trees_meta = match std::fs::metadata(&trees_dir) {
+        Ok(m) if m.is_dir() => Some(m),
+        Ok(_) => return Err(OverlayError::Unreadable { path: trees_dir, reason: "not a directory".into() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&trees_dir).is_err() => None,
+        Err(e) => return Err(OverlayError::Unreadable { path: trees_dir, reason: crate::rootfs::io_reason(&e) }),
+    };
     let (layout, trees) = if let Some(trees_meta) = trees_meta {
         (Layout::Ours, ours::load(&dir, opts, [&meta, &trees_meta])?)
     } else {
