@@ -292,8 +292,9 @@ fn unresolvable(root: &Root, path: PathBuf, e: &std::io::Error) -> PythonError {
 /// The directories a site directory's `easy-install.pth` adds, as CPython's site.py reads a
 /// `.pth` file (a line per path relative to the site directory, `#` comments and `import`
 /// lines skipped, only paths that exist): the egg of a `setup.py install` (a directory, or a
-/// zipped `.egg` file, which zipimport reads), the checkout of a `setup.py develop`. Only that file, by name: listing every site directory for `*.pth` on
-/// each start would cost what the site scan avoids (it lists a directory only when it must).
+/// zipped `.egg` file, which zipimport reads), the checkout of a `setup.py develop`. Only
+/// that file, by name: listing every site directory for `*.pth` on each start would cost
+/// what the site scan avoids (it lists a directory only when it must).
 fn pth_paths(root: &Root, dir: &Path) -> Vec<PathBuf> {
     let Ok(text) = root.read_small_string(&dir.join("easy-install.pth")) else { return Vec::new() };
     let mut out = Vec::new();
