@@ -149,6 +149,7 @@ pub fn rows(
     overlay: &Overlay,
     tree: &Tree,
     engine: Option<Engine>,
+    image_engine: Option<Engine>,
     parsed: &Parsed,
     copies: &BTreeMap<String, Import>,
 ) -> Result<Vec<CapRow>, (Vec<CapRow>, Refusal)> {
@@ -188,7 +189,7 @@ pub fn rows(
     let mut refusal: Option<Refusal> = None;
     for name in names {
         let by = requested.iter().find(|(c, _)| *c == name).map(|(_, b)| b.clone());
-        let (provided, reason) = match provided(tree, &name, engine) {
+        let (provided, reason) = match provided(tree, &name, image_engine, req.role) {
             Ok(x) => x,
             Err(e) => return Err((rows, e)),
         };
@@ -239,7 +240,12 @@ fn unavailable(overlay: &Overlay, tree: &Tree, name: &str, by: &str, reason: Str
 }
 
 /// Is `name` provided by `tree` to `engine`? A path escaping the tree is an error (65).
-fn provided(tree: &Tree, name: &str, engine: Option<Engine>) -> Result<(bool, Option<String>), Refusal> {
+fn provided(
+    tree: &Tree,
+    name: &str,
+    engine: Option<Engine>,
+    role: crate::cli::Role,
+) -> Result<(bool, Option<String>), Refusal> {
     let Some(cap) = tree.manifest.capabilities.get(name) else {
         return Ok((false, Some(format!("tree {} does not declare it", tree.family))));
     };
@@ -250,7 +256,10 @@ fn provided(tree: &Tree, name: &str, engine: Option<Engine>) -> Result<(bool, Op
                 "tree {} offers it to {} only, not to {}",
                 tree.family,
                 cap.engines.join(", "),
-                engine.map_or("the router", Engine::name)
+                engine.map_or(
+                    if role == crate::cli::Role::Server { "the router" } else { "a program outside an engine's image" },
+                    Engine::name
+                )
             )),
         ));
     }

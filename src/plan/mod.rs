@@ -188,7 +188,15 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         args::wrapper_dialect(e, e.info().module, &req.args, list, &parsed)?;
     }
     let copies = caps::copies(tree, site, &mut p.findings);
-    p.capabilities = match caps::rows(req, overlay, tree, engine, &parsed, &copies) {
+    // A capability kept for one engine's images is offered to the pod's other programs in
+    // such an image too (the stack's kvd sidecar requires hipFile in the vLLM image): the
+    // engine this run starts, else for a program (not the router) the one engine the image has.
+    let image_engine = match (engine, facts.engines.as_slice()) {
+        (Some(e), _) => Some(e),
+        (None, [one]) if req.role == crate::cli::Role::Run => Some(one.engine),
+        _ => None,
+    };
+    p.capabilities = match caps::rows(req, overlay, tree, engine, image_engine, &parsed, &copies) {
         Ok(rows) => rows,
         Err((rows, refusal)) => {
             p.capabilities = rows;
