@@ -366,6 +366,18 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     read_up_to(f, limit)
 }
 
+/// [`read_bounded`] of a file whose `lstat` the caller already has (`known`: a regular
+/// file, not a link, else the error `read_bounded` gives). Returns the open descriptor's
+/// metadata too, for a check of its mode.
+pub fn read_known(path: &Path, known: &fs::Metadata, limit: u64) -> io::Result<(Vec<u8>, fs::Metadata)> {
+    if !known.is_file() {
+        return read_bounded(path, limit).map(|b| (b, known.clone()));
+    }
+    let (f, _) = open_checked(path)?;
+    let m = f.metadata()?;
+    Ok((read_up_to(f, limit)?, m))
+}
+
 /// The whole file when it has at most `limit` bytes (read to its end whatever `stat` says:
 /// /proc files say 0).
 fn read_up_to(f: fs::File, limit: u64) -> io::Result<Vec<u8>> {
@@ -585,7 +597,8 @@ mod tests {
         assert_eq!(parse_minor("python3"), None);
     }
 
-    /// Whole files; files whose size `stat` does not tell (/proc) read to their end; a file over the limit refused, one at it read.
+    /// Whole files, one read where `stat` tells the size; files whose size it does not tell
+    /// (/proc) read to their end; a file over the limit refused, one at it read.
     #[test]
     fn files_are_read_whole_and_bounded() {
         let t = tempfile::tempdir().unwrap();
@@ -594,6 +607,8 @@ mod tests {
             let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
             fs::write(&p, &body).unwrap();
             assert_eq!(read_bounded(&p, 1 << 20).unwrap(), body);
+            let m = fs::symlink_metadata(&p).unwrap();
+            assert_eq!(read_known(&p, &m, 1 << 20).unwrap().0, body);
             assert_eq!(read_bounded(&p, len as u64).unwrap(), body, "a file exactly at the limit");
             if len > 0 {
                 let e = read_bounded(&p, len as u64 - 1).unwrap_err();

@@ -7,16 +7,21 @@ use std::path::{Component, Path};
 
 use super::{Mount, OverlayError, Presence};
 
-/// Nobody but the owner may change `p` (missing: nothing to change).
 pub fn not_writable(p: &Path) -> Result<(), OverlayError> {
     match fs::metadata(p) {
-        Ok(m) => not_writable_mode(m.mode(), || p.to_path_buf()),
+        Ok(m) => not_writable_by_mode(p, &m),
         Err(_) => Ok(()),
     }
 }
 
-/// [`not_writable`] from the mode bits (`st_mode`) a walk already has; the path is built
-/// only for the error.
+/// [`not_writable`] with the metadata already read (the walk's `lstat` of a file or
+/// directory, which is its `stat`).
+pub fn not_writable_by_mode(p: &Path, m: &fs::Metadata) -> Result<(), OverlayError> {
+    not_writable_mode(m.mode(), || p.to_path_buf())
+}
+
+/// [`not_writable_by_mode`] from the mode bits (`st_mode`); the path is built only for
+/// the error.
 pub fn not_writable_mode(mode: u32, path: impl FnOnce() -> std::path::PathBuf) -> Result<(), OverlayError> {
     let mode = mode & 0o7777;
     let who = if mode & 0o002 != 0 {

@@ -290,24 +290,28 @@ pub fn is_overlay(dir: &Path) -> bool {
 /// Load every tree and gather its facts.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
     let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    match std::fs::metadata(&dir) {
-        Ok(m) if m.is_dir() => {}
+    // Each `stat` kept for the checks of its mode below (one lookup per directory).
+    let meta = match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => m,
         Ok(_) => return Err(OverlayError::Unreadable { path: dir, reason: "not a directory".into() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OverlayError::Missing { dir }),
         // A link loop, a permission: said as what it is, not as "does not exist".
         Err(e) => return Err(OverlayError::Unreadable { path: dir, reason: crate::rootfs::io_reason(&e) }),
-    }
+    };
     // `trees/` present but not a directory we can reach (a file, a link loop, no permission)
     // is said as such, not taken for "no trees" (the other layout).
     let trees_dir = dir.join("trees");
-    let ours = match std::fs::metadata(&trees_dir) {
-        Ok(m) if m.is_dir() => true,
+    let trees_meta = match std::fs::metadata(&trees_dir) {
+        Ok(m) if m.is_dir() => Some(m),
         Ok(_) => return Err(OverlayError::Unreadable { path: trees_dir, reason: "not a directory".into() }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&trees_dir).is_err() => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&trees_dir).is_err() => None,
         Err(e) => return Err(OverlayError::Unreadable { path: trees_dir, reason: crate::rootfs::io_reason(&e) }),
     };
-    let (layout, trees) =
-        if ours { (Layout::Ours, ours::load(&dir, opts)?) } else { (Layout::Infera, infera::load(&dir, opts)?) };
+    let (layout, trees) = if let Some(trees_meta) = trees_meta {
+        (Layout::Ours, ours::load(&dir, opts, [&meta, &trees_meta])?)
+    } else {
+        (Layout::Infera, infera::load(&dir, opts)?)
+    };
     let patches = gather::patches(&dir);
     let rdma = gather::rdma_providers(&dir);
     Ok(Overlay { dir, layout, trees, patches, rdma })

@@ -1,19 +1,24 @@
 //! Our own layout: `trees/<family>/{manifest.toml,site-packages,capabilities/<name>,lib,bin}`.
 
+use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::check::{inside, not_writable};
+use super::check::{inside, not_writable, not_writable_by_mode};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
 use crate::manifest::{self, ManifestError};
 use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
 
-pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
+/// `stats`: the overlay's and `trees/`'s own `stat`, as the caller read them.
+pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> Result<Vec<Tree>, OverlayError> {
     let trees_dir = dir.join("trees");
     // `trees/` itself a link elsewhere would make every tree someone else's.
     inside(dir, &trees_dir)?;
+    // The directory's own record of each entry's type: a directory is one without a
+    // `stat`; only a link (or a filesystem that does not record types) is looked up.
     let mut names: Vec<String> = Vec::new();
-    rootfs::each_entry(&trees_dir, |n, _| {
-        if trees_dir.join(n).is_dir() {
+    rootfs::each_entry(&trees_dir, |n, t| {
+        let dir = if t.is_symlink() { trees_dir.join(n).is_dir() } else { t.is_dir() };
+        if dir {
             names.push(n.to_string_lossy().into_owned());
         }
     })
@@ -23,19 +28,31 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         return Err(OverlayError::Empty { dir: dir.to_path_buf() });
     }
     if opts.check_writable {
-        not_writable(dir)?;
-        not_writable(&trees_dir)?;
+        not_writable_by_mode(dir, stats[0])?;
+        not_writable_by_mode(&trees_dir, stats[1])?;
     }
     let mut trees: Vec<Tree> = Vec::new();
+    // The first tree of each ABI by its hash: a duplicate is found without comparing each
+    // tree with every one before it.
+    let mut by_abi: rustc_hash::FxHashMap<u64, usize> = Default::default();
     for name in names {
         let tdir = trees_dir.join(&name);
+        // The tree's and its manifest's own `lstat`: where neither is a link, what `inside`
+        // and the mode checks need, and the manifest opened without another lookup.
+        let tmeta = plain(&trees_dir, &tdir)?;
         let mpath = tdir.join("manifest.toml");
-        // A tree, or a manifest, that is a link elsewhere describes a tree it is not part of.
-        inside(&trees_dir, &tdir)?;
-        inside(&tdir, &mpath)?;
+        // A manifest that is a link to a file elsewhere describes a tree it is not part of.
+        let mmeta = if tmeta.is_some() { plain(&tdir, &mpath)? } else { None };
+        if tmeta.is_none() {
+            inside(&tdir, &mpath)?;
+        }
         let bad = |reason: ManifestError| OverlayError::Manifest { path: mpath.clone(), reason };
-        let bytes = read_bounded(&mpath, SMALL_FILE_LIMIT)
-            .map_err(|e| bad(ManifestError::Unreadable(rootfs::io_reason(&e))))?;
+        let unreadable = |e: std::io::Error| bad(ManifestError::Unreadable(rootfs::io_reason(&e)));
+        let (bytes, mmeta) = match &mmeta {
+            Some(m) => rootfs::read_known(&mpath, m, SMALL_FILE_LIMIT).map(|(b, m)| (b, Some(m))),
+            None => read_bounded(&mpath, SMALL_FILE_LIMIT).map(|b| (b, None)),
+        }
+        .map_err(unreadable)?;
         let text = String::from_utf8(bytes).map_err(|_| bad(ManifestError::NotUtf8))?;
         let manifest = manifest::parse(&text, &name).map_err(bad)?;
         // The paths a code-loading [env] value names are inside the tree by their spelling
@@ -56,17 +73,33 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
         // copy can be imported instead: `prefer = "base"`).
         if !manifest.capabilities.is_empty() {
             let caps = tdir.join("capabilities");
+            // `capabilities/` a plain directory (not a link): each name is one `lstat`.
+            let plain = fs::symlink_metadata(&caps).is_ok_and(|m| m.is_dir());
             for name in manifest.capabilities.keys() {
                 let p = caps.join(name);
-                if dir_inside(&tdir, &p)? {
+                let dir = if plain {
+                    dir_inside(&tdir, &p)?
+                } else if p.exists() {
+                    inside(&tdir, &p)?;
+                    p.is_dir()
+                } else {
+                    false
+                };
+                if dir {
                     paths.caps.insert(name.clone(), p);
                 }
             }
         }
         let facts = if opts.lazy { TreeFacts::default() } else { gather::tree_facts(&tdir, &paths, &manifest, opts) };
         if opts.check_writable {
-            not_writable(&tdir)?;
-            not_writable(&mpath)?;
+            match &tmeta {
+                Some(m) => not_writable_by_mode(&tdir, m)?,
+                None => not_writable(&tdir)?,
+            }
+            match &mmeta {
+                Some(m) => not_writable_by_mode(&mpath, m)?,
+                None => not_writable(&mpath)?,
+            }
         }
         let tree = Tree {
             family: name,
@@ -77,7 +110,18 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
             paths,
             facts,
         };
-        if let Some(other) = trees.iter().find(|t| t.manifest.abi == tree.manifest.abi) {
+        let hash = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(&tree.manifest.abi)
+        };
+        let same = match by_abi.get(&hash) {
+            Some(&i) if trees[i].manifest.abi == tree.manifest.abi => Some(&trees[i]),
+            // Another ABI with the same hash: compared one by one.
+            Some(_) => trees.iter().find(|t| t.manifest.abi == tree.manifest.abi),
+            None => None,
+        };
+        by_abi.entry(hash).or_insert(trees.len());
+        if let Some(other) = same {
             return Err(OverlayError::Ambiguous {
                 a: other.family.clone(),
                 b: tree.family.clone(),
@@ -90,12 +134,30 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Vec<Tree>, OverlayError> {
     Ok(trees)
 }
 
-/// Is `p` a directory that resolves inside `tree`? Missing or a dangling link: no; a
-/// link that leads out of the tree is refused, whatever it leads to.
+/// Is `p` a directory that resolves inside `tree`? `p`'s parent must be `tree` or a plain
+/// directory under it (no link on the way). One `lstat` for a plain directory or a missing
+/// path; a link is checked where it leads, as `inside` does (a dangling one is no directory).
 fn dir_inside(tree: &Path, p: &Path) -> Result<bool, OverlayError> {
-    if !p.exists() {
-        return Ok(false);
+    match fs::symlink_metadata(p) {
+        Err(_) => Ok(false),
+        Ok(m) if m.file_type().is_symlink() => {
+            if !p.exists() {
+                return Ok(false);
+            }
+            inside(tree, p)?;
+            Ok(p.is_dir())
+        }
+        Ok(m) => Ok(m.is_dir()),
     }
-    inside(tree, p)?;
-    Ok(p.is_dir())
+}
+
+/// `p`'s `lstat` when it is there and not a link (then it is inside `parent`, which the
+/// caller has checked); for a link, `inside` checks where it leads and None is returned
+/// (the caller looks it up through the link); missing: None.
+fn plain(parent: &Path, p: &Path) -> Result<Option<fs::Metadata>, OverlayError> {
+    match fs::symlink_metadata(p) {
+        Ok(m) if !m.file_type().is_symlink() => Ok(Some(m)),
+        Ok(_) => inside(parent, p).map(|()| None),
+        Err(_) => Ok(None),
+    }
 }
