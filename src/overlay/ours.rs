@@ -32,9 +32,6 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
         not_writable_by_mode(&trees_dir, stats[1])?;
     }
     let mut trees: Vec<Tree> = Vec::new();
-    // The first tree of each ABI by its hash: a duplicate is found without comparing each
-    // tree with every one before it.
-    let mut by_abi: rustc_hash::FxHashMap<u64, usize> = Default::default();
     for name in names {
         let tdir = trees_dir.join(&name);
         // The tree's and its manifest's own `lstat`: where neither is a link, what `inside`
@@ -110,18 +107,7 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
             paths,
             facts,
         };
-        let hash = {
-            use std::hash::{BuildHasher, BuildHasherDefault};
-            BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(&tree.manifest.abi)
-        };
-        let same = match by_abi.get(&hash) {
-            Some(&i) if trees[i].manifest.abi == tree.manifest.abi => Some(&trees[i]),
-            // Another ABI with the same hash: compared one by one.
-            Some(_) => trees.iter().find(|t| t.manifest.abi == tree.manifest.abi),
-            None => None,
-        };
-        by_abi.entry(hash).or_insert(trees.len());
-        if let Some(other) = same {
+        if let Some(other) = trees.iter().find(|t| t.manifest.abi == tree.manifest.abi) {
             return Err(OverlayError::Ambiguous {
                 a: other.family.clone(),
                 b: tree.family.clone(),
