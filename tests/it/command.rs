@@ -126,23 +126,20 @@ fn other_modules_and_programs_run_with_the_trees_environment() {
     assert!(pp.split(':').next().unwrap().ends_with("trees/rocm7-py312/site-packages"), "{pp}");
     // The stack's kvd sidecar requires hipFile (its L3 tier): the tree keeps it for vLLM, and
     // this is a vLLM image, so it is offered to kvd (which this image's ROCm 7.0 cannot run)...
-    infera(&["python3", "-m", "infera.kvd"])
-        .root(&img)
-        .overlay(&ov.overlay())
-        .env("INFERA_DRY_RUN", "1")
-        .env("INFERA_REQUIRE_NATIVE", "hipfile")
+    let kvd_needing_hipfile = |root: &Fx, args: &[&str]| {
+        let argv: Vec<&str> = ["python3", "-m", "infera.kvd"].iter().chain(args).copied().collect();
+        infera(&argv)
+            .root(root)
+            .overlay(&ov.overlay())
+            .env("INFERA_DRY_RUN", "1")
+            .env("INFERA_REQUIRE_NATIVE", "hipfile")
+    };
+    kvd_needing_hipfile(&img, &[])
         .run()
         .assert(69, "capability `hipfile` is provided by the tree but cannot work on this node: ROCm 7.0.0");
     // ...and on ROCm 7.2 kvd gets it on its path.
     let v28 = image("vllm-0.28");
-    let j = infera(&["python3", "-m", "infera.kvd", "--socket", "/kvd/kvd.sock"])
-        .root(&v28)
-        .overlay(&ov.overlay())
-        .env("INFERA_DRY_RUN", "1")
-        .env("INFERA_OUTPUT", "json")
-        .env("INFERA_REQUIRE_NATIVE", "hipfile")
-        .run()
-        .json();
+    let j = kvd_needing_hipfile(&v28, &["--socket", "/kvd/kvd.sock"]).env("INFERA_OUTPUT", "json").run().json();
     assert!(j["error"].is_null(), "{}", j["error"]);
     let row = j["capabilities"].as_array().unwrap().iter().find(|r| r["name"] == "hipfile").unwrap().clone();
     assert_eq!((row["requested"].as_bool(), row["provided"].as_bool()), (Some(true), Some(true)), "{row}");
@@ -150,12 +147,8 @@ fn other_modules_and_programs_run_with_the_trees_environment() {
     assert!(pp.contains("trees/rocm7-py312/capabilities/hipfile"), "{pp}");
     // In an sglang image it is not offered: refused, naming the engine.
     let sg = sglang_image("3.12", None);
-    infera(&["python3", "-m", "infera.kvd"])
-        .root(&sg)
-        .overlay(&ov.overlay())
-        .env("INFERA_DRY_RUN", "1")
+    kvd_needing_hipfile(&sg, &[])
         .env("INFERA_PYTHON", "/opt/venv/bin/python3")
-        .env("INFERA_REQUIRE_NATIVE", "hipfile")
         .run()
         .assert(69, "tree rocm7-py312 offers it to vllm only, not to sglang");
     // A module of infera that the tree does not have: refused like a missing engine module.
