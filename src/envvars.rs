@@ -23,79 +23,32 @@ pub fn truthy(env: &Env, name: &str) -> bool {
         .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
-pub const INFERA_OVERLAY: &str = "INFERA_OVERLAY";
-pub const INFERA_ROOT: &str = "INFERA_ROOT";
-pub const INFERA_ENGINE: &str = "INFERA_ENGINE";
-pub const INFERA_REQUIRE: &str = "INFERA_REQUIRE";
-pub const INFERA_FAMILY: &str = "INFERA_FAMILY";
-pub const INFERA_DRY_RUN: &str = "INFERA_DRY_RUN";
-pub const INFERA_OUTPUT: &str = "INFERA_OUTPUT";
-pub const INFERA_INIT: &str = "INFERA_INIT";
-pub const INFERA_INIT_GROUP: &str = "INFERA_INIT_GROUP";
-pub const INFERA_INIT_GRACE: &str = "INFERA_INIT_GRACE";
-pub const INFERA_DROP_CAPS: &str = "INFERA_DROP_CAPS";
-pub const INFERA_NO_NEW_PRIVS: &str = "INFERA_NO_NEW_PRIVS";
-pub const INFERA_ALLOW: &str = "INFERA_ALLOW";
-pub const INFERA_GPUS: &str = "INFERA_GPUS";
-pub const INFERA_LOG: &str = "INFERA_LOG";
-pub const INFERA_LOG_FORMAT: &str = "INFERA_LOG_FORMAT";
-/// Where a refusal is also written (default `/dev/termination-log`; empty: nowhere).
-pub const INFERA_TERMINATION_LOG: &str = "INFERA_TERMINATION_LOG";
-pub const INFERA_IMAGE_ENV: &str = "INFERA_IMAGE_ENV";
-pub const INFERA_DEFAULT_KV_FP8: &str = "INFERA_DEFAULT_KV_FP8";
-pub const INFERA_VERIFY: &str = "INFERA_VERIFY";
-/// The Infera stack's knobs (its `infera/engine/*` readers).
-pub const INFERA_PYTHON: &str = "INFERA_PYTHON";
-pub const INFERA_REQUIRE_NATIVE: &str = "INFERA_REQUIRE_NATIVE";
-pub const INFERA_EXEC_CHDIR: &str = "INFERA_EXEC_CHDIR";
-pub const INFERA_SKIP_ENGINE_PATCHES: &str = "INFERA_SKIP_ENGINE_PATCHES";
-pub const INFERA_ENGINE_PATCH_TIMEOUT: &str = "INFERA_ENGINE_PATCH_TIMEOUT";
+/// Each `INFERA_*` variable the launcher reads or sets: a constant named as the variable,
+/// and all of them in `OURS` (a test checks that every option's variable is there).
+macro_rules! ours {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        $($(#[$doc])* pub const $name: &str = stringify!($name);)*
+        pub(crate) const OURS: &[&str] = &[$($name,)* "INFERA_EXEC_TEST_PANIC", "INFERA_COMMIT"];
+    };
+}
 
-/// Set in the child so the payload knows which tree it runs from.
-pub const INFERA_TREE: &str = "INFERA_TREE";
-/// Not INFERA_FAMILY: that one is read to *force* a tree, and an infera-exec started by
-/// the engine must not inherit a forced family.
-pub const INFERA_TREE_FAMILY: &str = "INFERA_TREE_FAMILY";
-
-/// The `INFERA_*` variables the launcher reads or sets (a test checks that every option's
-/// variable is here).
-pub(crate) const OURS: [&str; 35] = [
-    INFERA_OVERLAY,
-    INFERA_ROOT,
-    INFERA_ENGINE,
-    INFERA_REQUIRE,
-    INFERA_FAMILY,
-    INFERA_DRY_RUN,
-    INFERA_OUTPUT,
-    INFERA_INIT,
-    INFERA_INIT_GROUP,
-    INFERA_INIT_GRACE,
-    INFERA_DROP_CAPS,
-    INFERA_NO_NEW_PRIVS,
-    INFERA_ALLOW,
-    INFERA_GPUS,
-    INFERA_LOG,
-    INFERA_LOG_FORMAT,
+ours! {
+    INFERA_OVERLAY, INFERA_ROOT, INFERA_ENGINE, INFERA_REQUIRE, INFERA_FAMILY, INFERA_DRY_RUN, INFERA_OUTPUT,
+    INFERA_INIT, INFERA_INIT_GROUP, INFERA_INIT_GRACE, INFERA_DROP_CAPS, INFERA_NO_NEW_PRIVS, INFERA_ALLOW,
+    INFERA_GPUS, INFERA_LOG, INFERA_LOG_FORMAT, INFERA_IMAGE_ENV, INFERA_DEFAULT_KV_FP8, INFERA_VERIFY,
+    /// Where a refusal is also written (default `/dev/termination-log`; empty: nowhere).
     INFERA_TERMINATION_LOG,
-    INFERA_IMAGE_ENV,
-    INFERA_DEFAULT_KV_FP8,
-    INFERA_VERIFY,
-    INFERA_PYTHON,
-    INFERA_REQUIRE_NATIVE,
-    INFERA_EXEC_CHDIR,
-    INFERA_SKIP_ENGINE_PATCHES,
-    INFERA_ENGINE_PATCH_TIMEOUT,
+    // The Infera stack's knobs (its `infera/engine/*` readers).
+    INFERA_PYTHON, INFERA_REQUIRE_NATIVE, INFERA_EXEC_CHDIR, INFERA_SKIP_ENGINE_PATCHES, INFERA_ENGINE_PATCH_TIMEOUT,
+    /// Set in the child so the payload knows which tree it runs from.
     INFERA_TREE,
+    /// Not INFERA_FAMILY: that one is read to *force* a tree, and an infera-exec started by
+    /// the engine must not inherit a forced family.
     INFERA_TREE_FAMILY,
-    INFERA_NNODES,
-    INFERA_NODE_RANK,
-    INFERA_LEADER_ADDRESS,
-    INFERA_LEADER_WAIT,
-    INFERA_WAIT_MODEL,
+    INFERA_NNODES, INFERA_NODE_RANK, INFERA_LEADER_ADDRESS, INFERA_LEADER_WAIT, INFERA_WAIT_MODEL,
+    /// The digest of the engine args every rank of a group must share (set for the child).
     INFERA_ARGS_DIGEST,
-    "INFERA_EXEC_TEST_PANIC",
-    "INFERA_COMMIT",
-];
+}
 
 /// The Infera stack's own `INFERA_*` variables (its router, kvd, engine wrappers and tests)
 /// and the prefixes of its families of them: not misspellings of the launcher's.
@@ -150,13 +103,6 @@ pub const LD_LIBRARY_PATH: &str = "LD_LIBRARY_PATH";
 pub const PYTHONDONTWRITEBYTECODE: &str = "PYTHONDONTWRITEBYTECODE";
 pub const PYTHONPYCACHEPREFIX: &str = "PYTHONPYCACHEPREFIX";
 
-pub const INFERA_NNODES: &str = "INFERA_NNODES";
-pub const INFERA_NODE_RANK: &str = "INFERA_NODE_RANK";
-pub const INFERA_LEADER_ADDRESS: &str = "INFERA_LEADER_ADDRESS";
-pub const INFERA_LEADER_WAIT: &str = "INFERA_LEADER_WAIT";
-pub const INFERA_WAIT_MODEL: &str = "INFERA_WAIT_MODEL";
-/// The digest of the engine args every rank of a group must share (set for the child).
-pub const INFERA_ARGS_DIGEST: &str = "INFERA_ARGS_DIGEST";
 /// What LeaderWorkerSet injects into every pod of a group.
 pub const LWS_GROUP_SIZE: &str = "LWS_GROUP_SIZE";
 pub const LWS_WORKER_INDEX: &str = "LWS_WORKER_INDEX";

@@ -123,13 +123,12 @@ fn help_lists_every_variable_the_launcher_reads() {
     // Every INFERA_* the launcher reads (not the ones it sets for the program) is in the
     // worker's help and in the README.
     let set_for_program = ["INFERA_TREE", "INFERA_TREE_FAMILY", "INFERA_ARGS_DIGEST"];
-    let mut read = Vec::new();
-    for line in src.lines() {
-        if let Some(rest) = line.strip_prefix("pub const INFERA_") {
-            let name = format!("INFERA_{}", rest.split(':').next().unwrap());
-            read.push(name);
-        }
-    }
+    // The names declared in envvars.rs's `ours! { ... }` (comments left out).
+    let block = src.split("\nours! {").nth(1).unwrap().split("\n}").next().unwrap();
+    let code = block.lines().filter(|l| !l.trim_start().starts_with("//"));
+    let read: Vec<String> = code
+        .flat_map(|l| l.split([',', ' ']).filter(|w| w.starts_with("INFERA_")).map(String::from).collect::<Vec<_>>())
+        .collect();
     assert!(read.len() >= 25, "{read:?}");
     for v in &read {
         assert!(out.stdout.contains(v.as_str()), "{v} not in `worker --help`");
