@@ -9,6 +9,13 @@ use crate::finding::Level;
 use crate::plan::Plan;
 use crate::spec::{is_secret, ExecSpec, Step, REDACTED};
 
+/// `writeln!` to a String, which cannot fail.
+macro_rules! w {
+    ($($t:tt)*) => {{
+        let _ = writeln!($($t)*);
+    }};
+}
+
 /// The plan as JSON; Err: why it cannot be (a bug: every path and argument is rendered,
 /// UTF-8 or not).
 pub fn json(plan: &Plan) -> Result<String, String> {
@@ -45,43 +52,34 @@ pub fn shell_quote(s: &OsStr) -> String {
 pub fn text(plan: &Plan, check: bool) -> String {
     let mut o = String::new();
     let f = &plan.facts;
-    let _ = writeln!(o, "infera-exec {} plan{}", plan.role, if plan.error.is_some() { " (refused)" } else { "" });
+    w!(o, "infera-exec {} plan{}", plan.role, if plan.error.is_some() { " (refused)" } else { "" });
     if let Some(py) = f.python {
         let _ =
             writeln!(o, "  python    {} at {} (from {})", py.version, py.executable.display(), py.evidence.join(", "));
     }
     if let Some(r) = f.rocm {
         match &r.release {
-            Some(rel) => {
-                let _ = writeln!(o, "  rocm      {} (from {})", rel.version, rel.source);
-            }
-            None => {
-                let _ = writeln!(o, "  rocm      release not recorded");
-            }
+            Some(rel) => w!(o, "  rocm      {} (from {})", rel.version, rel.source),
+            None => w!(o, "  rocm      release not recorded"),
         }
         let hip = r.hip.version.as_deref().map_or_else(String::new, |v| format!(" = HIP {v}"));
-        let _ = writeln!(o, "  hip       ABI {}{hip} (from {})", r.hip.major, r.hip.source);
+        w!(o, "  hip       ABI {}{hip} (from {})", r.hip.major, r.hip.source);
     }
     if let Some(t) = f.torch {
-        let _ = writeln!(
-            o,
-            "  torch     {} (hip {})",
-            t.version.as_deref().unwrap_or("?"),
-            t.hip.as_deref().unwrap_or("none")
-        );
+        w!(o, "  torch     {} (hip {})", t.version.as_deref().unwrap_or("?"), t.hip.as_deref().unwrap_or("none"));
     }
     let gpus = f.gpus.map_or_else(|| "unknown".to_string(), |g| g.to_string());
-    let _ = writeln!(o, "  gpus      {gpus} ({})", f.gpus_source);
+    w!(o, "  gpus      {gpus} ({})", f.gpus_source);
     if let Some(h) = f.host {
         let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(",") };
         let memlock = h.memlock.map_or_else(|| "unlimited".to_string(), |b| format!("{} KiB", b / 1024));
-        let _ = writeln!(o, "  memlock   {memlock}");
-        let _ = writeln!(o, "  caps      effective {}", list(&h.caps.effective));
-        let _ = writeln!(o, "            bounding  {}", list(&h.caps.bounding));
-        let _ = writeln!(o, "            ambient   {}", list(&h.caps.ambient));
+        w!(o, "  memlock   {memlock}");
+        w!(o, "  caps      effective {}", list(&h.caps.effective));
+        w!(o, "            bounding  {}", list(&h.caps.bounding));
+        w!(o, "            ambient   {}", list(&h.caps.ambient));
         let d = &h.devices;
         let groups: Vec<String> = d.groups.iter().map(u32::to_string).collect();
-        let _ = writeln!(
+        w!(
             o,
             "  devices   /dev/kfd {}, {} render nodes, {} RDMA devices; this process: uid {}, groups {}",
             if h.kfd { "present" } else { "absent" },
@@ -95,7 +93,7 @@ pub fn text(plan: &Plan, check: bool) -> String {
                 None => "can open (read-write)".to_string(),
                 Some(r) => format!("CANNOT OPEN: {r}"),
             };
-            let _ = writeln!(o, "            {:<20} {:<18} {state}", n.path.display(), n.mode);
+            w!(o, "            {:<20} {:<18} {state}", n.path.display(), n.mode);
         }
         if !d.gpus.is_empty() {
             let list: Vec<String> = d
@@ -106,7 +104,7 @@ pub fn text(plan: &Plan, check: bool) -> String {
                     format!("node {} {}{render}", g.node, g.gfx.as_deref().unwrap_or("gfx?"))
                 })
                 .collect();
-            let _ = writeln!(o, "  gpu arch  {}", list.join(", "));
+            w!(o, "  gpu arch  {}", list.join(", "));
         }
         let kernel = d.kernel.as_deref().unwrap_or("?");
         let driver = match (&d.driver, d.driver_loaded) {
@@ -114,24 +112,18 @@ pub fn text(plan: &Plan, check: bool) -> String {
             (None, true) => format!("the kernel's own amdgpu (kernel {kernel}; no /sys/module/amdgpu/version)"),
             (None, false) => format!("no amdgpu driver loaded on this node (no /sys/module/amdgpu; kernel {kernel})"),
         };
-        let _ = writeln!(o, "  driver    {driver}");
+        w!(o, "  driver    {driver}");
     } else if check {
-        let _ = writeln!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)");
+        w!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)");
     }
     if let Some(e) = &plan.engine {
-        let _ = writeln!(
-            o,
-            "  engine    {} {} → module {}",
-            e.name,
-            e.version.as_deref().unwrap_or("(not installed)"),
-            e.module
-        );
+        w!(o, "  engine    {} {} → module {}", e.name, e.version.as_deref().unwrap_or("(not installed)"), e.module);
     }
     if let (Some(fam), Some(tree)) = (&plan.family, &plan.tree) {
-        let _ = writeln!(o, "  tree      {fam} ({})", tree.display());
+        w!(o, "  tree      {fam} ({})", tree.display());
     }
     if check || plan.capabilities.iter().any(|c| c.requested) {
-        let _ = writeln!(o, "  capabilities:");
+        w!(o, "  capabilities:");
         let _ =
             writeln!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} why", "name", "requested", "provided", "usable", "copy");
         for c in &plan.capabilities {
@@ -151,16 +143,7 @@ pub fn text(plan: &Plan, check: bool) -> String {
                 Some(crate::plan::Copy::Base) => "image",
                 None => "-",
             };
-            let _ = writeln!(
-                o,
-                "    {:<12} {:<10} {:<9} {:<7} {:<6} {}",
-                c.name,
-                yn(c.requested),
-                yn(c.provided),
-                usable,
-                copy,
-                why
-            );
+            w!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} {}", c.name, yn(c.requested), yn(c.provided), usable, copy, why);
         }
     }
     if let Some(x) = &plan.exec {
@@ -171,10 +154,10 @@ pub fn text(plan: &Plan, check: bool) -> String {
             Level::Info => "info",
             Level::Warn => "warn",
         };
-        let _ = writeln!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
+        w!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
     }
     if let Some(e) = &plan.error {
-        let _ = writeln!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
+        w!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
     }
     o
 }
@@ -217,48 +200,37 @@ fn exec_section(o: &mut String, x: &ExecSpec) {
     for step in &x.steps {
         match step {
             Step::AwaitLeader { host, timeout_seconds, .. } => {
-                let _ = writeln!(
-                    o,
-                    "  wait      until the leader `{host}` resolves (at most {timeout_seconds} s; then refused, 66)"
-                );
+                w!(o, "  wait      until the leader `{host}` resolves (at most {timeout_seconds} s; then refused, 66)")
             }
             Step::Patch { engine, argv, timeout_seconds, .. } => {
                 let cmd: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
-                let _ = writeln!(
-                    o,
-                    "  patch     {engine}: {} (in /, at most {timeout_seconds} s; a failure warns)",
-                    cmd.join(" ")
-                );
+                w!(o, "  patch     {engine}: {} (in /, at most {timeout_seconds} s; a failure warns)", cmd.join(" "));
             }
             Step::Replace { from, to, .. } => {
-                let _ = writeln!(o, "  replace   {} with {} (a failure warns)", to.display(), from.display());
+                w!(o, "  replace   {} with {} (a failure warns)", to.display(), from.display())
             }
         }
     }
     let p = &x.privileges;
     if let Some(k) = &p.keep_caps {
         let names: Vec<String> = k.iter().map(|c| c.to_string()).collect();
-        let _ = writeln!(o, "  caps kept {}", if names.is_empty() { "none".to_string() } else { names.join(",") });
+        w!(o, "  caps kept {}", if names.is_empty() { "none".to_string() } else { names.join(",") });
     }
     if p.no_new_privs {
-        let _ = writeln!(o, "  privs     no_new_privs set before exec");
+        w!(o, "  privs     no_new_privs set before exec");
     }
     match &x.cwd {
-        Some(d) => {
-            let _ = writeln!(o, "  cwd       {}", d.display());
-        }
-        None => {
-            let _ = writeln!(o, "  cwd       unchanged");
-        }
+        Some(d) => w!(o, "  cwd       {}", d.display()),
+        None => w!(o, "  cwd       unchanged"),
     }
     let cmd: Vec<String> = x.argv.iter().map(|a| shell_quote(a)).collect();
-    let _ = writeln!(o, "  exec      {}", cmd.join(" "));
+    w!(o, "  exec      {}", cmd.join(" "));
     if let Some(h) = &x.host_program {
-        let _ = writeln!(o, "  host file {}", h.display());
+        w!(o, "  host file {}", h.display());
     }
     if let Some(i) = &x.init {
         let grace = i.grace_seconds.map_or_else(|| "no".to_string(), |g| format!("{g} s"));
-        let _ = writeln!(
+        w!(
             o,
             "  init      yes: the launcher stays as init (reaps, forwards signals to the {}; SIGKILL grace: {grace})",
             if i.group { "process group" } else { "child" }
@@ -273,7 +245,7 @@ fn exec_section(o: &mut String, x: &ExecSpec) {
     };
     for k in &x.env_set {
         if let Some(v) = x.env.get(OsStr::new(k)) {
-            let _ = writeln!(o, "  env       {k}={}", value(OsStr::new(k), v));
+            w!(o, "  env       {k}={}", value(OsStr::new(k), v));
         }
     }
     let kept: Vec<String> = x
@@ -283,11 +255,11 @@ fn exec_section(o: &mut String, x: &ExecSpec) {
         .map(|k| k.to_string_lossy().into_owned())
         .collect();
     if !kept.is_empty() {
-        let _ = writeln!(o, "  env kept  {} variables as the pod set them: {}", kept.len(), kept.join(" "));
+        w!(o, "  env kept  {} variables as the pod set them: {}", kept.len(), kept.join(" "));
     }
     if !x.added_args.is_empty() {
         let added: Vec<String> = x.added_args.iter().map(|a| shell_quote(a)).collect();
-        let _ = writeln!(o, "  added     {}", added.join(" "));
+        w!(o, "  added     {}", added.join(" "));
     }
 }
 
