@@ -99,10 +99,10 @@ pub fn generate(tree: &Path, check: bool) -> Result<String, Refusal> {
     let _ = writeln!(
         out,
         "tree {family}: python {} ({} abi3 modules), HIP ABI {}, libpython {}\ncapabilities: {}\nrecord: {} files, {bytes} bytes",
-        list(d.python.clone()),
+        list(d.python.iter().cloned().collect()),
         d.abi3_modules,
         list(d.hip.iter().map(u32::to_string).collect()),
-        list(d.libpython.clone()),
+        list(d.libpython.iter().cloned().collect()),
         list(caps),
         record.files.len(),
     );

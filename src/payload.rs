@@ -34,14 +34,14 @@ pub struct Record {
 #[serde(deny_unknown_fields)]
 pub struct Derived {
     /// CPython minors named by extension module suffixes (`cpython-312` → "3.12").
-    pub python: Vec<String>,
+    pub python: BTreeSet<String>,
     /// Stable-ABI extension modules (`.abi3.so`): noted, not a version.
     pub abi3_modules: usize,
     /// HIP ABI majors from `DT_NEEDED libamdhip64.so.N`.
     #[serde(alias = "rocm")]
-    pub hip: Vec<u32>,
+    pub hip: BTreeSet<u32>,
     /// libpython sonames the shared objects need.
-    pub libpython: Vec<String>,
+    pub libpython: BTreeSet<String>,
     /// The CPython each installed distribution's wheel was built for (`*.dist-info/WHEEL`
     /// `Tag: cp312-cp312-…` → "3.12"; `cp312-abi3-…` → ">=3.12"), by distribution.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -153,8 +153,8 @@ pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), PayloadEr
             .map(|(rel, m)| {
                 let p = tree.join(rel);
                 if m.file_type().is_symlink() {
-                    overlay::inside(tree, &p).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
-                    let target = fs::read_link(&p).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
+                    overlay::inside(tree, &p).map_err(|e| Problem::new(rel.clone(), e.to_string()))?;
+                    let target = fs::read_link(&p).map_err(|e| Problem::new(rel.clone(), e.to_string()))?;
                     return Ok(Entry {
                         path: rel.clone(),
                         size: None,
@@ -163,9 +163,9 @@ pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), PayloadEr
                     });
                 }
                 if !m.is_file() {
-                    return Err(Problem { path: rel.clone(), what: not_regular(m) });
+                    return Err(Problem::new(rel.clone(), not_regular(m)));
                 }
-                let digest = hash_file(&p, m.size()).map_err(|e| Problem { path: rel.clone(), what: e.to_string() })?;
+                let digest = hash_file(&p, m.size()).map_err(|e| Problem::new(rel.clone(), e.to_string()))?;
                 Ok(Entry { path: rel.clone(), size: Some(m.size()), blake3: Some(digest), link: None })
             })
             .collect()
@@ -192,9 +192,6 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
     let want_rocm = (!manifest.abi.hip.is_empty()).then(|| manifest.hip_major());
     let mut d = Derived::default();
     let mut problems = Vec::new();
-    let mut pys = BTreeSet::new();
-    let mut rocms = BTreeSet::new();
-    let mut libpy = BTreeSet::new();
     let elves: Vec<(String, Result<Vec<String>, String>)> = in_pool(|| {
         files
             .par_iter()
@@ -209,12 +206,12 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
         } else if let Some((ma, mi)) = ext_suffix_minor(name) {
             let v = format!("{ma}.{mi}");
             if v != want_py {
-                problems.push(Problem {
-                    path: rel.clone(),
-                    what: format!("extension module for CPython {v}, but [abi] python = \"{want_py}\""),
-                });
+                problems.push(Problem::new(
+                    rel.clone(),
+                    format!("extension module for CPython {v}, but [abi] python = \"{want_py}\""),
+                ));
             }
-            pys.insert(v);
+            d.python.insert(v);
         }
     }
     let elves_paths: BTreeSet<String> = elves.iter().map(|(r, _)| r.clone()).collect();
@@ -222,7 +219,7 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
         let needed = match needed {
             Ok(n) => n,
             Err(e) => {
-                problems.push(Problem { path: rel, what: format!("unreadable ELF: {e}") });
+                problems.push(Problem::new(rel, format!("unreadable ELF: {e}")));
                 continue;
             }
         };
@@ -230,34 +227,28 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
             if let Some(rest) = n.strip_prefix("libamdhip64.so.") {
                 if let Ok(major) = rest.split('.').next().unwrap_or("").parse::<u32>() {
                     match want_rocm {
-                        Some(w) if w != major => problems.push(Problem {
-                            path: rel.clone(),
-                            what: format!("needs {n} (HIP ABI {major}), but [abi] hip = \"{w}\""),
-                        }),
-                        None => problems.push(Problem {
-                            path: rel.clone(),
-                            what: format!("needs {n} (HIP ABI {major}), but this pure-Python tree binds no HIP ABI"),
-                        }),
+                        Some(w) if w != major => problems.push(Problem::new(
+                            rel.clone(),
+                            format!("needs {n} (HIP ABI {major}), but [abi] hip = \"{w}\""),
+                        )),
+                        None => problems.push(Problem::new(
+                            rel.clone(),
+                            format!("needs {n} (HIP ABI {major}), but this pure-Python tree binds no HIP ABI"),
+                        )),
                         _ => {}
                     }
-                    rocms.insert(major);
+                    d.hip.insert(major);
                 }
             } else if let Some(rest) = n.strip_prefix("libpython") {
                 let minor = rest.split(".so").next().unwrap_or("");
                 if minor.starts_with('3') && minor.trim_end_matches(['d', 'm', 't']) != want_py {
-                    problems.push(Problem {
-                        path: rel.clone(),
-                        what: format!("needs {n}, but [abi] python = \"{want_py}\""),
-                    });
+                    problems.push(Problem::new(rel.clone(), format!("needs {n}, but [abi] python = \"{want_py}\"")));
                 }
-                libpy.insert(n);
+                d.libpython.insert(n);
             }
         }
     }
     wheel_evidence(tree, &files, &elves_paths, &want_py, &mut d, &mut problems);
-    d.python = pys.into_iter().collect();
-    d.hip = rocms.into_iter().collect();
-    d.libpython = libpy.into_iter().collect();
     let site_dir = tree.join(site);
     let prefix = if site.is_empty() { String::new() } else { format!("{site}/") };
     for (name, cap) in &manifest.capabilities {
@@ -275,7 +266,7 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
             }
         }
         for m in &missing {
-            problems.push(Problem { path: m.clone(), what: format!("declared by capability `{name}` but missing") });
+            problems.push(Problem::new(m.clone(), format!("declared by capability `{name}` but missing")));
         }
         d.capabilities.insert(name.clone(), CapabilityPresence { present: missing.is_empty(), missing });
     }
@@ -402,11 +393,11 @@ pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>
     let mut problems: Vec<Problem> = Vec::new();
     for (path, m) in &actual {
         if !expected.contains_key(path) {
-            problems.push(Problem { path: path.to_string(), what: "extra file, not in the integrity record".into() });
+            problems.push(Problem::new(path.to_string(), "extra file, not in the integrity record"));
         }
         if m.file_type().is_symlink() {
             if let Err(e) = overlay::inside(tree, &tree.join(path)) {
-                problems.push(Problem { path: path.to_string(), what: e.to_string() });
+                problems.push(Problem::new(path.to_string(), e.to_string()));
             }
         }
     }
@@ -417,40 +408,32 @@ pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>
             .map(|e| {
                 let p = e.path.clone();
                 let Some(m) = actual.get(e.path.as_str()) else {
-                    return Some(Problem { path: p, what: "missing (in the integrity record)".into() });
+                    return Some(Problem::new(p, "missing (in the integrity record)"));
                 };
                 match (&e.link, m.file_type().is_symlink()) {
                     (Some(t), true) => {
                         let now = fs::read_link(tree.join(&e.path))
                             .map(|x| x.to_string_lossy().into_owned())
                             .unwrap_or_default();
-                        return (&now != t).then(|| Problem {
-                            path: p,
-                            what: format!("symlink now points to `{now}`, recorded `{t}`"),
-                        });
+                        return (&now != t)
+                            .then(|| Problem::new(p, format!("symlink now points to `{now}`, recorded `{t}`")));
                     }
                     (Some(t), false) => {
-                        return Some(Problem { path: p, what: format!("recorded as a symlink to `{t}`, now a file") })
+                        return Some(Problem::new(p, format!("recorded as a symlink to `{t}`, now a file")))
                     }
-                    (None, true) => return Some(Problem { path: p, what: "recorded as a file, now a symlink".into() }),
-                    (None, false) if !m.is_file() => return Some(Problem { path: p, what: not_regular(m) }),
+                    (None, true) => return Some(Problem::new(p, "recorded as a file, now a symlink")),
+                    (None, false) if !m.is_file() => return Some(Problem::new(p, not_regular(m))),
                     (None, false) => {}
                 }
                 if e.size != Some(m.size()) {
-                    return Some(Problem {
-                        path: p,
-                        what: format!("size {} bytes, recorded {}", m.size(), e.size.unwrap_or(0)),
-                    });
+                    return Some(Problem::new(p, format!("size {} bytes, recorded {}", m.size(), e.size.unwrap_or(0))));
                 }
                 if digest {
                     match hash_file(&tree.join(&e.path), m.size()) {
                         Ok(h) if Some(&h) != e.blake3.as_ref() => {
-                            return Some(Problem {
-                                path: p,
-                                what: "content changed (BLAKE3 differs from the record)".into(),
-                            })
+                            return Some(Problem::new(p, "content changed (BLAKE3 differs from the record)"))
                         }
-                        Err(err) => return Some(Problem { path: p, what: err.to_string() }),
+                        Err(err) => return Some(Problem::new(p, err.to_string())),
                         Ok(_) => {}
                     }
                 }

@@ -131,6 +131,12 @@ pub struct Problem {
     pub what: String,
 }
 
+impl Problem {
+    pub fn new(path: impl Into<String>, what: impl Into<String>) -> Problem {
+        Problem { path: path.into(), what: what.into() }
+    }
+}
+
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.path, self.what)
