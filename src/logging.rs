@@ -199,8 +199,11 @@ pub fn refusal_line(r: &crate::error::Refusal) -> String {
     format!("{line}\n")
 }
 
-/// `2026-12-03T10:41:07.123Z`.
+/// `2026-12-03T10:41:07.123Z`. A clock outside 1970–9999 is said as the nearest of the two
+/// (humantime panics before the epoch and fails after year 9999).
 pub fn rfc3339(t: std::time::SystemTime) -> String {
+    use std::time::{Duration, UNIX_EPOCH};
+    let t = t.clamp(UNIX_EPOCH, UNIX_EPOCH + Duration::from_secs(253_402_300_799));
     humantime::format_rfc3339_millis(t).to_string()
 }
 
@@ -233,5 +236,9 @@ mod tests {
         assert_eq!(rfc3339(std::time::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let leap = std::time::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+        let before = std::time::UNIX_EPOCH - std::time::Duration::from_secs(86_400);
+        assert_eq!(rfc3339(before), "1970-01-01T00:00:00.000Z");
+        let after = std::time::UNIX_EPOCH + std::time::Duration::from_secs(300_000_000_000);
+        assert_eq!(rfc3339(after), "9999-12-31T23:59:59.000Z");
     }
 }

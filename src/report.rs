@@ -54,8 +54,7 @@ pub fn text(plan: &Plan, check: bool) -> String {
     let f = &plan.facts;
     w!(o, "infera-exec {} plan{}", plan.role, if plan.error.is_some() { " (refused)" } else { "" });
     if let Some(py) = f.python {
-        let _ =
-            writeln!(o, "  python    {} at {} (from {})", py.version, py.executable.display(), py.evidence.join(", "));
+        w!(o, "  python    {} at {} (from {})", py.version, py.executable.display(), py.evidence.join(", "));
     }
     if let Some(r) = f.rocm {
         match &r.release {
@@ -124,8 +123,7 @@ pub fn text(plan: &Plan, check: bool) -> String {
     }
     if check || plan.capabilities.iter().any(|c| c.requested) {
         w!(o, "  capabilities:");
-        let _ =
-            writeln!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} why", "name", "requested", "provided", "usable", "copy");
+        w!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} why", "name", "requested", "provided", "usable", "copy");
         for c in &plan.capabilities {
             let usable = match c.usable {
                 Some(true) => "yes",
