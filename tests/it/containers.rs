@@ -677,9 +677,16 @@ fn init_mode_is_pid1_and_podman_stop_exits_143() {
         std::thread::sleep(std::time::Duration::from_millis(100));
         logs = out(podman(&["logs", &name]));
     }
-    std::thread::sleep(std::time::Duration::from_millis(500)); // the orphans (0.2 s) have exited
-    let scan = "import os\nz=[]\nfor p in os.listdir('/proc'):\n  if p.isdigit():\n    try: s=open('/proc/%s/stat'%p).read()\n    except OSError: continue\n    r=s.rsplit(')',1)[1].split()\n    if r[0]=='Z': z.append(p)\nprint('ZOMBIES', len(z))\nprint('PID1', open('/proc/1/cmdline').read().split(chr(0))[0])";
-    let z = out(podman(&["exec", &name, "python3", "-c", scan]));
+    // PID 1's children and the zombies, until the orphans (0.2 s) have exited and been reaped:
+    // only the engine is left under the init (a zombie would stay, and fail below).
+    let scan = "import os\nz=[];k=[]\nfor p in os.listdir('/proc'):\n  if p.isdigit():\n    try: s=open('/proc/%s/stat'%p).read()\n    except OSError: continue\n    r=s.rsplit(')',1)[1].split()\n    if r[0]=='Z': z.append(p)\n    if r[1]=='1': k.append(p)\nprint('ZOMBIES', len(z))\nprint('CHILDREN', len(k))\nprint('PID1', open('/proc/1/cmdline').read().split(chr(0))[0])";
+    let mut z = out(podman(&["exec", &name, "python3", "-c", scan]));
+    while !z.stdout.contains("CHILDREN 1\n")
+        && std::time::Instant::now() < deadline + std::time::Duration::from_secs(20)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        z = out(podman(&["exec", &name, "python3", "-c", scan]));
+    }
     let stop = out(podman(&["stop", "-t", "20", &name]));
     let code = out(podman(&["inspect", "--format", "{{.State.ExitCode}}", &name]));
     let _ = out(podman(&["rm", "-f", &name]));
@@ -788,10 +795,24 @@ fn the_worker_waits_for_the_model_the_download_job_fills() {
         "{}",
         t.stderr
     );
-    // The real wait: the "Job" writes beside the path and renames it into place 3 s later.
+    // The real wait: once the worker says it waits, the "Job" writes beside the path and
+    // renames it into place.
     let mut w = worker("INFERA_WAIT_MODEL=120", &[]);
-    let child = w.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    let mut child = w.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (waiting, said) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if line.contains("[model-wait]") {
+                let _ = waiting.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    said.recv_timeout(std::time::Duration::from_secs(60)).expect("the worker never said it waits for the model");
     let models = repo().join("examples/models");
     let fill = out(podman(&[
         "run", "--rm", "-v", &format!("{vol}:/models"), "-v", &format!("{}:/src:ro", models.display()), VLLM,
@@ -804,7 +825,7 @@ fn the_worker_waits_for_the_model_the_download_job_fills() {
     let o = Out {
         code: o.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        stderr: stderr.join().unwrap(),
     };
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     assert!(

@@ -85,7 +85,7 @@ fn exits_128_plus_signal_when_the_child_dies_of_it() {
     let ov = shipped_overlay();
     let mut child = launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap();
     read_until(&mut child, "started");
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(child_execed(child.id(), "sleep"), "the child never became `sleep 30`");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
     let (code, _, err) = finish(child);
     assert_eq!(code, 143, "{err}");
@@ -113,7 +113,7 @@ fn real_time_signals_are_forwarded_and_deaths_by_them_are_128_plus_n() {
     // SIGRTMIN+3 sent to init reaches the child.
     let mut child = launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap();
     read_until(&mut child, "started");
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(child_execed(child.id(), "sleep"), "the child never became `sleep 30`");
     // SAFETY: kill(2) on the launcher this test started.
     assert_eq!(unsafe { nix::libc::kill(child.id() as i32, rtmin3) }, 0);
     let (code, _, err) = finish(child);
@@ -135,6 +135,15 @@ fn grace_period_then_sigkill() {
     assert_eq!(code, 137, "SIGKILL after the grace period: {err}");
     assert!(t.elapsed() < Duration::from_secs(5));
     assert!(err.contains("init-grace"), "{err}");
+}
+
+/// Wait (20 s at most) until the launcher's one child runs the program `comm`.
+fn child_execed(launcher: u32, comm: &str) -> bool {
+    wait_until(Duration::from_secs(20), || {
+        children_of(launcher)
+            .iter()
+            .any(|(p, _)| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim_end() == comm))
+    })
 }
 
 fn children_of(pid: u32) -> Vec<(u32, char)> {
@@ -325,14 +334,10 @@ fn as_pid_1_of_a_pid_namespace_signals_are_forwarded_and_deaths_are_128_plus_n()
         let init = init[0].0;
         let status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap();
         assert!(status.lines().any(|l| l.starts_with("NSpid:") && l.ends_with("\t1")), "{status}");
-        std::thread::sleep(Duration::from_millis(300));
-        let target = if to_init {
-            init
-        } else {
-            let engine = children_of(init);
-            assert_eq!(engine.len(), 1, "the orphan was reaped; only the engine is left: {engine:?}");
-            engine[0].0
-        };
+        // The orphan (`sleep 0.2`) exits and is reaped: only the engine is left under the init.
+        let only_engine = || matches!(children_of(init)[..], [(_, s)] if s != 'Z');
+        assert!(wait_until(Duration::from_secs(20), only_engine), "children of init: {:?}", children_of(init));
+        let target = if to_init { init } else { children_of(init)[0].0 };
         // SAFETY: kill(2) on a process this test started (the init, or the engine under it).
         assert_eq!(unsafe { nix::libc::kill(target as i32, sig) }, 0);
         let (code, _, err) = finish(child);

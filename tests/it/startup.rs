@@ -166,7 +166,7 @@ fn sigterm_during_a_patch_exits_143_and_starts_nothing() {
         .env("INFERA_STANDIN_PATCH", "hang-with-child")
         .env("INFERA_STANDIN_HELPER_SECONDS", "3597")
         .spawn();
-    let (code, out, took) = terminated(child, std::time::Duration::from_millis(1500));
+    let (code, out, took) = terminated(child, |_| running("sleep 3597"));
     let left = std::process::Command::new("pgrep").args(["-f", "^sleep 3597$"]).output().unwrap();
     let _ = std::process::Command::new("pkill").args(["-f", "^sleep 3597$"]).status();
     assert_eq!(code, Some(143), "{}", out.stderr);

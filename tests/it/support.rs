@@ -371,15 +371,20 @@ impl Run {
     }
 }
 
-/// SIGTERM to a started launcher after `after`; its exit code (None: it died by a signal),
-/// output, and how long it took from the signal to exit (bounded at 30 s).
+/// SIGTERM to a started launcher once `ready(pid)` holds (polled, 30 s deadline: a launcher
+/// that never gets there fails the test); its exit code (None: it died by a signal), output,
+/// and how long it took from the signal to exit (bounded at 30 s).
 pub fn terminated(
     mut child: std::process::Child,
-    after: std::time::Duration,
+    ready: impl Fn(u32) -> bool,
 ) -> (Option<i32>, Out, std::time::Duration) {
-    std::thread::sleep(after);
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let pid = child.id();
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || ready(pid) || child.try_wait().unwrap().is_some()),
+        "the launcher never reached the state the test signals it in"
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the launcher exited before it was signalled");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let t = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() {
         if t.elapsed() > std::time::Duration::from_secs(30) {
@@ -393,4 +398,37 @@ pub fn terminated(
     let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
     let code = out.status.code();
     (code, Out { code: code.unwrap_or(-1), stdout: text(out.stdout), stderr: text(out.stderr) }, took)
+}
+
+/// Poll `cond` every 10 ms until it holds (true) or `limit` passes (false).
+pub fn wait_until(limit: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` holds an open socket (a launcher in its leader wait has asked a nameserver).
+pub fn has_socket(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
+}
+
+/// Whether a process runs with exactly this command line (as `pgrep -fx` matches).
+pub fn running(cmdline: &str) -> bool {
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+            c.split(|b| *b == 0).filter(|a| !a.is_empty()).map(String::from_utf8_lossy).collect::<Vec<_>>().join(" ")
+                == cmdline
+        })
+    })
 }
