@@ -129,10 +129,15 @@ fn main() {
     // A new commit moves HEAD or the branch it points at.
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         println!("cargo:rerun-if-changed={dir}/HEAD");
-        if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={dir}/{head}");
+        // Each only when it exists: cargo treats a missing file as changed, and would rebuild
+        // (and re-link the release binary, 30 s) on every build. A branch is a loose ref, or
+        // a line of packed-refs.
+        let head = git(&["symbolic-ref", "-q", "HEAD"]);
+        for file in head.iter().map(String::as_str).chain(["packed-refs"]) {
+            if std::path::Path::new(&dir).join(file).exists() {
+                println!("cargo:rerun-if-changed={dir}/{file}");
+            }
         }
-        println!("cargo:rerun-if-changed={dir}/packed-refs");
     }
     let commit = std::env::var("INFERA_BUILD_COMMIT")
         .ok()
