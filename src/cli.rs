@@ -275,8 +275,9 @@ pub struct ExecArgs {
     #[arg(long, env = ev::INFERA_INIT_GROUP, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub init_group: bool,
     /// In --init mode, SIGKILL what is left this many seconds after a forwarded SIGTERM.
+    /// (Kept as written: a refused value is echoed as given.)
     #[arg(long, env = ev::INFERA_INIT_GRACE, value_name = "SECONDS")]
-    pub init_grace: Option<f64>,
+    pub init_grace: Option<String>,
 }
 
 /// Everything a role may set, with the defaults of the options it does not take, and which
@@ -559,8 +560,7 @@ fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::
     let engine_option = word.is_some_and(|w| crate::engines::OptionList::all().any(|list| list.names().contains(&w)));
     let slip = match (role, at, owners.is_empty() && (engine_option || !similar)) {
         (Some((name, _)), Some(i), true) => {
-            let text =
-                |a: &[OsString]| a.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
+            let text = |a: &[OsString]| a.iter().map(|a| crate::report::shell_quote(a)).collect::<Vec<_>>().join(" ");
             let whose = if name == "server" { "the router's" } else { "the engine's" };
             Some(format!(
                 "{whose} args go after `--`: infera-exec {} -- {}",
@@ -616,7 +616,7 @@ fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> 
     let sub = argv.get(1).and_then(|a| a.to_str()).and_then(|n| cmd.find_subcommand(n));
     let arg = sub.unwrap_or(cmd).get_arguments().find(|a| a.get_long() == Some(long));
     let Some(var) = arg.and_then(|a| a.get_env()).filter(|_| !on_command_line) else { return e };
-    let text = e.render().to_string();
+    let text = crate::term::clap_error(&e);
     let text =
         text.replacen(&format!("'{shown}'"), &format!("{} (the variable of '{shown}')", var.to_string_lossy()), 1);
     clap::Error::raw(e.kind(), text.strip_prefix("error: ").unwrap_or(&text).to_string())

@@ -75,10 +75,10 @@ impl<E: Refuse> From<E> for Refusal {
 impl Refusal {
     /// The text form printed on stderr: `error[code]: ...` then `hint: ...`.
     pub fn render(&self) -> String {
-        let mut s = format!("error[{}]: {}\n", self.code, self.message);
+        let mut s = format!("error[{}]: {}\n", self.code, crate::term::safe(&self.message));
         if let Some(h) = &self.hint {
             s.push_str("hint: ");
-            s.push_str(h);
+            s.push_str(&crate::term::safe(h));
             s.push('\n');
         }
         s
@@ -101,7 +101,7 @@ pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
 pub enum UsageError {
     #[error("{said} {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
     #[refuse(code = "init-grace-invalid", exit = Usage)]
-    InitGrace { said: String, value: f64 },
+    InitGrace { said: String, value: String },
     #[error("{said}: `{name}` is not a Linux capability")]
     #[refuse(
         code = "drop-caps-invalid",
@@ -124,13 +124,13 @@ pub enum UsageError {
     #[error("{said} `{}` is not an absolute path", dir.display())]
     #[refuse(code = "chdir-invalid", exit = Usage, hint = "give an absolute directory of the image, e.g. /")]
     ChdirRelative { said: String, dir: PathBuf },
-    #[error("{var}=`{value}` is not a whole number")]
+    #[error("{var}=`{value}` {why}")]
     #[refuse(
         code = "group-invalid",
         exit = Usage,
         hint = "LeaderWorkerSet sets LWS_GROUP_SIZE and LWS_WORKER_INDEX itself; without it give --nnodes and --node-rank (INFERA_NNODES, INFERA_NODE_RANK) as numbers"
     )]
-    GroupValue { var: String, value: String },
+    GroupValue { var: String, value: String, why: &'static str },
     #[error("a multi-node group needs its size and this node's rank: {have} is set but {missing} is not")]
     #[refuse(
         code = "group-partial",

@@ -140,15 +140,17 @@ fn await_leader(x: &ExecSpec) -> Result<Option<i32>, ExecError> {
 /// The steps before the exec. None can stop the start (each failure is a warning) but a
 /// signal: Some(its number).
 fn steps(x: &ExecSpec) -> Option<i32> {
-    let patches = x.steps.iter().any(|s| matches!(s, Step::Patch { .. }));
-    // Two launchers of one container (an engine and its router) patching the same files at
-    // once would race: hold a lock while patching (best effort: no /tmp, no lock).
-    let _lock = patches.then(lock_patches).flatten();
     for step in &x.steps {
         match step {
-            Step::Patch { file, argv, host_program, timeout_seconds, .. } => {
+            Step::Patch { file, argv, host_program, timeout_seconds, lock, host_lock, .. } => {
                 let program = host_program.as_deref().unwrap_or(Path::new(&argv[0]));
-                if let Some(sig) = patch(x, program, file, argv, std::time::Duration::from_secs(*timeout_seconds)) {
+                let limit = std::time::Duration::from_secs(*timeout_seconds);
+                let _held = match lock_dir(host_lock.as_deref().unwrap_or(lock), limit) {
+                    Locked::Held(f) => Some(f),
+                    Locked::Stopped(sig) => return Some(sig),
+                    Locked::Not => None,
+                };
+                if let Some(sig) = patch(x, program, file, argv, limit) {
                     return Some(sig);
                 }
             }
@@ -170,14 +172,73 @@ fn steps(x: &ExecSpec) -> Option<i32> {
     None
 }
 
-fn lock_patches() -> Option<nix::fcntl::Flock<std::fs::File>> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open("/tmp/.infera-exec-patches.lock")
-        .ok()?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok()
+enum Locked {
+    Held(nix::fcntl::Flock<std::fs::File>),
+    /// A signal ended the wait for the lock.
+    Stopped(i32),
+    /// Run without it (said why).
+    Not,
+}
+
+/// `flock` the engine's install directory, so that two starts in one container (a second
+/// process, a restart racing the first) do not patch the same files at once. A directory
+/// the image already has: nothing is created, and no other user can plant anything in its
+/// place. The wait ends on SIGTERM/SIGINT, and after `limit` (a holder that hangs) the
+/// patch runs without the lock, said so.
+fn lock_dir(dir: &Path, limit: std::time::Duration) -> Locked {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(dir);
+    let mut f = match opened {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(
+                code = "patch-lock-unavailable",
+                "cannot open `{}` to lock it: {e}; patching without the lock",
+                dir.display()
+            );
+            return Locked::Not;
+        }
+    };
+    let start = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(held) => return Locked::Held(held),
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) => f = back,
+            Err((_, e)) => {
+                tracing::warn!(
+                    code = "patch-lock-unavailable",
+                    "cannot lock `{}`: {e}; patching without the lock",
+                    dir.display()
+                );
+                return Locked::Not;
+            }
+        }
+        if !said {
+            said = true;
+            tracing::info!(
+                code = "patch-lock-wait",
+                "another start is patching the engine (`{}` is locked): waiting up to {} s",
+                dir.display(),
+                limit.as_secs()
+            );
+        }
+        if start.elapsed() >= limit {
+            tracing::warn!(
+                code = "patch-lock-timeout",
+                "`{}` was still locked after {} s: patching without the lock",
+                dir.display(),
+                limit.as_secs()
+            );
+            return Locked::Not;
+        }
+        if let Some(sig) = stop(std::time::Duration::from_millis(100)) {
+            return Locked::Stopped(sig);
+        }
+    }
 }
 
 /// Run one patch in `/` with the exec's environment, in a process group of its own; after
@@ -279,14 +340,25 @@ fn wait_for(child: &mut std::process::Child, limit: std::time::Duration) -> io::
 }
 
 /// Copy `src` beside `dst` with `dst`'s mode, then rename it over `dst` (never a half file).
+/// The copy is created exclusively (`O_EXCL`: nothing already there, a link included, is
+/// opened) and the source read only if it is a regular file (a FIFO would block).
 fn replace(src: &Path, dst: &Path) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mode = std::fs::metadata(dst)?.permissions().mode();
     let dir = dst.parent().unwrap_or(Path::new("/"));
     let tmp = dir.join(format!(".infera-exec-{}.tmp", std::process::id()));
-    let result = std::fs::copy(src, &tmp)
-        .and_then(|_| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)))
-        .and_then(|()| std::fs::rename(&tmp, dst));
+    let copy = || -> io::Result<()> {
+        let mut from = crate::rootfs::open_regular(src)?;
+        let mut to = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(&tmp)?;
+        io::copy(&mut from, &mut to)?;
+        to.set_permissions(std::fs::Permissions::from_mode(mode))
+    };
+    let result = copy().and_then(|()| std::fs::rename(&tmp, dst));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

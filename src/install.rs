@@ -3,15 +3,23 @@
 //! `FROM scratch` (no `cp`), so the static launcher copies itself and the trees into an
 //! emptyDir, then checks the copy against each tree's integrity record.
 
+use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{fstatat, mkdirat, Mode};
+use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
 
 use thiserror::Error;
 
 use infera_exec_derive::Refuse;
 
 use crate::error::Refusal;
+use crate::nofollow;
 
 #[derive(Debug, Error, Refuse)]
 pub enum InstallError {
@@ -31,6 +39,13 @@ pub enum InstallError {
         hint = "install into an empty directory (an emptyDir volume); an earlier install is recognised by its `.infera-install` marker and replaced"
     )]
     NotEmpty { dest: PathBuf, foreign: Vec<String> },
+    #[error("`{}` is {what} where install keeps its marker (a regular file it writes)", path.display())]
+    #[refuse(
+        code = "install-unsafe",
+        exit = Usage,
+        hint = "something other than `install` put it there: remove it (install writes nothing through a link or into a FIFO), or install into a fresh emptyDir"
+    )]
+    Planted { path: PathBuf, what: &'static str },
     #[error("the copy in `{}` does not match:{list}", dest.display())]
     #[refuse(code = "integrity", exit = Invalid)]
     Integrity { dest: PathBuf, list: String },
@@ -68,45 +83,46 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     if parts.iter().any(|p| dst.starts_with(src.join(p))) || src.starts_with(&dst) {
         return Err(InstallError::Overlap { dest: dst, from: src }.into());
     }
+    // The destination the caller named is created if missing (it alone, not its parents) and
+    // held open: everything inside it is reached from that descriptor, no link followed, no
+    // FIFO opened blocking, no file written that was not created here (a link or FIFO planted
+    // in an emptyDir another container shares must not send a write elsewhere or hang).
+    match fs::create_dir(&dst) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(err(e, "cannot create", &dst).into()),
+    }
+    let dir = open_dest(&dst)?;
+    let ours = earlier_parts(&dir, &dst)?;
     // What an earlier run of `install` wrote is named in its marker; nothing else in the
     // destination is ever removed, and anything else there refuses the install.
-    let marker = dst.join(MARKER);
-    let ours: Vec<String> = crate::rootfs::read_bounded(&marker, 4096)
-        .map(|t| String::from_utf8_lossy(&t).lines().filter(|l| is_part(l)).map(str::to_string).collect())
-        .unwrap_or_default();
-    if let Ok(rd) = fs::read_dir(&dst) {
-        let mut foreign: Vec<String> = rd
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n != MARKER && !ours.contains(n))
-            .collect();
-        foreign.sort();
-        if !foreign.is_empty() {
-            return Err(InstallError::NotEmpty { dest: dst, foreign }.into());
-        }
+    let mut foreign: Vec<String> = fs::read_dir(&dst)
+        .map_err(|e| err(e, "cannot list", &dst))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != MARKER && !ours.contains(n))
+        .collect();
+    foreign.sort();
+    if !foreign.is_empty() {
+        return Err(InstallError::NotEmpty { dest: dst, foreign }.into());
     }
-    fs::create_dir_all(dest).map_err(|e| err(e, "cannot create", dest))?;
     // The marker first: a copy cut short is still recognised (and replaced) next time.
     let mut listed: Vec<&String> = parts.iter().chain(ours.iter()).collect();
     listed.sort();
     listed.dedup();
     let listed: String = listed.iter().map(|p| format!("{p}\n")).collect();
-    fs::write(dest.join(MARKER), listed).map_err(|e| err(e, "cannot write", &dest.join(MARKER)))?;
-    let mut n = 0;
+    write_marker(&dir, &dst, listed.as_bytes())?;
+    let at = dir.as_fd();
     for part in &ours {
-        let target = dest.join(part);
-        match fs::symlink_metadata(&target) {
-            Ok(m) if m.is_dir() => fs::remove_dir_all(&target).map_err(|e| err(e, "cannot replace", &target))?,
-            Ok(_) => fs::remove_file(&target).map_err(|e| err(e, "cannot replace", &target))?,
-            Err(_) => {}
-        }
+        remove_part(at, &dst, part)?;
     }
+    let mut n = 0;
     for part in &parts {
-        n += copy_tree(&from.join(part), &dest.join(part))?;
+        n += copy_tree(&from.join(part), at, OsStr::new(part), &dst.join(part))?;
     }
     // An emptyDir is created world-writable; the launcher refuses such a payload.
-    fs::set_permissions(dest, fs::Permissions::from_mode(0o755)).map_err(|e| err(e, "cannot chmod", dest))?;
-    let ov = crate::overlay::load(dest, &crate::overlay::LoadOptions::default())?;
+    fchmod(&dir, 0o755).map_err(|e| err(e, "cannot chmod", &dst))?;
+    let ov = crate::overlay::load(&dst, &crate::overlay::LoadOptions::default())?;
     let mut dirs: Vec<&PathBuf> = ov.trees.iter().flat_map(|t| &t.paths.parts).collect();
     dirs.sort();
     dirs.dedup();
@@ -116,7 +132,7 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
             if problems.iter().any(|p| !p.what.starts_with("no integrity record")) {
                 let shown = d.strip_prefix(&ov.dir).unwrap_or(d).display().to_string();
                 let list: String = problems.iter().map(|p| format!("\n  {shown}/{p}")).collect();
-                return Err(InstallError::Integrity { dest: dest.to_path_buf(), list }.into());
+                return Err(InstallError::Integrity { dest: dst, list }.into());
             }
         }
     }
@@ -143,25 +159,109 @@ fn parts_of(dir: &Path) -> Vec<String> {
     v
 }
 
-fn copy_tree(src: &Path, dst: &Path) -> Result<usize, InstallError> {
+/// The destination directory, opened for the `*at` calls below.
+fn open_dest(dst: &Path) -> Result<OwnedFd, InstallError> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_CLOEXEC)
+        .open(dst)
+        .map_err(|e| err(e, "cannot open the directory", dst))?;
+    Ok(OwnedFd::from(f))
+}
+
+/// The parts an earlier install listed in its marker; none when there is no marker. A marker
+/// that is not a regular file (a link, a FIFO) was not written by `install`: refused.
+fn earlier_parts(dir: &OwnedFd, dst: &Path) -> Result<Vec<String>, InstallError> {
+    let path = dst.join(MARKER);
+    let f = match nofollow::open_at(dir.as_fd(), Path::new(MARKER), OFlag::O_RDONLY, Mode::empty()) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(InstallError::Planted { path, what: "a symbolic link" })
+        }
+        Err(e) => return Err(err(e, "cannot read", &path)),
+    };
+    let f = nofollow::regular(f).map_err(|_| planted(dir, &path))?;
+    let mut text = String::new();
+    f.take(4096).read_to_string(&mut text).map_err(|e| err(e, "cannot read", &path))?;
+    Ok(text.lines().filter(|l| is_part(l)).map(str::to_string).collect())
+}
+
+fn planted(dir: &OwnedFd, path: &Path) -> InstallError {
+    let what = fstatat(Some(dir.as_raw_fd()), MARKER, AtFlags::AT_SYMLINK_NOFOLLOW).map_or("not a file", |st| {
+        match st.st_mode & nix::libc::S_IFMT {
+            nix::libc::S_IFIFO => "a FIFO",
+            nix::libc::S_IFDIR => "a directory",
+            nix::libc::S_IFSOCK => "a socket",
+            nix::libc::S_IFCHR | nix::libc::S_IFBLK => "a device",
+            _ => "not a regular file",
+        }
+    });
+    InstallError::Planted { path: path.to_path_buf(), what }
+}
+
+/// Write the marker: replaced when it is a regular file, created otherwise; never through a
+/// link, never into a FIFO.
+fn write_marker(dir: &OwnedFd, dst: &Path, text: &[u8]) -> Result<(), InstallError> {
+    let path = dst.join(MARKER);
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC;
+    let f = nofollow::open_at(dir.as_fd(), Path::new(MARKER), flags, Mode::from_bits_truncate(0o644))
+        .map_err(|e| err(e, "cannot write", &path))?;
+    let mut f = nofollow::regular(f).map_err(|_| planted(dir, &path))?;
+    f.write_all(text).map_err(|e| err(e, "cannot write", &path))
+}
+
+/// Remove an earlier copy of `part` (a directory's contents are removed by std, which opens
+/// each level without following links; a link is removed, not followed).
+fn remove_part(at: BorrowedFd<'_>, dst: &Path, part: &str) -> Result<(), InstallError> {
+    let path = dst.join(part);
+    let Ok(st) = fstatat(Some(at.as_raw_fd()), part, AtFlags::AT_SYMLINK_NOFOLLOW) else { return Ok(()) };
+    if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR {
+        // Through our descriptor's /proc link: the directory held open, whatever its path.
+        let held = PathBuf::from(format!("/proc/self/fd/{}/{part}", at.as_raw_fd()));
+        let target = if held.exists() { held } else { path.clone() };
+        fs::remove_dir_all(&target).map_err(|e| err(e, "cannot replace", &path))
+    } else {
+        unlinkat(Some(at.as_raw_fd()), part, UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| err(e.into(), "cannot replace", &path))
+    }
+}
+
+/// Copy `src` to `name` in the directory `at` (`shown`: its path, for messages): links as
+/// links, files created exclusively (never opened if something is already there), then each
+/// directory's mode once its contents are in.
+fn copy_tree(src: &Path, at: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<usize, InstallError> {
     let meta = fs::symlink_metadata(src).map_err(|e| err(e, "cannot read", src))?;
     if meta.file_type().is_symlink() {
         let t = fs::read_link(src).map_err(|e| err(e, "cannot read link", src))?;
-        symlink(&t, dst).map_err(|e| err(e, "cannot create link", dst))?;
+        symlinkat(&t, Some(at.as_raw_fd()), name).map_err(|e| err(e.into(), "cannot create link", shown))?;
         return Ok(1);
     }
     if meta.is_file() {
-        fs::copy(src, dst).map_err(|e| err(e, "cannot copy to", dst))?;
+        let mut input = crate::rootfs::open_regular(src).map_err(|e| err(e, "cannot read", src))?;
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
+        let mut out = nofollow::open_at(at, Path::new(name), flags, Mode::from_bits_truncate(0o600))
+            .map_err(|e| err(e, "cannot create", shown))?;
+        std::io::copy(&mut input, &mut out).map_err(|e| err(e, "cannot copy to", shown))?;
+        out.set_permissions(meta.permissions()).map_err(|e| err(e, "cannot chmod", shown))?;
         return Ok(1);
     }
-    fs::create_dir_all(dst).map_err(|e| err(e, "cannot create", dst))?;
+    match mkdirat(Some(at.as_raw_fd()), name, Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+        Err(e) => return Err(err(e.into(), "cannot create", shown)),
+    }
+    let sub = nofollow::open_dir_at(at, Path::new(name)).map_err(|e| err(e, "cannot open the directory", shown))?;
     let mut n = 0;
     let mut entries: Vec<_> =
         fs::read_dir(src).map_err(|e| err(e, "cannot list", src))?.filter_map(|e| e.ok()).collect();
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
-        n += copy_tree(&e.path(), &dst.join(e.file_name()))?;
+        n += copy_tree(&e.path(), sub.as_fd(), &e.file_name(), &shown.join(e.file_name()))?;
     }
-    fs::set_permissions(dst, meta.permissions()).map_err(|e| err(e, "cannot chmod", dst))?;
+    fchmod(&sub, meta.permissions().mode()).map_err(|e| err(e, "cannot chmod", shown))?;
     Ok(n)
+}
+
+fn fchmod(fd: &OwnedFd, mode: u32) -> std::io::Result<()> {
+    nix::sys::stat::fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(mode)).map_err(Into::into)
 }

@@ -15,6 +15,7 @@ pub mod install;
 pub mod logging;
 pub mod manifest;
 pub mod manifest_cmd;
+pub mod nofollow;
 pub mod overlay;
 pub mod payload;
 pub mod plan;
@@ -26,6 +27,7 @@ pub mod rootfs;
 pub mod rules;
 pub mod spec;
 pub mod suggest;
+pub mod term;
 pub mod termination;
 pub mod version;
 
@@ -55,13 +57,14 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Ok(c) => c,
         Err(e) => {
             let json_log = matches!(logging::format(&env), Ok(logging::Format::Json));
-            if !e.use_stderr() || !json_log {
-                let _ = e.print();
-            }
             if !e.use_stderr() {
+                let _ = e.print();
                 return 0; // --help
             }
-            let text = e.render().to_string();
+            let text = term::clap_error(&e);
+            if !json_log {
+                let _ = std::io::stderr().write_all(text.as_bytes());
+            }
             let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
             // clap's tip (a similar option, or where an engine's args go) is the hint.
             let hint = text.lines().find_map(|l| l.trim().strip_prefix("tip: ")).map(str::to_string);
@@ -289,7 +292,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
                 Ok(j) => j + "\n",
                 Err(e) => return internal(&format!("the plan cannot be written as JSON: {e}"), env),
             },
-            Output::Text => report::text(&plan, req.role == Role::Check),
+            Output::Text => term::safe(&report::text(&plan, req.role == Role::Check)).into_owned(),
         };
         let written = emit(&text);
         let code = match (&plan.error, written) {

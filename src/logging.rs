@@ -178,7 +178,7 @@ impl Lines {
             format!("{line}\n")
         } else {
             let mut s = String::with_capacity(f.code.len() + f.message.len() + 24);
-            let _ = writeln!(s, "{} infera-exec: [{}] {}", level.as_str(), f.code, f.message);
+            let _ = writeln!(s, "{} infera-exec: [{}] {}", level.as_str(), f.code, crate::term::safe(&f.message));
             s
         }
     }

@@ -332,10 +332,19 @@ mod schema_tests {
 }
 
 /// Variables whose value makes the child load code from a path: the dynamic loader's
-/// (ld.so(8)), glibc's, CPython's (its "Environment variables" documentation) and the
-/// libraries an engine process loads (libibverbs' providers, OpenSSL's modules, the ROCm
-/// runtime's tool libraries). A manifest may set them only to paths inside its own tree.
-pub const CODE_PATH_ENV: [(&str, &str); 16] = [
+/// (ld.so(8)), glibc's, CPython's (its "Environment variables" documentation), the shells'
+/// (bash(1) INVOCATION, sh(1p), zsh(1) STARTUP FILES: the command form can run a shell),
+/// Perl's (perlrun), Node's and Ruby's module paths, and the libraries an engine process loads
+/// (libibverbs' providers, OpenSSL's modules, the ROCm runtime's tool libraries). A manifest
+/// may set them only to paths inside its own tree.
+pub const CODE_PATH_ENV: [(&str, &str); 23] = [
+    ("BASH_ENV", "is a file bash runs before any non-interactive script"),
+    ("ENV", "is a file sh and bash (as sh) run at start"),
+    ("ZDOTDIR", "is where zsh reads its start-up files (.zshenv, run by every zsh)"),
+    ("PERL5LIB", "adds directories Perl loads modules from"),
+    ("PERLLIB", "adds directories Perl loads modules from"),
+    ("NODE_PATH", "adds directories Node loads modules from"),
+    ("RUBYLIB", "adds directories Ruby loads libraries from"),
     ("LD_PRELOAD", "preloads shared objects into every process"),
     ("LD_AUDIT", "loads audit modules into every process"),
     ("LD_ORIGIN_PATH", "changes where $ORIGIN libraries are found"),
@@ -356,9 +365,15 @@ pub const CODE_PATH_ENV: [(&str, &str); 16] = [
 
 /// Variables whose value names code to import rather than a path (CPython imports the
 /// module it names): never from a manifest.
-pub const CODE_NAME_ENV: [(&str, &str); 2] = [
+pub const CODE_NAME_ENV: [(&str, &str); 8] = [
     ("PYTHONBREAKPOINT", "names a callable CPython imports"),
     ("LD_PROFILE", "names a shared object the loader profiles (and writes output for)"),
+    ("PERL5OPT", "holds options Perl runs with (`-M` loads a module, `-d` a debugger)"),
+    ("PERL5DB", "is Perl code the debugger runs"),
+    ("NODE_OPTIONS", "holds options Node runs with (`--require`, `--import`, `--loader` load code)"),
+    ("RUBYOPT", "holds options Ruby runs with (`-r` loads a library)"),
+    ("SHELLOPTS", "can turn on bash's xtrace, whose PS4 bash expands (commands included)"),
+    ("PS4", "is expanded by bash under xtrace (a command substitution runs)"),
 ];
 
 /// A code-loading variable from a manifest: each of its paths `{tree}` or `{tree}/…` with

@@ -130,10 +130,13 @@ fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
     } else {
         let mut buf = [0u8; 64 * 1024];
         loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
+            let n = match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                // FUSE and NFS can interrupt a read: it is resumed, not a failed check.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
             h.update(&buf[..n]);
         }
     }
@@ -224,21 +227,19 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
             }
         };
         for n in needed {
-            if let Some(rest) = n.strip_prefix("libamdhip64.so.") {
-                if let Ok(major) = rest.split('.').next().unwrap_or("").parse::<u32>() {
-                    match want_rocm {
-                        Some(w) if w != major => problems.push(Problem::new(
-                            rel.clone(),
-                            format!("needs {n} (HIP ABI {major}), but [abi] hip = \"{w}\""),
-                        )),
-                        None => problems.push(Problem::new(
-                            rel.clone(),
-                            format!("needs {n} (HIP ABI {major}), but this pure-Python tree binds no HIP ABI"),
-                        )),
-                        _ => {}
-                    }
-                    d.hip.insert(major);
+            if let Some((major, _)) = crate::facts::rocm::parse_hip_soname(&n) {
+                match want_rocm {
+                    Some(w) if w != major => problems.push(Problem::new(
+                        rel.clone(),
+                        format!("needs {n} (HIP ABI {major}), but [abi] hip = \"{w}\""),
+                    )),
+                    None => problems.push(Problem::new(
+                        rel.clone(),
+                        format!("needs {n} (HIP ABI {major}), but this pure-Python tree binds no HIP ABI"),
+                    )),
+                    _ => {}
                 }
+                d.hip.insert(major);
             } else if let Some(rest) = n.strip_prefix("libpython") {
                 let minor = rest.split(".so").next().unwrap_or("");
                 if minor.starts_with('3') && minor.trim_end_matches(['d', 'm', 't']) != want_py {

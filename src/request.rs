@@ -152,10 +152,11 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
         }
     };
     let num = |var: &str, v: &str| -> Result<u32, UsageError> {
-        let bad = || UsageError::GroupValue { var: var.to_string(), value: v.to_string() };
+        let bad = |why| UsageError::GroupValue { var: var.to_string(), value: v.to_string(), why };
         match crate::dialect::py_int(v) {
-            Ok(Some(n)) => u32::try_from(n).map_err(|_| bad()),
-            _ => Err(bad()),
+            Ok(Some(n)) if n < 0 => Err(bad("is negative: a group size or rank counts from 0")),
+            Ok(Some(n)) => u32::try_from(n).map_err(|_| bad("is larger than any group of nodes")),
+            _ => Err(bad("is not a whole number")),
         }
     };
     let (n, r) = (num(&size_var, &size)?, num(&rank_var, &rank)?);
@@ -175,7 +176,11 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
     }
     let source_ = format!("{size_var}={size}, {rank_var}={rank}");
     if n == 0 {
-        return Err(UsageError::GroupValue { var: size_var, value: size });
+        return Err(UsageError::GroupValue {
+            var: size_var,
+            value: size,
+            why: "is no group: a group has at least 1 node",
+        });
     }
     if r >= n {
         return Err(UsageError::RankOutOfRange { rank: r, size: n, source_ });
@@ -264,10 +269,12 @@ impl Request {
         env: &Env,
     ) -> Result<Request, UsageError> {
         let x = &o.exec;
-        if let Some(g) = x.init_grace.filter(|g| !(0.0..=MAX_GRACE_SECONDS).contains(g)) {
-            return Err(UsageError::InitGrace { said: o.said("init-grace"), value: g });
-        }
-        let init = x.init.then_some(InitSpec { group: x.init_group, grace_seconds: x.init_grace });
+        let grace = match x.init_grace.as_deref().map(|t| (t, t.trim().parse::<f64>())) {
+            None => None,
+            Some((_, Ok(g))) if (0.0..=MAX_GRACE_SECONDS).contains(&g) => Some(g),
+            Some((text, _)) => return Err(UsageError::InitGrace { said: o.said("init-grace"), value: text.into() }),
+        };
+        let init = x.init.then_some(InitSpec { group: x.init_group, grace_seconds: grace });
         let group = group(&o, env)?;
         let c = &o.common;
         let keep_caps = c.drop_caps.as_deref().map(|l| parse_caps(l, &o.said("drop-caps"))).transpose()?;

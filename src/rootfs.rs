@@ -94,6 +94,13 @@ pub enum RootError {
         hint = "give the directory the image is unpacked or mounted at (`podman image mount IMAGE`), or leave --root out to read `/`"
     )]
     Missing { dir: PathBuf, reason: String },
+    #[error("the image root `{}` cannot be read: {reason}", dir.display())]
+    #[refuse(
+        code = "fd-limit",
+        exit = Missing,
+        hint = "raise the container's limit of open files (`ulimit -n`, `--ulimit nofile=1024:1024`, the runtime's default): the launcher needs a few dozen"
+    )]
+    NoDescriptors { dir: PathBuf, reason: String },
 }
 
 impl Root {
@@ -118,6 +125,9 @@ impl Root {
         let dir = &self.place.host;
         match fs::read_dir(dir) {
             Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(nix::libc::EMFILE | nix::libc::ENFILE)) => {
+                Err(RootError::NoDescriptors { dir: dir.clone(), reason: io_reason(&e) })
+            }
             Err(e) => {
                 let reason = match fs::metadata(dir) {
                     Ok(m) if !m.is_dir() => "is not a directory".to_string(),
@@ -402,6 +412,12 @@ pub fn io_reason(e: &io::Error) -> String {
         }
         io::ErrorKind::InvalidInput => e.to_string(),
         _ if e.raw_os_error() == Some(nix::libc::ELOOP) => "too many levels of symbolic links".to_string(),
+        _ if e.raw_os_error() == Some(nix::libc::EMFILE) => {
+            let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                .map_or_else(|_| "unknown".to_string(), |(soft, _)| soft.to_string());
+            format!("too many open files: this process may have {limit} open at once (RLIMIT_NOFILE)")
+        }
+        _ if e.raw_os_error() == Some(nix::libc::ENFILE) => "too many open files on this node (ENFILE)".to_string(),
         _ => e.to_string(),
     }
 }

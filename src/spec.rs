@@ -97,6 +97,13 @@ pub enum Step {
         #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
         host_program: Option<PathBuf>,
         timeout_seconds: u64,
+        /// The directory the engine is installed in, `flock`ed while the patch runs: another
+        /// start in the same container (a second process, a restart) waits instead of
+        /// patching the same files at once. Nothing is created for the lock.
+        #[serde(serialize_with = "ser_path")]
+        lock: PathBuf,
+        #[serde(serialize_with = "ser_opt_path", skip_serializing_if = "Option::is_none")]
+        host_lock: Option<PathBuf>,
     },
     /// Put `from` in place of `to` (a copy beside it, renamed over it).
     Replace {

@@ -6,7 +6,6 @@
 //! (a pod spec's `terminationMessagePath`); empty turns it off.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 
 use crate::envvars::{self as ev, Env};
 use crate::error::Refusal;
@@ -17,10 +16,10 @@ pub const MAX_BYTES: usize = 4096;
 
 /// The message: short and complete (code, exit code, what, what to do), within the kubelet's limit.
 pub fn message(r: &Refusal) -> String {
-    let mut s = format!("infera-exec refused [{}] (exit {}): {}", r.code, r.exit.code(), r.message);
+    let mut s = format!("infera-exec refused [{}] (exit {}): {}", r.code, r.exit.code(), crate::term::safe(&r.message));
     if let Some(h) = &r.hint {
         s.push_str("\nfix: ");
-        s.push_str(h);
+        s.push_str(&crate::term::safe(h));
     }
     s.push('\n');
     if s.len() > MAX_BYTES {
@@ -41,17 +40,10 @@ pub fn write(r: &Refusal, env: &Env) {
         Some(v) => std::path::PathBuf::from(v),
         None => std::path::PathBuf::from(DEFAULT_PATH),
     };
-    // Never created, never followed through a link, never blocking on a FIFO.
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY | nix::libc::O_CLOEXEC)
-        .open(&path);
-    match file {
-        Ok(mut f) if f.metadata().is_ok_and(|m| m.is_file()) => {
-            let _ = f.write_all(message(r).as_bytes());
-        }
-        _ => {}
+    // Never created, never followed through a link in any component, never blocking on a FIFO.
+    let flags = nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_TRUNC;
+    if let Ok(mut f) = crate::nofollow::open_regular(&path, flags) {
+        let _ = f.write_all(message(r).as_bytes());
     }
 }
 
@@ -97,5 +89,9 @@ mod tests {
         std::fs::write(&log, "").unwrap();
         write(&refusal("y"), &env(&link));
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "", "not through a link");
+        let linked_dir = d.path().join("dir");
+        std::os::unix::fs::symlink(d.path(), &linked_dir).unwrap();
+        write(&refusal("z"), &env(&linked_dir.join("termination-log")));
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "", "not through a link in a directory component");
     }
 }

@@ -102,8 +102,9 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, chdir: Option<&Path>) ->
             }
         }
     };
-    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-    if !matches!(ext.as_deref(), Some("yaml" | "yml")) {
+    // As both engines test the name: `str.endswith((".yaml", ".yml"))`, case and all.
+    let name = path.as_os_str().as_encoded_bytes();
+    if !(name.ends_with(b".yaml") || name.ends_with(b".yml")) {
         return ConfigFacts::NotYaml { path };
     }
     if root.resolve(&path).is_err() {

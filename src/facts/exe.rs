@@ -64,14 +64,14 @@ fn noexec(host: &Path) -> bool {
     statvfs(host).is_ok_and(|s| s.flags().contains(FsFlags::ST_NOEXEC))
 }
 
-/// The first bytes of a regular file (already known to be one).
+/// The first bytes of a regular file (already known to be one). Read to 256 bytes or the
+/// end: a read interrupted (EINTR, which FUSE and NFS can return) or cut short is resumed.
 fn header(host: &Path) -> Header {
-    let mut buf = [0u8; 256];
-    let n = match rootfs::open_regular(host).and_then(|mut f| f.read(&mut buf)) {
-        Ok(n) => n,
-        Err(_) => return Header::Unknown("a file that cannot be read"),
-    };
-    let b = &buf[..n];
+    let mut buf = Vec::with_capacity(256);
+    if rootfs::open_regular(host).and_then(|f| f.take(256).read_to_end(&mut buf)).is_err() {
+        return Header::Unknown("a file that cannot be read");
+    }
+    let b = &buf[..];
     if b.starts_with(b"\x7fELF") {
         return Header::Elf;
     }

@@ -74,9 +74,10 @@ pub enum ModelProblem {
     NotObject { config: PathBuf },
     #[error("`{}` is not JSON: {reason}", config.display())]
     NotJson { config: PathBuf, reason: String },
-    /// Valid JSON (Python's `json` reads it) nested deeper than serde_json follows.
-    #[error("`{}` nests arrays or objects more than 128 deep ({at}), past what the launcher reads", config.display())]
-    TooDeep { config: PathBuf, at: String },
+    /// Nested deeper than Python's `json` reads (it raises RecursionError: the engine cannot
+    /// load it either).
+    #[error("`{}` nests arrays or objects {depth} deep, past what Python's json reads ({MAX_DEPTH})", config.display())]
+    TooDeep { config: PathBuf, depth: usize },
 }
 
 fn ser_display<S: serde::Serializer>(v: &ModelProblem, s: S) -> Result<S::Ok, S::Error> {
@@ -126,69 +127,54 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
         }
     };
     let config = dir.join("config.json");
-    match root.open_file(&config) {
-        Ok((f, size)) => from_file(&shown, &config, &f, size),
+    match root.read_file(&config, READ_LIMIT) {
+        Ok(bytes) => from_config(&shown, &config, &bytes),
         Err(e) => unreadable(ModelProblem::Io { config, reason: rootfs::io_reason(&e) }),
     }
 }
 
-/// Model facts from the bytes of a config.json (read from `config`).
+/// A config.json is a few KB (one with a long list of quantized layers, a few MB); a larger
+/// file is not read whole (it grew past the bound while read: said so too).
+pub const READ_LIMIT: u64 = 32 << 20;
+
+/// How deep Python's `json` reads arrays and objects nested (CPython 3.12: 1496, 3.10: 994,
+/// measured with `json.loads`; its C scanner raises RecursionError past that). The launcher
+/// reads the deepest of them, so a config the engine reads gives its facts.
+pub const MAX_DEPTH: usize = 1500;
+
+/// Model facts from the bytes of a config.json (read from `config`), read as Python's `json`
+/// reads it: the dialect pass first, then serde_json (its own nesting bound of 128 lifted:
+/// [`MAX_DEPTH`] bounds it, counted by the dialect pass). Later duplicates win, as in Python.
 pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
-    let read = serde_json::from_slice::<Top>(&python_dialect(bytes));
-    facts_of(reference, config, read)
-}
-
-/// Configs up to this size are read whole and in Python's dialect; a larger one (a config
-/// is a few KB) is streamed as strict JSON, so no file can make the launcher hold it all.
-const WHOLE_LIMIT: u64 = 64 << 20;
-
-/// Model facts from a config.json file of `size` bytes (its descriptor's `fstat`). Read,
-/// never mapped: a file rewritten while it is read is then a parse error, not a SIGBUS.
-pub fn from_file(reference: &str, config: &Path, f: &std::fs::File, size: u64) -> ModelFacts {
-    use std::io::Read;
-    if size <= WHOLE_LIMIT {
-        let mut bytes = Vec::new();
-        return match f.take(WHOLE_LIMIT + 1).read_to_end(&mut bytes) {
-            Ok(_) => from_config(reference, config, &bytes),
-            Err(e) => ModelFacts::Unreadable {
-                reference: reference.to_string(),
-                reason: ModelProblem::Io { config: config.to_path_buf(), reason: rootfs::io_reason(&e) },
-            },
-        };
-    }
-    let read = serde_json::from_reader::<_, Top>(std::io::BufReader::new(f));
-    facts_of(reference, config, read)
-}
-
-fn facts_of(reference: &str, config: &Path, read: Result<Top, serde_json::Error>) -> ModelFacts {
+    use serde::Deserialize;
     let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: reference.to_string(), reason };
-    let config = config.to_path_buf();
-    match read {
-        Ok(top) => ModelFacts::Known(classify(reference, config, &top)),
-        Err(e) if e.is_data() && e.to_string().starts_with(NOT_OBJECT) => {
-            unreadable(ModelProblem::NotObject { config })
-        }
-        Err(e) => match e.to_string().strip_prefix("recursion limit exceeded ") {
-            Some(at) => unreadable(ModelProblem::TooDeep { config, at: at.to_string() }),
-            None => unreadable(ModelProblem::NotJson { config, reason: e.to_string() }),
-        },
+    let (text, depth) = python_dialect(bytes);
+    if depth > MAX_DEPTH {
+        return unreadable(ModelProblem::TooDeep { config: config.to_path_buf(), depth });
+    }
+    let mut de = serde_json::Deserializer::from_slice(&text);
+    de.disable_recursion_limit();
+    match Value::deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
+        Ok(Value::Object(top)) => ModelFacts::Known(classify(reference, config.to_path_buf(), &top)),
+        Ok(_) => unreadable(ModelProblem::NotObject { config: config.to_path_buf() }),
+        Err(e) => unreadable(ModelProblem::NotJson { config: config.to_path_buf(), reason: e.to_string() }),
     }
 }
 
-/// Marks a value Python's `json` reads and strict JSON has no token for (`NaN`,
-/// `Infinity`, a number beyond f64's range): it is carried as a string of this prefix and
-/// the literal, and shown as the literal.
+/// Marks a value Python's `json` reads and serde_json cannot keep as written (`NaN`,
+/// `Infinity`, `-Infinity`, and numbers other than 64-bit integers): it is carried as a
+/// string of this prefix and the literal, and shown as the literal.
 const PY_LITERAL: char = '\0';
 
 /// config.json in the dialect Python's `json` reads (transformers and the engines read it
-/// so): `NaN`, `Infinity`, `-Infinity`, numbers beyond f64 (`1e400`) and lone UTF-16
-/// surrogate escapes are accepted there and refused by serde_json. serde_json has no option
-/// for them, so they are rewritten first — the specials and out-of-range numbers into
-/// marked strings (`PY_LITERAL`), a lone surrogate into U+FFFD — and everything else is
-/// left for serde_json to read or refuse as Python would.
-fn python_dialect(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+/// so), and how deep it nests: `NaN`, `Infinity`, `-Infinity` and lone UTF-16 surrogate
+/// escapes are accepted there and refused by serde_json, which has no option for them, so
+/// they are rewritten first — the specials, and numbers other than 64-bit integers (kept as
+/// written), into marked strings (`PY_LITERAL`), a lone surrogate into U+FFFD — and
+/// everything else is left for serde_json to read or refuse as Python would.
+fn python_dialect(b: &[u8]) -> (std::borrow::Cow<'_, [u8]>, usize) {
     let mut out: Option<Vec<u8>> = None;
-    let (mut i, mut copied) = (0, 0);
+    let (mut i, mut copied, mut depth, mut deepest) = (0, 0, 0usize, 0usize);
     let replace = |out: &mut Option<Vec<u8>>, copied: &mut usize, from: usize, to: usize, with: &[u8]| {
         let o = out.get_or_insert_with(|| Vec::with_capacity(b.len() + 16));
         o.extend_from_slice(&b[*copied..from]);
@@ -228,14 +214,24 @@ fn python_dialect(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
                 }
                 i += 1;
             }
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                i += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
             c if c == b'-' || c.is_ascii_alphanumeric() => {
                 let end = (i..b.len())
                     .find(|&j| !(b[j].is_ascii_alphanumeric() || b"+-.".contains(&b[j])))
                     .unwrap_or(b.len());
                 let token = std::str::from_utf8(&b[i..end]).unwrap_or_default();
-                let special = matches!(token, "NaN" | "Infinity" | "-Infinity")
-                    || (json_number(token) && token.parse::<f64>().is_ok_and(f64::is_infinite));
-                if special {
+                // A number that is not a 64-bit integer is kept as written (an f64 would
+                // show `1e300` as 300 digits, and 2^64 altered).
+                let exact = token.parse::<i64>().is_ok() || token.parse::<u64>().is_ok();
+                if matches!(token, "NaN" | "Infinity" | "-Infinity") || (json_number(token) && !exact) {
                     let marked = serde_json::to_string(&format!("{PY_LITERAL}{token}")).unwrap_or_default();
                     replace(&mut out, &mut copied, i, end, marked.as_bytes());
                 }
@@ -244,13 +240,14 @@ fn python_dialect(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
             _ => i += 1,
         }
     }
-    match out {
+    let text = match out {
         Some(mut o) => {
             o.extend_from_slice(&b[copied..]);
             std::borrow::Cow::Owned(o)
         }
         None => std::borrow::Cow::Borrowed(b),
-    }
+    };
+    (text, deepest)
 }
 
 /// JSON's number grammar, which Python's `json` reads too: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`.
@@ -285,52 +282,6 @@ fn shown(v: &Value) -> String {
     }
 }
 
-const NOT_OBJECT: &str = "not a JSON object";
-
-/// A value skipped, but walked as values are read, so serde_json's nesting bound (128)
-/// holds for it too (its `IgnoredAny` walks any depth): a document nested past what
-/// Python's `json` reads is a finding, not facts.
-struct Skip;
-
-impl<'de> serde::Deserialize<'de> for Skip {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Skip;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_unit<E>(self) -> Result<Skip, E> {
-                Ok(Skip)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
-                Ok(Skip)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
-                Ok(Skip)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
-                Ok(Skip)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
-                Ok(Skip)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
-                Ok(Skip)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Skip, A::Error> {
-                while a.next_element::<Skip>()?.is_some() {}
-                Ok(Skip)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Skip, A::Error> {
-                while a.next_entry::<serde::de::IgnoredAny, Skip>()?.is_some() {}
-                Ok(Skip)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 /// The keys of a level (the top, or `text_config`) the rules read.
 const LEVEL_KEYS: [&str; 6] = [
     "model_type",
@@ -340,45 +291,6 @@ const LEVEL_KEYS: [&str; 6] = [
     "hybrid_override_pattern",
     "linear_attn_config",
 ];
-
-/// The rules' fields of a config: the top level's keys of `LEVEL_KEYS`, `text_config` and
-/// `vision_config`, every other value skipped as it is parsed (so a large config costs no
-/// memory for its weights' names). Later duplicates win, as in Python's `json`.
-#[derive(Debug, Default)]
-struct Top(serde_json::Map<String, Value>);
-
-impl<'de> serde::Deserialize<'de> for Top {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Top;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str(NOT_OBJECT)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Top, A::Error> {
-                let mut t = Top::default();
-                while let Some(k) = a.next_key::<String>()? {
-                    if LEVEL_KEYS.contains(&k.as_str()) || k == "text_config" || k == "vision_config" {
-                        let v = a.next_value::<Value>()?;
-                        t.0.insert(k, v);
-                    } else {
-                        a.next_value::<Skip>()?;
-                    }
-                }
-                Ok(t)
-            }
-        }
-        // Anything but an object: "invalid type: ..., expected not a JSON object".
-        d.deserialize_map(V).map_err(|e| {
-            let s = e.to_string();
-            if s.contains(&format!("expected {NOT_OBJECT}")) {
-                serde::de::Error::custom(NOT_OBJECT)
-            } else {
-                e
-            }
-        })
-    }
-}
 
 /// `org/name` → `<hub>/models--org--name/snapshots/<refs/main>`.
 fn resolve_hf(root: &Root, repo: &str, hf: &HfEnv) -> Result<PathBuf, ModelProblem> {
@@ -411,14 +323,14 @@ fn resolve_hf(root: &Root, repo: &str, hf: &HfEnv) -> Result<PathBuf, ModelProbl
     }
 }
 
-fn classify(reference: &str, config: PathBuf, top: &Top) -> Model {
+fn classify(reference: &str, config: PathBuf, top: &serde_json::Map<String, Value>) -> Model {
     // Multimodal configs nest the language model in `text_config`; look there first, where
     // a key is set and not null.
-    let text = top.0.get("text_config").and_then(Value::as_object);
-    let levels = || text.into_iter().chain(std::iter::once(&top.0));
+    let text = top.get("text_config").and_then(Value::as_object);
+    let levels = || text.into_iter().chain(std::iter::once(top));
     let field = |key: &str| levels().find_map(|l| l.get(key).filter(|v| !v.is_null()));
     let types: Vec<&str> =
-        [Some(&top.0), text].into_iter().flatten().filter_map(|l| l.get("model_type")?.as_str()).collect();
+        [Some(top), text].into_iter().flatten().filter_map(|l| l.get("model_type")?.as_str()).collect();
     let mut evidence = Vec::new();
     let kv_lora = field("kv_lora_rank");
     let mla = match (types.iter().find(|t| MLA_TYPES.contains(t)), kv_lora) {
@@ -428,7 +340,7 @@ fn classify(reference: &str, config: PathBuf, top: &Top) -> Model {
         }
         _ => false,
     };
-    let multimodal = top.0.get("vision_config").is_some_and(|v| !v.is_null());
+    let multimodal = top.get("vision_config").is_some_and(|v| !v.is_null());
     if multimodal {
         evidence.push("multimodal: vision_config present".into());
     }
@@ -446,7 +358,7 @@ fn classify(reference: &str, config: PathBuf, top: &Top) -> Model {
         hybrid: hybrid_key.is_some(),
         attention_heads: heads.and_then(Value::as_u64).filter(|h| *h > 0),
         heads_unusable: heads.filter(|v| v.as_u64().is_none_or(|h| h == 0)).map(shown),
-        model_type_unusable: [Some(&top.0), text]
+        model_type_unusable: [Some(top), text]
             .into_iter()
             .flatten()
             .filter_map(|l| l.get("model_type"))
@@ -534,19 +446,45 @@ mod tests {
                 "{bad}"
             );
         }
-        // Nested past serde_json's bound: a finding naming the file, never a panic.
-        let deep = format!("{{\"a\":{}{}}}", "[".repeat(5000), "]".repeat(5000));
+        // Numbers as written, whatever their size.
+        assert_eq!(
+            known(r#"{"num_attention_heads":18446744073709551616}"#).heads_unusable.as_deref(),
+            Some("18446744073709551616")
+        );
+        assert_eq!(known(r#"{"num_attention_heads":1e300}"#).heads_unusable.as_deref(), Some("1e300"));
+    }
+
+    /// Nesting as deep as Python's `json` reads (a 500-deep field the rules never look at)
+    /// does not hide the fields they do; past it, a finding naming the file, never a panic.
+    #[test]
+    fn nesting_as_python_reads_it() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let j = format!(r#"{{"x":{},"model_type":"deepseek_v3","kv_lora_rank":512}}"#, nested(500));
+        let ModelFacts::Known(m) = from_config("x", Path::new("/c"), j.as_bytes()) else { panic!() };
+        assert!(m.mla);
+        // The deepest Python reads. serde_json takes ~0.35 KiB of stack per level in the
+        // release build (~0.5 MiB here, inside std's 2 MiB thread stacks), ~1.6 KiB in a
+        // debug build: this test's thread gets the 8 MiB of a main thread.
+        let j = format!(r#"{{"x":{},"model_type":"deepseek_v3","kv_lora_rank":512}}"#, nested(MAX_DEPTH - 1));
+        let read = std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || matches!(from_config("x", Path::new("/c"), j.as_bytes()), ModelFacts::Known(m) if m.mla))
+            .unwrap();
+        assert!(read.join().unwrap());
+        let deep = format!("{{\"a\":{}}}", nested(5000));
         match from_config("x", Path::new("/m/config.json"), deep.as_bytes()) {
             ModelFacts::Unreadable { reason, .. } => assert_eq!(
                 reason.to_string(),
-                "`/m/config.json` nests arrays or objects more than 128 deep (at line 1 column 132), past what the launcher reads"
+                "`/m/config.json` nests arrays or objects 5001 deep, past what Python's json reads (1500)"
             ),
             other => panic!("{other:?}"),
         }
+        // Brackets inside strings do not count.
+        let j = format!(r#"{{"s":"{}","model_type":"llama"}}"#, "[".repeat(5000));
+        assert!(matches!(from_config("x", Path::new("/c"), j.as_bytes()), ModelFacts::Known(_)));
     }
 
-    /// Size alone never makes a config unreadable: a 10 MiB config.json (a huge unused
-    /// field before the ones the rules read) is read as a stream.
+    /// A 10 MiB config.json (a huge unused field before the ones the rules read) is read.
     #[test]
     fn any_size() {
         let mut j = String::from(r#"{"quantization_config":{"ignored_layers":["#);

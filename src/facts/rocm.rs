@@ -167,8 +167,13 @@ pub fn parse_hip_version(text: &str) -> Option<(u32, Option<String>)> {
 }
 
 /// `libamdhip64.so.7` → (7, None); `libamdhip64.so.7.2.26015` → (7, Some("7.2.26015")).
+/// Only `libamdhip64.so.<digits>(.<digits>)*`, what ld.so would load: a stray
+/// `libamdhip64.so.6.bak` or `.so.7~` beside the real library is not a HIP runtime.
 pub fn parse_hip_soname(name: &str) -> Option<(u32, Option<String>)> {
     let rest = name.strip_prefix("libamdhip64.so.")?;
+    if !rest.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
     let major = rest.split('.').next()?.parse().ok()?;
     Some((major, rest.contains('.').then(|| rest.to_string())))
 }
@@ -423,5 +428,14 @@ mod tests {
         assert_eq!(parse_hip_soname("libamdhip64.so.7"), Some((7, None)));
         assert_eq!(parse_hip_soname("libamdhip64.so.7.2.26015"), Some((7, Some("7.2.26015".into()))));
         assert_eq!(parse_hip_soname("libamdhip64.so"), None);
+        for stray in [
+            "libamdhip64.so.6.bak",
+            "libamdhip64.so.7~",
+            "libamdhip64.so.7.",
+            "libamdhip64.so.7..1",
+            "libamdhip64.so.x",
+        ] {
+            assert_eq!(parse_hip_soname(stray), None, "{stray}");
+        }
     }
 }

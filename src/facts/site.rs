@@ -64,10 +64,11 @@ impl Dist {
             && (n.len() == m.len() || norm(n[m.len()]) == b'_')
     }
 
-    /// `mooncake_transfer_engine_rocm-0.3.13.post1.dist-info` → (name, version).
+    /// `mooncake_transfer_engine_rocm-0.3.13.post1.dist-info` → (name, version); an
+    /// `.egg-info` as pkg_resources reads it (`vllm-0.11.0-py3.12.egg-info` → vllm 0.11.0).
     pub fn parse(entry: &str) -> Option<(&str, &str)> {
         let stem = entry.strip_suffix(".dist-info").or_else(|| entry.strip_suffix(".egg-info"))?;
-        stem.split_once('-')
+        egg_name(stem)
     }
 
     pub fn describe(&self) -> String {
@@ -113,9 +114,7 @@ pub fn scan(
     let mut index = SiteIndex::default();
     let mut engines: Vec<EngineInstall> = Vec::new();
     for dir in site_dirs {
-        if let Some(e) =
-            zipped_egg(root, dir).filter(|e| wanted(e.engine) && !engines.iter().any(|x| x.engine == e.engine))
-        {
+        if let Some(e) = egg(root, dir).filter(|e| wanted(e.engine) && !engines.iter().any(|x| x.engine == e.engine)) {
             engines.push(e);
             continue;
         }
@@ -216,25 +215,52 @@ fn probe_into(
     }
 }
 
-/// An engine installed as a zipped egg (`setup.py install` with zip_safe, named by
-/// `easy-install.pth`): a file on sys.path that zipimport reads. Its name says what it is,
-/// as pkg_resources reads it: `NAME-VERSION[-pyX.Y[-PLATFORM]].egg`.
-fn zipped_egg(root: &Root, path: &Path) -> Option<EngineInstall> {
+/// An engine installed as an egg (`setup.py install`, named by `easy-install.pth`): a zipped
+/// `.egg` file that zipimport reads, or a directory with `EGG-INFO/` beside the package.
+/// Its name says what it is, as pkg_resources reads it (`Distribution.from_location`).
+fn egg(root: &Root, path: &Path) -> Option<EngineInstall> {
     let stem = path.file_name()?.to_str()?.strip_suffix(".egg")?;
-    let mut parts = stem.split('-');
-    let (dist, version) = (parts.next()?, parts.next()?);
+    let (dist, version) = egg_name(stem)?;
     let engine = engine_of(dist)?;
-    root.metadata(path).ok().filter(|m| m.is_file())?;
-    Some(EngineInstall { engine, version: version.to_string(), record: path.to_path_buf() })
+    let m = root.metadata(path).ok()?;
+    let record = if m.is_file() {
+        path.to_path_buf()
+    } else if m.is_dir() && root.is_dir(&path.join("EGG-INFO")) {
+        path.join("EGG-INFO")
+    } else {
+        return None;
+    };
+    Some(EngineInstall { engine, version: version.to_string(), record })
 }
 
-/// The engine whose distribution this is (`vllm`, `sglang`; case and `_`/`-` as pip does).
+/// pkg_resources' `EGG_NAME`: `NAME-VERSION(-pyX.Y(-PLATFORM))`, each part without `-`
+/// (setuptools writes `-` in a name or version as `_`). None without a version.
+fn egg_name(stem: &str) -> Option<(&str, &str)> {
+    let mut parts = stem.split('-');
+    let (name, version) = (parts.next()?, parts.next()?);
+    (!name.is_empty() && !version.is_empty()).then_some((name, version))
+}
+
+/// The engine whose distribution this is (`vllm`, `sglang`), names compared as PEP 503
+/// normalises them (case, and runs of `-`, `_`, `.` as one `-`).
 fn engine_of(dist: &str) -> Option<Engine> {
-    let same = |want: &str| {
-        want.len() == dist.len()
-            && dist.bytes().zip(want.bytes()).all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
-    };
-    crate::engines::TABLE.iter().find(|i| same(i.dist)).map(|i| i.engine)
+    let norm = pep503(dist);
+    crate::engines::TABLE.iter().find(|i| pep503(i.dist) == norm).map(|i| i.engine)
+}
+
+/// PEP 503: `re.sub(r"[-_.]+", "-", name).lower()`.
+fn pep503(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
 }
 
 /// Engines found by the literal version in their package's version file (`vllm/_version.py`,
@@ -283,5 +309,19 @@ mod tests {
         );
         assert_eq!(Dist::of(&dists, Path::new("/s"), "moo"), None);
         assert_eq!(Dist::of(&dists, Path::new("/other"), "hipfile"), None);
+    }
+
+    /// Names as pkg_resources and PEP 503 read them.
+    #[test]
+    fn egg_names() {
+        assert_eq!(Dist::parse("vllm-0.11.0-py3.12.egg-info"), Some(("vllm", "0.11.0")));
+        assert_eq!(Dist::parse("vllm-0.11.0.egg-info"), Some(("vllm", "0.11.0")));
+        assert_eq!(Dist::parse("vllm.egg-info"), None, "a develop checkout's record has no version");
+        assert_eq!(egg_name("vllm-0.5.0+rocm603-py3.9-linux-x86_64"), Some(("vllm", "0.5.0+rocm603")));
+        for name in ["vllm", "VLLM", "vLLM", "sglang", "SGLang"] {
+            assert!(engine_of(name).is_some(), "{name}");
+        }
+        assert_eq!(engine_of("vllm_omni"), None);
+        assert_eq!(pep503("Mooncake__Transfer.-Engine"), "mooncake-transfer-engine");
     }
 }

@@ -59,7 +59,10 @@ pub enum ArgsError {
     WrapperForm { written: String, index: usize, module: &'static str, form: &'static str, fix: String },
     #[error("{flag} {value}: a {what} must be at least 1; the engine would fail only after it starts")]
     #[refuse(code = "parallel-size-invalid", exit = Refused, hint = "give a positive size, or leave it out for the launcher's default")]
-    NotPositive { flag: String, value: i64, what: &'static str },
+    NotPositive { flag: String, value: String, what: &'static str },
+    #[error("{flag} {value}: a {what} that large is no count of GPUs or sequences; the engine would fail only after it starts")]
+    #[refuse(code = "arg-out-of-range", exit = Refused, hint = "give the size you mean, or leave it out for the launcher's default")]
+    TooLarge { flag: String, value: String, what: &'static str },
 }
 
 pub struct Ctx<'a> {
@@ -417,9 +420,12 @@ impl Ints {
                     return Err(ArgsError::NotAnInt { flag, value: text.into_owned(), engine: e.name() });
                 }
             };
+            // Echoed as written: py_int saturates what does not fit 64 bits.
+            let value = text.trim().to_string();
             match u64::try_from(n) {
+                Ok(_) if n == i64::MAX => Err(ArgsError::TooLarge { flag, value, what }),
                 Ok(v) if v > 0 => Ok(Some(v)),
-                _ => Err(ArgsError::NotPositive { flag, value: n, what }),
+                _ => Err(ArgsError::NotPositive { flag, value, what }),
             }
         };
         let tp = get(Opt::TensorParallelSize, "tensor parallel size")?;

@@ -28,8 +28,8 @@ pub fn patches(
     if !matches!(req.role, Role::Worker | Role::Run) {
         return steps;
     }
-    let installed: Vec<&crate::overlay::Patch> =
-        overlay.patches.iter().filter(|p| facts.engine(p.engine).is_some()).collect();
+    let installed: Vec<(&crate::overlay::Patch, &crate::facts::site::EngineInstall)> =
+        overlay.patches.iter().filter_map(|p| Some((p, facts.engine(p.engine)?))).collect();
     if installed.is_empty() {
         return steps;
     }
@@ -40,13 +40,16 @@ pub fn patches(
         ));
         return steps;
     }
-    for p in installed {
+    for (p, install) in installed {
+        let lock = install.record.parent().unwrap_or(std::path::Path::new("/")).to_path_buf();
         steps.push(Step::Patch {
             engine: p.engine.name(),
             file: p.file.clone(),
             argv: vec![interpreter.0.clone().into_os_string(), OsString::from(&p.file)],
             host_program: interpreter.1.cloned(),
             timeout_seconds: req.engine_patch_timeout,
+            host_lock: (!facts.root.is_host_root()).then(|| facts.root.host(&lock)),
+            lock,
         });
     }
     steps

@@ -80,7 +80,11 @@ fn facts() -> Facts {
         site: SiteIndex::default(),
         gpus: Ok(Gpus {
             count: Some(8),
-            source: GpuSource::VisibleDevices { var: "HIP_VISIBLE_DEVICES", value: "0,1,2,3,4,5,6,7".into() },
+            source: GpuSource::VisibleDevices {
+                var: "HIP_VISIBLE_DEVICES",
+                value: "0,1,2,3,4,5,6,7".into(),
+                read: None,
+            },
         }),
         host: None,
         models: BTreeMap::from([(OsString::from("/models/kimi-k3"), kimi())]),
@@ -499,7 +503,7 @@ fn tp_default_fits_the_heads() {
     }
     f.gpus = Ok(Gpus {
         count: Some(6),
-        source: GpuSource::VisibleDevices { var: "HIP_VISIBLE_DEVICES", value: "0,1,2,3,4,5".into() },
+        source: GpuSource::VisibleDevices { var: "HIP_VISIBLE_DEVICES", value: "0,1,2,3,4,5".into(), read: None },
     });
     let req = request(Role::Worker, &["--model", "/models/kimi-k3"]);
     let p = run(&req, &f, &ov, &e);

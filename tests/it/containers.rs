@@ -10,6 +10,8 @@ use crate::support::*;
 
 const OVERLAY: &str = "localhost/infera-overlay:test";
 const VLLM: &str = "localhost/infera-standin-vllm:test";
+/// A ROCm 7.2 vLLM image (vLLM 0.28 on rocm/dev-ubuntu-22.04:7.2.3): one hipFile runs on.
+const VLLM72: &str = "localhost/infera-standin-vllm-rocm72:test";
 const SGLANG: &str = "localhost/infera-standin-sglang:test";
 const VLLM_ROCM10: &str = "localhost/infera-standin-vllm-rocm10:test";
 const SEED: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"];
@@ -380,9 +382,9 @@ fn k8s_examples_pod_security_levels() {
         files.push(f);
     }
     for f in [
-        "lws/kimi-k3-vllm.yaml",
-        "lws/kimi-k3-sglang.yaml",
-        "lws/kimi-k3-pd.yaml",
+        "lws/vllm/kimi-k3-vllm.yaml",
+        "lws/sglang/kimi-k3-sglang.yaml",
+        "lws/pd/kimi-k3-pd.yaml",
         "stack-form/worker.yaml",
         "inferadeployment/kimi-k3.yaml",
     ] {
@@ -1080,11 +1082,12 @@ fn the_host_libionic_is_reached_through_the_payloads_link() {
 fn kube_play_runs_the_stack_form_pod_spec() {
     images();
     let spec = std::fs::read_to_string(repo().join("examples/k8s/stack-form/worker.yaml")).unwrap();
-    let spec = spec
-        .replace("vllm/vllm-openai-rocm:v0.11.0", VLLM)
-        .replace("registry.example.com/infera/payload:0.1.0", PAYLOAD);
-    // As written the pod requires hipFile, which needs /dev/kfd: this machine has no GPU, so
-    // the launcher refuses at start, naming it (the stack's reason for setting it).
+    // The example's image (ROCm 7.12, vLLM 0.16) as its stand-in: a ROCm >= 7.2 vLLM image.
+    let image = "rocm/vllm:rocm7.12.0_gfx950-dcgpu_ubuntu24.04_py3.12_pytorch_2.9.1_vllm_0.16.0";
+    assert!(spec.contains(image), "the example names its image");
+    let spec = spec.replace(image, VLLM72).replace("registry.example.com/infera/payload:0.1.0", PAYLOAD);
+    // As written the pod requires hipFile. Its ROCm is one hipFile runs on, so what is
+    // missing is only what a GPU node has: /dev/kfd (the stack's reason for setting it).
     let mut c = podman(&[
         "run",
         "--rm",
@@ -1092,10 +1095,13 @@ fn kube_play_runs_the_stack_form_pod_spec() {
         &format!("{}:/overlay:ro", stack_volume("infera-stack-form-test")),
         "-e",
         "INFERA_REQUIRE_NATIVE=hipfile",
-        VLLM,
+        VLLM72,
     ]);
     c.args(["/overlay/bin/infera-exec", "python3", "-m", "infera.engine.vllm", "--model", "/m"]);
-    out(c).assert(69, "hipfile");
+    let refused = out(c);
+    refused.assert(69, "hipfile");
+    assert!(refused.stderr.contains("/dev/kfd"), "refused for the GPU, not the image: {}", refused.stderr);
+    assert!(!refused.stderr.contains("older than 7.2"), "{}", refused.stderr);
     let required = "{name: INFERA_REQUIRE_NATIVE, value: hipfile}";
     assert_eq!(spec.matches(required).count(), 2, "the engine and kvd both require hipfile");
     let spec = spec.replace(required, "{name: INFERA_REQUIRE_NATIVE, value: \"\"}");

@@ -89,7 +89,11 @@ fn egg_installs_are_found_through_easy_install_pth() {
         assert_eq!(out.code, 0, "{}", out.stderr);
         (j["engine"]["name"].as_str().map(String::from), j["engine"]["version"].as_str().map(String::from))
     };
-    assert_eq!(engine(&img), (Some("vllm".into()), Some("0.5.0".into())));
+    assert_eq!(engine(&img), (Some("vllm".into()), Some("0.5.0+rocm603".into())), "the version in the egg's name");
+    // Found by its name and EGG-INFO, as pkg_resources finds it, when the package computes
+    // its version (`vllm/__init__.py` imports it) or has none to read.
+    img.file(&format!("{VLLM_SITE}/{egg}/vllm/__init__.py"), "from .version import __version__\n");
+    assert_eq!(engine(&img), (Some("vllm".into()), Some("0.5.0+rocm603".into())));
     // A zipped egg (zip_safe): a real zip file on sys.path, the version from its name.
     img.rm(&format!("{VLLM_SITE}/{egg}"));
     let zipped = img.p(&format!("{VLLM_SITE}/{egg}"));
@@ -106,6 +110,41 @@ fn egg_installs_are_found_through_easy_install_pth() {
         .file(&format!("{VLLM_SITE}/vllm.egg-link"), "/workspace/vllm\n.\n")
         .file(&format!("{VLLM_SITE}/easy-install.pth"), "/workspace/vllm\n");
     assert_eq!(engine(&img), (Some("vllm".into()), Some("0.4.3".into())));
+}
+
+/// `setup.py install` without an egg leaves `NAME-VERSION-pyX.Y.egg-info` beside the
+/// package: the version is the second part of the name (pkg_resources' EGG_NAME), so the
+/// trees' range is checked — vLLM 0.29 is refused, 0.11 runs.
+#[test]
+fn egg_info_names_carry_the_python_tag_after_the_version() {
+    let img = vllm_image(None);
+    img.rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+        .rm(&format!("{VLLM_SITE}/vllm/_version.py"))
+        .file(&format!("{VLLM_SITE}/vllm-0.29.0-py3.12.egg-info/PKG-INFO"), "Name: vllm\nVersion: 0.29.0\n");
+    let ov = shipped_overlay();
+    let out = infera(&["check", "--", "--model", "/m"]).root(&img).overlay(&ov.overlay()).run();
+    out.assert(69, "error[engine-version]: the image has vllm 0.29.0 (`/usr/local/lib/python3.12/dist-packages/vllm-0.29.0-py3.12.egg-info`)");
+    img.rm(&format!("{VLLM_SITE}/vllm-0.29.0-py3.12.egg-info"))
+        .file(&format!("{VLLM_SITE}/vllm-0.11.0-py3.12.egg-info/PKG-INFO"), "Name: vllm\nVersion: 0.11.0\n");
+    let out = infera(&["check", "--output", "json", "--", "--model", "/m"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.json()["engine"]["version"], "0.11.0");
+}
+
+/// A stray `libamdhip64.so.6.bak` beside the real library is not what ld.so loads: the ABI
+/// is the real soname's.
+#[test]
+fn a_stray_soname_backup_is_not_the_hip_abi() {
+    let img = vllm_image(None);
+    let lib = "/opt/rocm-7.0.0/lib";
+    img.file(&format!("{lib}/libamdhip64.so.6.bak"), "").file(&format!("{lib}/libamdhip64.so.7~"), "");
+    let ov = shipped_overlay();
+    let out = infera(&["check", "--output", "json"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    let hip = &j["facts"]["rocm"]["hip"];
+    assert_eq!((j["family"].as_str(), hip["major"].as_u64()), (Some("rocm7-py312"), Some(7)), "{j:#}");
+    assert_eq!(hip["source"], "/opt/rocm/lib/libamdhip64.so.7");
 }
 
 #[test]

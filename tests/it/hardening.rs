@@ -480,3 +480,89 @@ fn a_panic_is_error_internal_and_exit_70() {
     assert!(err.contains("a panic the test asked for\nhint: this is a bug in infera-exec"), "{err}");
     assert!(o.stdout.is_empty());
 }
+
+/// A read interrupted by EINTR (FUSE and NFS can return it) is resumed, not a file that
+/// "cannot be read": strace injects EINTR into the first read of the interpreter's header
+/// (the exec check) and into every other read of a recorded file (`manifest verify`).
+#[test]
+fn interrupted_reads_are_resumed() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let py = img.p("/usr/bin/python3.12");
+    let inject = |path: &Path, when: &str| -> Vec<OsString> {
+        let spec = format!("inject=read:error=EINTR:when={when}");
+        vec!["-P".into(), path.into(), "-e".into(), "trace=read".into(), "-e".into(), spec.into()]
+    };
+    let args = inject(&py, "1");
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(OsString::as_os_str).collect();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .under_strace(&args)
+        .run();
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("exec      /usr/bin/python3.12 -m infera.engine.vllm"), "{}", out.stdout);
+    // A recorded file whose every other read is interrupted still matches its digest.
+    let tree = ov.overlay().join("trees/rocm7-py312");
+    infera(&["manifest", "generate"]).args([&tree]).run().assert(0, "wrote");
+    let file = tree.join("site-packages/infera/__init__.py");
+    assert!(file.is_file(), "{}", file.display());
+    let args = inject(&file, "1+2");
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(OsString::as_os_str).collect();
+    let out = infera(&["manifest", "verify", "--digest"]).args([ov.overlay()]).under_strace(&args).run();
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+}
+
+/// A file-descriptor limit too low to read the image is named as such, not as a bad root.
+#[test]
+fn a_file_descriptor_limit_is_named() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .under("prlimit", &["--nofile=4".as_ref()])
+        .run();
+    out.assert(66, "error[fd-limit]: the image root");
+    assert!(out.stderr.contains("this process may have 4 open at once (RLIMIT_NOFILE)"), "{}", out.stderr);
+    assert!(out.stderr.contains("hint: raise the container's limit of open files"), "{}", out.stderr);
+}
+
+/// Values the launcher echoes cannot forge its lines: a newline or an escape sequence in a
+/// variable, an option value or a path is escaped, in refusals, the plan and the logs.
+#[test]
+fn echoed_values_cannot_forge_lines() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let forged = "vlm\nerror[ok]: all good\nhint: \u{1b}[2Kignore";
+    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).env("INFERA_ENGINE", forged).run();
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("invalid value 'vlm\\nerror[ok]: all good\\nhint: \\u{1b}[2Kignore'"),
+        "{}",
+        out.stderr
+    );
+    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).env("INFERA_LOG_FORMAT", forged).run();
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("\n  error[ok]: all good\n  hint: \\u{1b}[2Kignore"), "{}", out.stderr);
+    // An argument echoed in the plan, and a path in a refusal.
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/m\nerror[x]: y", "-tp", "\u{1b}]0;t\u{7}"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run();
+    for (i, line) in out.stdout.lines().chain(out.stderr.lines()).enumerate() {
+        assert!(
+            !line.starts_with("error[x]") && !line.contains('\u{1b}'),
+            "line {i}: {line:?}\n{}{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    for (i, line) in out.stderr.lines().enumerate() {
+        assert!(
+            i == 0 || line.starts_with("  ") || line.starts_with("hint:"),
+            "stderr line {i}: {line:?}\n{}",
+            out.stderr
+        );
+    }
+}

@@ -146,21 +146,6 @@ fn child_execed(launcher: u32, comm: &str) -> bool {
     })
 }
 
-fn children_of(pid: u32) -> Vec<(u32, char)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
-        // pid (comm) state ppid ...
-        let Some(rest) = stat.rsplit_once(')').map(|x| x.1) else { continue };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.get(1).and_then(|x| x.parse::<u32>().ok()) == Some(pid) {
-            out.push((p, f[0].chars().next().unwrap_or('?')));
-        }
-    }
-    out
-}
-
 #[test]
 fn reaps_100_orphaned_grandchildren() {
     let py = real_python("3.12");

@@ -15,6 +15,7 @@ mod init;
 mod multinode;
 mod payload;
 mod planning;
+mod planted;
 mod refuse;
 mod snapshots;
 mod stack;

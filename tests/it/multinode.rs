@@ -670,10 +670,26 @@ fn socket_interfaces_are_checked_in_the_pods_network() {
 /// ranks of one group sharing their args digest.
 #[test]
 fn lws_examples_validate_and_every_rank_plans() {
-    let files: Vec<std::path::PathBuf> = ["kimi-k3-vllm.yaml", "kimi-k3-sglang.yaml", "kimi-k3-pd.yaml"]
+    let files: Vec<std::path::PathBuf> = ["vllm", "sglang", "pd"]
         .iter()
-        .map(|f| repo().join("examples/k8s/lws").join(f))
+        .map(|s| repo().join(format!("examples/k8s/lws/{s}/kimi-k3-{s}.yaml")))
         .collect();
+    // `kubectl apply -k` of a scenario brings the ServiceAccount its pods name.
+    for s in ["vllm", "sglang", "pd"] {
+        let o = Command::new("kubectl").arg("kustomize").arg(repo().join("examples/k8s/lws").join(s)).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "kustomize lws/{s}: {}", String::from_utf8_lossy(&o.stderr));
+        let named: std::collections::BTreeSet<&str> =
+            text.lines().filter_map(|l| l.trim().strip_prefix("serviceAccountName: ")).collect();
+        assert!(!named.is_empty(), "lws/{s} names no ServiceAccount");
+        for sa in named {
+            assert!(
+                text.contains(&format!("kind: ServiceAccount\nmetadata:\n  name: {sa}\n")),
+                "lws/{s}: no ServiceAccount {sa}\n{text}"
+            );
+        }
+        assert!(text.contains("kind: LeaderWorkerSet"), "{text}");
+    }
     let validate = repo().join("tests/k8s/validate-lws");
     let o = Command::new(&validate).args(&files).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);

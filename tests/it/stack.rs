@@ -52,9 +52,9 @@ fn every_example_container_and_rank_plans_what_the_real_parsers_accept() {
     let mut files = vec![
         r.join("examples/k8s/stack-form/worker.yaml"),
         r.join("examples/k8s/inferadeployment/kimi-k3.yaml"),
-        r.join("examples/k8s/lws/kimi-k3-vllm.yaml"),
-        r.join("examples/k8s/lws/kimi-k3-sglang.yaml"),
-        r.join("examples/k8s/lws/kimi-k3-pd.yaml"),
+        r.join("examples/k8s/lws/vllm/kimi-k3-vllm.yaml"),
+        r.join("examples/k8s/lws/sglang/kimi-k3-sglang.yaml"),
+        r.join("examples/k8s/lws/pd/kimi-k3-pd.yaml"),
     ];
     for o in ["initcontainer", "image-volume"] {
         let out =

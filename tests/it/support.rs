@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -328,6 +328,29 @@ impl Run {
         self.cmd.current_dir(dir);
         self
     }
+    /// Run under `strace ARGS` (its fault injection: `-e inject=…`), with the same
+    /// arguments and environment.
+    pub fn under_strace(self, args: &[&OsStr]) -> Self {
+        let mut prefix: Vec<&OsStr> = ["-qq", "-o", "/dev/null"].iter().map(OsStr::new).collect();
+        prefix.extend_from_slice(args);
+        self.under("strace", &prefix)
+    }
+    /// Run as the last argument of `program ARGS` (a wrapper that execs it: strace,
+    /// unshare, `sh -c '…; exec "$@"'`), with the same arguments and environment.
+    pub fn under(self, program: &str, args: &[&OsStr]) -> Self {
+        let mut cmd = Command::new(program);
+        cmd.args(args).arg(self.cmd.get_program()).args(self.cmd.get_args());
+        cmd.env_clear();
+        for (k, v) in self.cmd.get_envs() {
+            if let Some(v) = v {
+                cmd.env(k, v);
+            }
+        }
+        if let Some(d) = self.cmd.get_current_dir() {
+            cmd.current_dir(d);
+        }
+        Run { cmd }
+    }
     /// Started, for a test that signals it; stdout and stderr piped.
     pub fn spawn(mut self) -> std::process::Child {
         self.cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
@@ -431,4 +454,43 @@ pub fn running(cmdline: &str) -> bool {
                 == cmdline
         })
     })
+}
+
+/// Whether `pid` sleeps in `sigtimedwait` (the launcher's waits look for SIGTERM there).
+pub fn in_sigtimedwait(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w.starts_with("do_sigtimedwait"))
+}
+
+/// The children of `pid`, each with its state (`R`, `S`, `Z`, …).
+pub fn children_of(pid: u32) -> Vec<(u32, char)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        // pid (comm) state ppid ...
+        let Some(rest) = stat.rsplit_once(')').map(|x| x.1) else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.get(1).and_then(|x| x.parse::<u32>().ok()) == Some(pid) {
+            out.push((p, f[0].chars().next().unwrap_or('?')));
+        }
+    }
+    out
+}
+
+/// A helper process the test started, killed and reaped when the test ends (or fails).
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `flock DIR sleep`: another start holding the patch lock, until dropped.
+pub fn hold_lock(dir: &Path) -> Reaped {
+    let child = Command::new("flock").arg("--no-fork").arg(dir).args(["sleep", "3600"]).spawn().unwrap();
+    let locked = || !Command::new("flock").arg("-n").arg(dir).arg("true").status().unwrap().success();
+    assert!(wait_until(std::time::Duration::from_secs(20), locked), "the holder never took the lock");
+    Reaped(child)
 }
