@@ -137,7 +137,10 @@ fn egg_info_names_carry_the_python_tag_after_the_version() {
 fn a_stray_soname_backup_is_not_the_hip_abi() {
     let img = vllm_image(None);
     let lib = "/opt/rocm-7.0.0/lib";
-    img.file(&format!("{lib}/libamdhip64.so.6.bak"), "").file(&format!("{lib}/libamdhip64.so.7~"), "");
+    // Without share/hip/version the runtime is found by listing lib/ (TheRock's layout).
+    img.rm("/opt/rocm-7.0.0/share/hip/version")
+        .file(&format!("{lib}/libamdhip64.so.6.bak"), "")
+        .file(&format!("{lib}/libamdhip64.so.7~"), "");
     let ov = shipped_overlay();
     let out = infera(&["check", "--output", "json"]).root(&img).overlay(&ov.overlay()).run();
     assert_eq!(out.code, 0, "{}", out.stderr);
