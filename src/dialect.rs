@@ -81,28 +81,6 @@ enum Abbrev {
     Ambiguous(Vec<&'static str>),
 }
 
-/// Every model the args may name, read with both dialects (facts are gathered before the
-/// engine is chosen).
-pub fn model_refs(args: &[OsString]) -> Vec<OsString> {
-    let mut out: Vec<OsString> = Vec::new();
-    for e in Engine::all() {
-        if let Some(Setting::Value(m)) = read(e, args).get(Opt::Model) {
-            if !out.iter().any(|x| x == m) {
-                out.push(m.clone());
-            }
-        }
-    }
-    out
-}
-
-/// The model `engine` would read from these args.
-pub fn model_refs_of(engine: Engine, args: &[OsString]) -> Option<OsString> {
-    match read(engine, args).get(Opt::Model) {
-        Some(Setting::Value(m)) => Some(m.clone()),
-        _ => None,
-    }
-}
-
 /// The `--config FILE` pairs of the args, as both engines find them: the exact token
 /// `--config` (no `=` form, no abbreviation), before a `--`. (index of `--config`, FILE);
 /// FILE is None when `--config` is the last arg.

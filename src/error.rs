@@ -72,6 +72,16 @@ impl<E: Refuse> From<E> for Refusal {
     }
 }
 
+/// A bug, said as a refusal is (exit 70).
+pub fn internal(what: &str) -> Refusal {
+    Refusal {
+        code: "internal".into(),
+        message: what.to_string(),
+        hint: Some("this is a bug in infera-exec: please report it with the command line and the image".into()),
+        exit: Exit::Internal,
+    }
+}
+
 impl Refusal {
     /// The text form printed on stderr: `error[code]: ...` then `hint: ...`.
     pub fn render(&self) -> String {

@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod dialect;
+pub mod engine_args;
 pub mod engines;
 pub mod envvars;
 pub mod error;
@@ -47,11 +48,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
     let raw = argv.clone();
     let json = || cli::wants_json(&raw, &env);
     if let Err(e) = logging::init(&env) {
-        let r = Refusal::from(e);
-        if json() {
-            print_json_error(&r);
-        }
-        return refuse(&r, &env);
+        return refuse_json(&Refusal::from(e), json(), &env);
     }
     let invocation = match cli::parse(argv) {
         Ok(c) => c,
@@ -97,14 +94,8 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
             Err(code) => code,
         },
         Ok(Done::Exit(code)) => code,
-        Err(r) => {
-            // Refused before there is a plan to print (a usage error in a variable, a root
-            // that does not exist): JSON still answers with its `error` object.
-            if json() {
-                print_json_error(&r);
-            }
-            refuse(&r, &env)
-        }
+        // Refused before there is a plan (a usage error in a variable).
+        Err(r) => refuse_json(&r, json(), &env),
     }
 }
 
@@ -170,15 +161,13 @@ fn emit(text: &str) -> Result<(), i32> {
     }
 }
 
-/// A bug, said as a refusal is (exit 70).
-fn internal(what: &str, env: &Env) -> i32 {
-    let r = Refusal {
-        code: "internal".into(),
-        message: what.to_string(),
-        hint: Some("this is a bug in infera-exec: please report it with the command line and the image".into()),
-        exit: Exit::Internal,
-    };
-    refuse(&r, env)
+/// A refusal before there is a plan to print: with JSON output its `error` object on
+/// stdout first (every JSON answer carries one), then [`refuse`].
+fn refuse_json(r: &Refusal, json: bool, env: &Env) -> i32 {
+    if json {
+        print_json_error(r);
+    }
+    refuse(r, env)
 }
 
 /// The one place a refusal is printed (and written where Kubernetes shows it).
@@ -193,68 +182,66 @@ fn refuse(r: &Refusal, env: &Env) -> i32 {
     r.exit.code()
 }
 
+/// The launch, in the order data flows: request → image facts → engine (decided once) →
+/// engine args (read once) → the model → selection (once) → the tree's facts → plan → print
+/// or exec. Each stage takes the values of the ones before it; only the last acts.
 pub fn launch(req: &Request, env: &Env) -> i32 {
     if req.init.is_some() && !req.dry_run {
         init::block_signals();
     }
-    // With --image-env, the environment the image's containers start with.
-    let image_env = match imageenv::resolve(&req.image_env, &req.root, &req.image_env_said) {
-        Ok(v) => v,
-        Err(e) => {
-            let r = Refusal::from(e);
-            if req.output == Output::Json {
-                print_json_error(&r);
-            }
-            return refuse(&r, env);
-        }
+    let (env, root) = match prepare(req, env) {
+        Ok(x) => x,
+        Err(r) => return refuse_json(&r, req.output == Output::Json, env),
     };
-    let with_image;
-    let env = if image_env.is_empty() {
-        env
-    } else {
-        let mut e = env.clone();
-        e.extend(image_env);
-        with_image = e;
-        &with_image
-    };
-    let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
-    if let Err(e) = root.check() {
-        let r = Refusal::from(e);
-        if req.output == Output::Json {
-            print_json_error(&r);
-        }
-        return refuse(&r, env);
+    let env = &env;
+    let facts = facts::Facts::gather(&root, env, &wanted(req, env));
+    let engine = plan::decide_engine(req, &facts).map_err(Refusal::from);
+    let args = engine.as_ref().ok().copied().flatten().map(|e| {
+        let version = facts.engine(e).map(|i| i.version.as_str());
+        engine_args::EngineArgs::read(e, version, &req.args, &root, req.chdir.as_deref())
+    });
+    if let Some(code) = wait_for_model(req, &root, args.as_ref()) {
+        return code;
     }
-    let models = if req.role.runs_engine() { dialect::model_refs(&req.args) } else { Vec::new() };
-    // A model volume the download Job is still filling: wait for it (a real run in the pod).
-    if let Some(w) = req.wait_model.as_ref().filter(|_| !req.dry_run && root.is_host_root()) {
-        if let Some(code) = exec::await_models(&models, w.seconds, &w.said) {
-            return code;
-        }
-    }
-    let configs: Vec<std::ffi::OsString> = if req.role.runs_engine() {
-        dialect::config_pairs(&req.args).into_iter().filter_map(|(_, f)| f).collect()
-    } else {
-        Vec::new()
-    };
-    let modules = match &req.target {
-        request::Target::Module { module, .. } => vec![module.clone()],
-        _ => Vec::new(),
-    };
-    // Manifests and layout only: the selected tree's facts are gathered once it is known.
-    let opts = overlay::LoadOptions { check_writable: true, modules, lazy: true };
-    let dir = req.overlay.clone().unwrap_or_else(|| overlay::discover(std::env::current_exe().ok().as_deref()));
-    let overlay = overlay::load(&dir, &opts).map_err(Refusal::from);
-    let program = match &req.target {
-        request::Target::Program { program } => Some(program.as_os_str()),
-        _ => None,
-    };
-    let wanted = facts::Wanted {
+    let models = model_facts(&root, env, args.as_ref());
+    let (overlay, opts) = load_overlay(req);
+    let selected = select(req, &facts, &overlay, &opts, &root);
+    let inputs = plan::Inputs {
+        req,
+        facts: &facts,
+        engine: &engine,
+        args: args.as_ref(),
         models: &models,
-        configs: &configs,
-        probe: None,
+        overlay: &overlay,
+        selected: selected.as_ref(),
+        env,
+    };
+    let plan = plan::plan(&inputs);
+    if req.dry_run {
+        return print_plan(&plan, req, env);
+    }
+    run_plan(&plan, req, env)
+}
+
+/// The environment the image's containers start with (`--image-env`) over the launcher's,
+/// and the image's root, checked readable.
+fn prepare(req: &Request, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
+    let image_env = imageenv::resolve(&req.image_env, &req.root, &req.image_env_said)?;
+    let mut env = env.clone();
+    env.extend(image_env);
+    let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
+    root.check()?;
+    Ok((env, root))
+}
+
+/// What the request wants read about the image besides what every run needs.
+fn wanted<'a>(req: &'a Request, env: &Env) -> facts::Wanted<'a> {
+    facts::Wanted {
         interpreter: req.interpreter(),
-        program,
+        program: match &req.target {
+            request::Target::Program { program } => Some(program.as_os_str()),
+            _ => None,
+        },
         chdir: req.chdir.as_deref(),
         engine: match req.engine {
             cli::EngineChoice::One(e) => Some(e),
@@ -266,44 +253,84 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
                 .any(|k| envvars::get(env, k).is_some()),
         infiniband: envvars::get(env, envvars::MC_GID_INDEX).is_some()
             || req.args.iter().any(|a| a.as_encoded_bytes().starts_with(b"--disaggregation-ib-device")),
-    };
-    let facts = facts::Facts::gather(&root, env, &wanted);
-    // The tree the run would use, and what only that tree needs read: its files' walk, its
-    // facts and integrity check, the image's packages its top-level modules could clash with.
-    let inputs = plan::Inputs { req, facts: &facts, overlay: &overlay, selected: None, env };
-    let selected = match (plan::selected_family(&inputs), &overlay) {
-        (Some(family), Ok(ov)) => ov.trees.iter().find(|t| t.family == family).map(|t| {
-            let mut tree = overlay::selected(t, &opts);
-            if req.verify != Verify::Off {
-                tree.facts.integrity = Some(payload::integrity(&tree, req.verify == Verify::Digest));
-            }
-            let probe: std::collections::BTreeSet<String> =
-                tree.facts.top_modules.keys().chain(tree.facts.cap_modules.values().flatten()).cloned().collect();
-            let site = facts.probed_site(&root, &probe);
-            plan::Selected { tree, site }
-        }),
-        _ => None,
-    };
-    let plan = plan::plan(&plan::Inputs { req, facts: &facts, overlay: &overlay, selected: selected.as_ref(), env });
-
-    if req.dry_run {
-        let text = match req.output {
-            Output::Json => match report::json(&plan) {
-                Ok(j) => j + "\n",
-                Err(e) => return internal(&format!("the plan cannot be written as JSON: {e}"), env),
-            },
-            Output::Text => term::safe(&report::text(&plan, req.role == Role::Check)).into_owned(),
-        };
-        let written = emit(&text);
-        let code = match (&plan.error, written) {
-            (Some(e), _) => refuse(e, env),
-            (None, Err(code)) => code,
-            (None, Ok(())) => Exit::Ok.code(),
-        };
-        return code;
     }
-    // The findings first: on a refusal they are what explains it. The warnings are each
-    // worth a line; the rest is summed up in the start line (and shown at debug).
+}
+
+/// A model volume the download Job is still filling: a real run in the pod waits for it.
+fn wait_for_model(req: &Request, root: &rootfs::Root, args: Option<&engine_args::EngineArgs>) -> Option<i32> {
+    let w = req.wait_model.as_ref().filter(|_| !req.dry_run && root.is_host_root())?;
+    let model = args?.model()?;
+    exec::await_models(std::slice::from_ref(model), w.seconds, &w.said)
+}
+
+/// The facts of the model the args name (its config.json: a local directory, or a repo
+/// in the Hugging Face cache).
+fn model_facts(
+    root: &rootfs::Root,
+    env: &Env,
+    args: Option<&engine_args::EngineArgs>,
+) -> std::collections::BTreeMap<OsString, facts::model::ModelFacts> {
+    let s = |k: &str| envvars::get(env, k).and_then(|v| v.to_str());
+    let hf = facts::model::HfEnv {
+        hub_cache: s(envvars::HF_HUB_CACHE),
+        hf_home: s(envvars::HF_HOME),
+        home: s(envvars::HOME),
+    };
+    args.and_then(|a| a.model()).map(|m| (m.clone(), facts::model::detect(root, m, &hf))).into_iter().collect()
+}
+
+/// The overlay's manifests and layout (the selected tree's files are read once it is known).
+fn load_overlay(req: &Request) -> (Result<overlay::Overlay, Refusal>, overlay::LoadOptions) {
+    let modules = match &req.target {
+        request::Target::Module { module, .. } => vec![module.clone()],
+        _ => Vec::new(),
+    };
+    let opts = overlay::LoadOptions { check_writable: true, modules, lazy: true };
+    let dir = req.overlay.clone().unwrap_or_else(|| overlay::discover(std::env::current_exe().ok().as_deref()));
+    (overlay::load(&dir, &opts).map_err(Refusal::from), opts)
+}
+
+/// The tree the run uses, selected once, and what only that tree needs read: its files'
+/// walk, its facts and integrity check, the image's copies of its top-level modules.
+fn select(
+    req: &Request,
+    facts: &facts::Facts,
+    overlay: &Result<overlay::Overlay, Refusal>,
+    opts: &overlay::LoadOptions,
+    root: &rootfs::Root,
+) -> Option<Result<plan::Selected, Refusal>> {
+    let (Ok(python), Ok(rocm), Ok(ov)) = (&facts.python, &facts.rocm, overlay) else { return None };
+    Some(plan::select_tree(req, python, rocm, ov).map_err(Refusal::from).map(|s| {
+        let mut tree = overlay::selected(s.tree, opts);
+        if req.verify != Verify::Off {
+            tree.facts.integrity = Some(payload::integrity(&tree, req.verify == Verify::Digest));
+        }
+        let probe: std::collections::BTreeSet<String> =
+            tree.facts.top_modules.keys().chain(tree.facts.cap_modules.values().flatten()).cloned().collect();
+        let site = facts.site_of(root, &probe);
+        plan::Selected { tree, site, findings: s.findings }
+    }))
+}
+
+/// The dry run: the plan on stdout (text or JSON), then its refusal, if any, on stderr.
+fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
+    let text = match req.output {
+        Output::Json => match report::json(plan) {
+            Ok(j) => j + "\n",
+            Err(e) => return refuse(&error::internal(&format!("the plan cannot be written as JSON: {e}")), env),
+        },
+        Output::Text => term::safe(&report::text(plan, req.role == Role::Check)).into_owned(),
+    };
+    match (&plan.error, emit(&text)) {
+        (Some(e), _) => refuse(e, env),
+        (None, Err(code)) => code,
+        (None, Ok(())) => Exit::Ok.code(),
+    }
+}
+
+/// The real run: the findings logged (the warnings each a line, the rest at debug), then
+/// the refusal, or the exec.
+fn run_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
     for f in &plan.findings {
         match f.level {
             finding::Level::Warn => tracing::warn!(code = f.code.as_str(), "{}", f.message),
@@ -312,7 +339,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     }
     if let Some(e) = &plan.error {
         if req.output == Output::Json {
-            if let Ok(j) = report::json(&plan) {
+            if let Ok(j) = report::json(plan) {
                 let _ = std::io::stdout().write_all((j + "\n").as_bytes());
             }
         }
@@ -322,7 +349,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         return Exit::Ok.code();
     };
     let _ = std::io::stdout().flush();
-    match exec::run(x, &report::start_line(&plan, x)) {
+    match exec::run(x, &report::start_line(plan, x)) {
         Ok(code) => code,
         Err(r) => refuse(&r, env),
     }

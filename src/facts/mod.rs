@@ -40,14 +40,9 @@ pub struct Facts {
     pub torch: Option<Torch>,
     pub rocm: Result<Rocm, RocmError>,
     pub engines: Vec<EngineInstall>,
-    pub site: SiteIndex,
     pub gpus: Result<Gpus, GpuError>,
     /// The running process and the node's devices (root `/` only).
     pub host: Option<host::Host>,
-    /// Model facts per model reference named in the args (or in a `--config` file).
-    pub models: BTreeMap<OsString, model::ModelFacts>,
-    /// The engine's `--config` files, per reference as written after `--config`.
-    pub engine_configs: BTreeMap<OsString, engine_config::ConfigFacts>,
     /// The interpreter file the run would exec (when the interpreter was found).
     pub interpreter_file: Option<ExecFile>,
     /// The program of the command form, when it is not a Python module run.
@@ -82,13 +77,6 @@ pub enum Program {
 /// What the request wants to know about the image besides what every run needs.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wanted<'a> {
-    /// Model references named in the engine args.
-    pub models: &'a [OsString],
-    /// Files named after `--config` in the engine args.
-    pub configs: &'a [OsString],
-    /// Top-level module names to look for in the image (the overlay trees' own), so
-    /// shadowing is judged without listing every package of the image.
-    pub probe: Option<&'a BTreeSet<String>>,
     /// The interpreter the request names (INFERA_PYTHON or the command's).
     pub interpreter: Option<&'a OsStr>,
     /// The program of the command form (not a Python module run).
@@ -118,27 +106,8 @@ impl Facts {
         };
         let rocm = rocm::detect(root, &places, torch.as_ref(), &mut findings);
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
-        let empty = BTreeSet::new();
-        let (site, engines) = site::scan(root, &site_dirs, minor, w.probe.unwrap_or(&empty), w.engine);
+        let engines = site::engines(root, &site_dirs, minor, w.engine);
         let gpus = gpus::detect(root, env, &mut findings);
-        let s = |k: &str| get(env, k).and_then(|v| v.to_str());
-        let hf = model::HfEnv { hub_cache: s(ev::HF_HUB_CACHE), hf_home: s(ev::HF_HOME), home: s(ev::HOME) };
-        let engine_configs: BTreeMap<OsString, engine_config::ConfigFacts> =
-            w.configs.iter().map(|c| (c.clone(), engine_config::detect(root, c, w.chdir))).collect();
-        // A model named in a config file is a model of the run too.
-        let mut refs = w.models.to_vec();
-        for c in engine_configs.values() {
-            if let engine_config::ConfigFacts::Known { entries, .. } = c {
-                for e in crate::engines::Engine::all() {
-                    let args: Vec<OsString> =
-                        engine_config::to_args(e, entries, &|_| false).into_iter().map(OsString::from).collect();
-                    if let Some(m) = crate::dialect::model_refs_of(e, &args).filter(|m| !refs.contains(m)) {
-                        refs.push(m);
-                    }
-                }
-            }
-        }
-        let models = refs.iter().map(|r| (r.clone(), model::detect(root, r, &hf))).collect();
         let host = host::gather(root);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(root, &p.executable));
         let program = w.program.map(|name| find_program(root, env, name, w.chdir));
@@ -157,11 +126,8 @@ impl Facts {
             torch,
             rocm,
             engines,
-            site,
             gpus,
             host,
-            models,
-            engine_configs,
             interpreter_file,
             program,
             workdir,
@@ -172,10 +138,10 @@ impl Facts {
         }
     }
 
-    /// The image's site index with these top-level modules looked for too (the selected
-    /// tree's own, which the image could shadow or share).
-    pub fn probed_site(&self, root: &Root, probe: &BTreeSet<String>) -> SiteIndex {
-        let mut index = self.site.clone();
+    /// The image's copies of these top-level modules (the selected tree's own, which the
+    /// image could shadow or share), with the distributions that installed them.
+    pub fn site_of(&self, root: &Root, probe: &BTreeSet<String>) -> SiteIndex {
+        let mut index = SiteIndex::default();
         if let Ok(py) = &self.python {
             site::probe(root, &py.site_dirs, py.minor, probe, &mut index);
         }
@@ -186,7 +152,8 @@ impl Facts {
         self.engines.iter().find(|x| x.engine == e)
     }
 
-    pub fn view(&self) -> FactsView<'_> {
+    /// The JSON shape, with the facts of the model the args name.
+    pub fn view<'a>(&'a self, models: &'a BTreeMap<OsString, model::ModelFacts>) -> FactsView<'a> {
         FactsView {
             python: self.python.as_ref().ok(),
             rocm: match &self.rocm {
@@ -201,7 +168,7 @@ impl Facts {
                 Ok(g) => g.source.to_string(),
                 Err(e) => e.to_string(),
             },
-            models: self.models.values().collect(),
+            models: models.values().collect(),
             host: self.host.as_ref(),
         }
     }

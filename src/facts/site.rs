@@ -96,22 +96,13 @@ pub fn module_name(entry: &str) -> Option<&str> {
     is_identifier(name).then_some(name)
 }
 
-/// Engines installed in the site directories, and which of `probe` (the overlay trees'
-/// top-level modules) the image provides. An engine is found by the literal in its version
-/// file first (no directory listing); the probes are `stat`s. Each site directory is listed
-/// once, and only when it must be: an engine not found that way (an editable install keeps
-/// only its dist-info in site-packages; a wheel's `version.py` may compute the version) or
-/// a probed module the image has (to name the distribution that installed it).
-/// `only`: the one engine the request names (the others are not looked for).
-pub fn scan(
-    root: &Root,
-    site_dirs: &[PathBuf],
-    minor: (u32, u32),
-    probe: &BTreeSet<String>,
-    only: Option<Engine>,
-) -> (SiteIndex, Vec<EngineInstall>) {
+/// Engines installed in the site directories. An engine is found by the literal in its
+/// version file first (no directory listing); a site directory is listed only for an engine
+/// not found that way (an editable install keeps only its dist-info in site-packages; a
+/// wheel's `version.py` may compute the version). `only`: the one engine the request names
+/// (the others are not looked for).
+pub fn engines(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), only: Option<Engine>) -> Vec<EngineInstall> {
     let wanted = |e: Engine| only.is_none_or(|o| o == e);
-    let mut index = SiteIndex::default();
     let mut engines: Vec<EngineInstall> = Vec::new();
     for dir in site_dirs {
         if let Some(e) = egg(root, dir).filter(|e| wanted(e.engine) && !engines.iter().any(|x| x.engine == e.engine)) {
@@ -124,23 +115,17 @@ pub fn scan(
             }
         }
     }
-    let missing = Engine::all().filter(|e| wanted(*e)).any(|i| !engines.iter().any(|e| e.engine == i));
-    probe_into(
-        root,
-        site_dirs,
-        minor,
-        probe,
-        missing.then_some(&wanted as &dyn Fn(Engine) -> bool),
-        &mut index,
-        &mut engines,
-    );
+    if Engine::all().filter(|e| wanted(*e)).any(|i| !engines.iter().any(|e| e.engine == i)) {
+        let mut index = SiteIndex::default();
+        let none = BTreeSet::new();
+        probe_into(root, site_dirs, minor, &none, Some(&wanted), &mut index, &mut engines);
+    }
     engines.sort_by_key(|e| e.engine.name());
-    (index, engines)
+    engines
 }
 
 /// Look for the `probe` modules in the site directories (adding them and their
-/// distributions to `index`): for a lazy overlay, the selected tree's modules once the tree
-/// is known.
+/// distributions to `index`): the selected tree's modules, once the tree is known.
 pub fn probe(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), probe: &BTreeSet<String>, index: &mut SiteIndex) {
     let mut none = Vec::new();
     probe_into(root, site_dirs, minor, probe, None, index, &mut none);

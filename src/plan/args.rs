@@ -68,6 +68,8 @@ pub enum ArgsError {
 pub struct Ctx<'a> {
     pub req: &'a Request,
     pub facts: &'a Facts,
+    /// The model the args name, read from its config.json.
+    pub models: &'a std::collections::BTreeMap<OsString, ModelFacts>,
     pub engine: Engine,
     pub parsed: &'a Parsed,
     pub env: &'a Env,
@@ -442,7 +444,7 @@ fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a 
         findings.push(Finding::info("model-unknown", "no model in the args: model rules skipped"));
         return Ok(None);
     };
-    match ctx.facts.models.get(reference) {
+    match ctx.models.get(reference) {
         Some(ModelFacts::Known(m)) => {
             if let Some(v) = &m.model_type_unusable {
                 findings.push(Finding::warn(

@@ -4,7 +4,6 @@
 
 pub(crate) mod args;
 mod caps;
-mod config;
 mod env;
 mod node;
 pub mod pd;
@@ -18,6 +17,7 @@ mod usable;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -29,6 +29,7 @@ use program::ProgramError;
 
 use crate::envvars::Env;
 use crate::error::{Exit, Refusal};
+use crate::facts::model::ModelFacts;
 use crate::facts::{Facts, FactsView};
 use crate::finding::Finding;
 use crate::overlay::Overlay;
@@ -77,31 +78,33 @@ impl Plan<'_> {
     }
 }
 
+/// Everything the plan is made of, read before it: it reads no file.
 pub struct Inputs<'a> {
     pub req: &'a Request,
     pub facts: &'a Facts,
+    /// The engine the run starts, decided once (None: the router, or another program).
+    pub engine: &'a Result<Option<crate::engines::Engine>, Refusal>,
+    /// Its args, read once (None without an engine).
+    pub args: Option<&'a crate::engine_args::EngineArgs>,
+    /// The model the args name, read from its config.json.
+    pub models: &'a BTreeMap<OsString, ModelFacts>,
     pub overlay: &'a Result<Overlay, Refusal>,
-    /// What was read about the tree the run would use, once it was known.
-    pub selected: Option<&'a Selected>,
+    /// The tree, selected once, with what was read about it; None when there is no
+    /// Python, ROCm or overlay to select by (the plan refuses for that first).
+    pub selected: Option<&'a Result<Selected, Refusal>>,
     pub env: &'a Env,
 }
 
-/// The facts gathered about the selected tree (its files' walk, its modules, its integrity
-/// check) and the image's site index with that tree's top-level modules looked for.
+/// The tree the run uses with its facts (its files' walk, its modules, its integrity
+/// check), the image's copies of the tree's top-level modules, and what the selection said.
 #[derive(Debug, Clone)]
 pub struct Selected {
     pub tree: crate::overlay::Tree,
     pub site: crate::facts::SiteIndex,
+    pub findings: Vec<Finding>,
 }
 
-/// The tree the request would run from, if one can be chosen: for gathering the facts
-/// that are only wanted about that tree (its integrity check).
-pub fn selected_family(inp: &Inputs) -> Option<String> {
-    let (Ok(python), Ok(rocm), Ok(overlay)) = (&inp.facts.python, &inp.facts.rocm, inp.overlay) else {
-        return None;
-    };
-    select::family(inp.req, python, rocm, overlay).map(|t| t.family.clone())
-}
+pub use select::{engine as decide_engine, tree as select_tree};
 
 pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
     let mut p = Plan {
@@ -109,7 +112,7 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
         family: None,
         tree: None,
         engine: None,
-        facts: inp.facts.view(),
+        facts: inp.facts.view(inp.models),
         capabilities: Vec::new(),
         exec: None,
         group: inp.req.group.as_ref().map(|g| GroupView {
@@ -147,17 +150,16 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let rocm = facts.rocm.as_ref().map_err(Clone::clone)?;
     let overlay = inp.overlay.as_ref().map_err(Clone::clone)?;
 
-    let tree = select::tree(req, python, rocm, overlay, &mut p.findings)?;
-    let (tree, site) = match inp.selected.filter(|s| s.tree.family == tree.family) {
-        Some(s) => (&s.tree, &s.site),
-        None => (tree, &facts.site),
-    };
+    let selected =
+        inp.selected.ok_or_else(|| crate::error::internal("no tree selected"))?.as_ref().map_err(Clone::clone)?;
+    p.findings.extend(selected.findings.iter().cloned());
+    let (tree, site) = (&selected.tree, &selected.site);
     p.family = Some(tree.family.clone());
     p.tree = Some(tree.dir.clone());
     safety::integrity(tree)?;
     safety::walked(tree)?;
 
-    let run = select::target(req, facts, overlay, tree, &mut p.findings)?;
+    let run = select::target(req, facts, inp.engine, overlay, tree, &mut p.findings)?;
     if let Some(e) = run.engine() {
         p.engine = Some(EngineView {
             name: e.name(),
@@ -173,12 +175,13 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         .and_then(|e| e.info().follower)
         .filter(|_| req.group.as_ref().is_some_and(|g| g.size > 1 && g.rank > 0));
 
-    // The engine's full option list for its version, when recorded: abbreviations are then
-    // resolved exactly as its parser resolves them.
-    let list = engine.and_then(|e| crate::engines::option_list(e, facts.engine(e).map(|i| i.version.as_str())));
-    let read = match engine {
-        Some(e) => config::read(e, list, &req.args, facts, &mut p.findings)?,
-        None => config::Read { parsed: Default::default(), defaults: true },
+    let list = inp.args.and_then(|a| a.list);
+    let read = match inp.args.filter(|a| Some(a.engine) == engine) {
+        Some(a) => {
+            p.findings.extend(a.findings.iter().cloned());
+            a.read.clone()?
+        }
+        None => crate::engine_args::Read { parsed: Default::default(), defaults: true },
     };
     let parsed = read.parsed;
     if let Some(e) = engine {
@@ -235,7 +238,15 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
 
     let mut added = match engine {
         Some(e) => args::apply(
-            &args::Ctx { req, facts, engine: e, parsed: &parsed, env: inp.env, defaults: read.defaults },
+            &args::Ctx {
+                req,
+                facts,
+                models: inp.models,
+                engine: e,
+                parsed: &parsed,
+                env: inp.env,
+                defaults: read.defaults,
+            },
             &mut p.findings,
         )?,
         None => Vec::new(),

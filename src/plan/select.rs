@@ -91,17 +91,34 @@ fn release_in_bound(t: &Tree, rocm: &Rocm) -> Option<bool> {
     Some(spec.contains(&v))
 }
 
-/// The tree the request selects, if any (no findings; for gathering facts about it): the
-/// forced one, else the one built for this image's ABI, preferring one with native code.
-pub fn family<'o>(req: &Request, python: &Python, rocm: &Rocm, overlay: &'o Overlay) -> Option<&'o Tree> {
+/// The tree the request selects, if any: the forced one, else the one built for this
+/// image's ABI, preferring one with native code.
+fn family<'o>(req: &Request, python: &Python, rocm: &Rocm, overlay: &'o Overlay) -> Option<&'o Tree> {
     match &req.family {
         Some(f) => overlay.trees.iter().find(|t| &t.family == f),
         None => overlay.trees.iter().filter(|t| matches(t, python, rocm)).min_by_key(|t| t.hip.is_none()),
     }
 }
 
-/// The one tree whose ABI matches, or the forced one (with a warning).
+/// The tree, selected once: the one whose ABI matches, or the forced one (with a warning),
+/// and what was said about the choice.
 pub fn tree<'o>(
+    req: &Request,
+    python: &Python,
+    rocm: &Rocm,
+    overlay: &'o Overlay,
+) -> Result<Selection<'o>, SelectError> {
+    let mut findings = Vec::new();
+    let tree = choose(req, python, rocm, overlay, &mut findings)?;
+    Ok(Selection { tree, findings })
+}
+
+pub struct Selection<'o> {
+    pub tree: &'o Tree,
+    pub findings: Vec<Finding>,
+}
+
+fn choose<'o>(
     req: &Request,
     python: &Python,
     rocm: &Rocm,
@@ -160,8 +177,17 @@ pub fn tree<'o>(
     Ok(t)
 }
 
-/// The engine to run: the one asked for (it must be installed), or the one installed.
-pub fn engine(choice: EngineChoice, facts: &Facts) -> Result<Engine, SelectError> {
+/// The engine the run starts, decided once: for a worker or a check, the one asked for (it
+/// must be installed) or the one the image has; none for the router or another program.
+pub fn engine(req: &Request, facts: &Facts) -> Result<Option<Engine>, SelectError> {
+    match req.role {
+        Role::Worker | Role::Check => installed(req.engine, facts).map(Some),
+        Role::Server | Role::Run => Ok(None),
+    }
+}
+
+/// The one asked for (it must be installed), or the one installed.
+fn installed(choice: EngineChoice, facts: &Facts) -> Result<Engine, SelectError> {
     let dirs = || {
         let dirs: Vec<String> = facts
             .python
@@ -300,10 +326,12 @@ impl Run<'_> {
     }
 }
 
-/// The engine, module or program of the request, checked against the tree.
+/// The engine, module or program of the request, checked against the tree. `engine`: the
+/// one decided for the run (or why none could be).
 pub fn target<'a>(
     req: &'a Request,
     facts: &'a Facts,
+    engine: &Result<Option<Engine>, Refusal>,
     overlay: &Overlay,
     tree: &'a Tree,
     findings: &mut Vec<Finding>,
@@ -316,7 +344,7 @@ pub fn target<'a>(
     };
     let (engine, module) = match req.role {
         Role::Worker | Role::Check => {
-            let e = engine(req.engine, facts)?;
+            let e = engine.clone()?.ok_or_else(|| crate::error::internal("a worker without an engine"))?;
             let allow = req.allow.iter().any(|a| a == crate::request::ENGINE_VERSION);
             let module = engine_module(tree, overlay, e, facts, allow, findings)?;
             (Some(e), written.unwrap_or(module))

@@ -56,8 +56,37 @@ fn kimi() -> ModelFacts {
     })
 }
 
-/// A vLLM ROCm 7 image unpacked at /image (not the host root: no process facts).
-fn facts() -> Facts {
+/// The image's facts, the image's copies of the selected tree's modules, and the model's.
+struct World {
+    image: Facts,
+    site: SiteIndex,
+    models: BTreeMap<OsString, ModelFacts>,
+}
+
+impl std::ops::Deref for World {
+    type Target = Facts;
+    fn deref(&self) -> &Facts {
+        &self.image
+    }
+}
+
+impl std::ops::DerefMut for World {
+    fn deref_mut(&mut self) -> &mut Facts {
+        &mut self.image
+    }
+}
+
+/// A vLLM ROCm 7 image unpacked at /image (not the host root: no process facts), with the
+/// Kimi-K3 model.
+fn facts() -> World {
+    World {
+        image: image_facts(),
+        site: SiteIndex::default(),
+        models: BTreeMap::from([(OsString::from("/models/kimi-k3"), kimi())]),
+    }
+}
+
+fn image_facts() -> Facts {
     Facts {
         root: Root::new("/image").place().clone(),
         python: Ok(python()),
@@ -77,7 +106,6 @@ fn facts() -> Facts {
             version: "0.11.0".into(),
             record: PathBuf::from(SITE).join("vllm-0.11.0.dist-info"),
         }],
-        site: SiteIndex::default(),
         gpus: Ok(Gpus {
             count: Some(8),
             source: GpuSource::VisibleDevices {
@@ -87,8 +115,6 @@ fn facts() -> Facts {
             },
         }),
         host: None,
-        models: BTreeMap::from([(OsString::from("/models/kimi-k3"), kimi())]),
-        engine_configs: BTreeMap::new(),
         interpreter_file: Some(ExecFile::Ok { mode: 0o755, header: Header::Elf }),
         program: None,
         workdir: Some(Ok("/".into())),
@@ -172,8 +198,24 @@ fn env() -> Env {
     Env::from([("PATH".into(), "/usr/bin:/bin".into()), ("HF_TOKEN".into(), "hf_secret".into())])
 }
 
-fn run<'a>(req: &'a Request, facts: &'a Facts, ov: &'a Result<Overlay, Refusal>, env: &'a Env) -> Plan<'a> {
-    plan(&Inputs { req, facts, overlay: ov, selected: None, env })
+/// The plan of `req`, its inputs made as the launch makes them (the values a plan only
+/// borrows while it is made are leaked: a test's lifetime).
+fn run<'a>(req: &'a Request, w: &'a World, ov: &'a Result<Overlay, Refusal>, env: &'a Env) -> Plan<'a> {
+    let engine: &'a _ = Box::leak(Box::new(super::decide_engine(req, &w.image).map_err(Refusal::from)));
+    let args = engine.as_ref().ok().copied().flatten().map(|e| {
+        let version = w.image.engine(e).map(|i| i.version.as_str());
+        let read = crate::engine_args::EngineArgs::read(e, version, &req.args, &Root::new("/image"), None);
+        &*Box::leak(Box::new(read))
+    });
+    let selected = match (&w.image.python, &w.image.rocm, ov) {
+        (Ok(py), Ok(rocm), Ok(o)) => Some(&*Box::leak(Box::new(
+            super::select_tree(req, py, rocm, o)
+                .map(|s| super::Selected { tree: s.tree.clone(), site: w.site.clone(), findings: s.findings })
+                .map_err(Refusal::from),
+        ))),
+        _ => None,
+    };
+    plan(&Inputs { req, facts: &w.image, engine, args, models: &w.models, overlay: ov, selected, env })
 }
 
 fn strs(v: &[OsString]) -> Vec<String> {
@@ -360,7 +402,7 @@ fn rules_refuse_and_allow() {
 }
 
 /// vLLM's ROCm images ship mooncake-transfer-engine-rocm.
-fn image_ships_mooncake(f: &mut Facts) {
+fn image_ships_mooncake(f: &mut World) {
     f.site.modules.insert("mooncake".into(), SITE.into());
     f.site.dists.push(crate::facts::site::Dist {
         dir: SITE.into(),

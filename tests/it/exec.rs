@@ -340,10 +340,13 @@ fn in_place_a_venv_python_sees_its_venv() {
 /// 128+15 (the launcher is PID 1 there: a signal has no default action), and says so.
 #[test]
 fn a_stop_while_waiting_for_the_model_ends_the_wait() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("not-yet");
+    // As in a pod: the image's root is `/` (a vLLM image), the model volume not filled yet.
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let model = std::path::Path::new("/models/not-yet");
     let started = std::time::Instant::now();
-    let mut child = infera(&["worker", "--wait-model", "60", "--", "--model"]).args([&model]).spawn();
+    let run = infera(&["worker", "--wait-model", "60", "--", "--model"]).args([model]);
+    let mut child = in_image_root(run, &img, &ov.overlay()).spawn();
     // The wait has begun once it is logged.
     let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();

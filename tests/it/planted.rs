@@ -182,7 +182,10 @@ fn every_wait_ends_on_sigterm_and_sigint_in_every_mode() {
     let waits: Vec<Wait> = vec![
         (
             "model",
-            Box::new(|| infera(&["worker", "--wait-model", "600", "--", "--model", "/nonexistent-infera-test/model"])),
+            Box::new(|| {
+                let run = infera(&["worker", "--wait-model", "600", "--", "--model", "/models/not-yet"]);
+                in_image_root(run, &img, &ov.overlay())
+            }),
             in_sigtimedwait,
             "waiting for the model",
         ),

@@ -494,3 +494,18 @@ pub fn hold_lock(dir: &Path) -> Reaped {
     assert!(wait_until(std::time::Duration::from_secs(20), locked), "the holder never took the lock");
     Reaped(child)
 }
+
+/// Run the launcher as a pod runs it: in a private mount namespace, chrooted into the image
+/// root `img`, the overlay at /opt/infera and the launcher at /.infera-exec (bind mounts:
+/// nothing of the host changes), /proc mounted. Root `/` for the launcher: the facts of a
+/// real run, and its waits.
+pub fn in_image_root(run: Run, img: &Fx, overlay: &Path) -> Run {
+    let script = "set -e\nroot=$1 ov=$2 bin=$3\nshift 3\n: > \"$root/.infera-exec\"\n\
+                  mkdir -p \"$root/opt/infera\" \"$root/proc\"\nmount --bind \"$bin\" \"$root/.infera-exec\"\n\
+                  mount --bind \"$ov\" \"$root/opt/infera\"\nmount -t proc proc \"$root/proc\"\n\
+                  exec chroot \"$root\" /.infera-exec \"$@\"\n";
+    let args: Vec<OsString> =
+        vec!["--mount".into(), "sh".into(), "-c".into(), script.into(), "sh".into(), img.path().into(), overlay.into()];
+    let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    run.under("unshare", &args)
+}
