@@ -219,37 +219,52 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
     }
     let elves_paths: BTreeSet<String> = elves.iter().map(|(r, _)| r.clone()).collect();
     for (rel, needed) in elves {
-        let needed = match needed {
-            Ok(n) => n,
-            Err(e) => {
-                problems.push(Problem::new(rel, format!("unreadable ELF: {e}")));
-                continue;
-            }
-        };
-        for n in needed {
-            if let Some((major, _)) = crate::facts::rocm::parse_hip_soname(&n) {
-                match want_rocm {
-                    Some(w) if w != major => problems.push(Problem::new(
-                        rel.clone(),
-                        format!("needs {n} (HIP ABI {major}), but [abi] hip = \"{w}\""),
-                    )),
-                    None => problems.push(Problem::new(
-                        rel.clone(),
-                        format!("needs {n} (HIP ABI {major}), but this pure-Python tree binds no HIP ABI"),
-                    )),
-                    _ => {}
-                }
-                d.hip.insert(major);
-            } else if let Some(rest) = n.strip_prefix("libpython") {
-                let minor = rest.split(".so").next().unwrap_or("");
-                if minor.starts_with('3') && minor.trim_end_matches(['d', 'm', 't']) != want_py {
-                    problems.push(Problem::new(rel.clone(), format!("needs {n}, but [abi] python = \"{want_py}\"")));
-                }
-                d.libpython.insert(n);
-            }
+        match needed {
+            Ok(needed) => bindings(&rel, needed, &want_py, want_rocm, &mut d, &mut problems),
+            Err(e) => problems.push(Problem::new(rel, format!("unreadable ELF: {e}"))),
         }
     }
     wheel_evidence(tree, &files, &elves_paths, &want_py, &mut d, &mut problems);
+    capability_presence(tree, site, manifest, &mut d, &mut problems);
+    Ok((d, problems))
+}
+
+/// What one ELF file binds (DT_NEEDED): the HIP ABI of `libamdhip64.so.N`, the CPython of
+/// `libpython3.X`, each checked against the manifest's `[abi]`.
+fn bindings(
+    rel: &str,
+    needed: Vec<String>,
+    want_py: &str,
+    want_rocm: Option<u32>,
+    d: &mut Derived,
+    problems: &mut Vec<Problem>,
+) {
+    for n in needed {
+        if let Some((major, _)) = crate::facts::rocm::parse_hip_soname(&n) {
+            match want_rocm {
+                Some(w) if w != major => problems.push(Problem::new(
+                    rel.to_string(),
+                    format!("needs {n} (HIP ABI {major}), but [abi] hip = \"{w}\""),
+                )),
+                None => problems.push(Problem::new(
+                    rel.to_string(),
+                    format!("needs {n} (HIP ABI {major}), but this pure-Python tree binds no HIP ABI"),
+                )),
+                _ => {}
+            }
+            d.hip.insert(major);
+        } else if let Some(rest) = n.strip_prefix("libpython") {
+            let minor = rest.split(".so").next().unwrap_or("");
+            if minor.starts_with('3') && minor.trim_end_matches(['d', 'm', 't']) != want_py {
+                problems.push(Problem::new(rel.to_string(), format!("needs {n}, but [abi] python = \"{want_py}\"")));
+            }
+            d.libpython.insert(n);
+        }
+    }
+}
+
+/// Each capability's modules and libraries present in the tree, or missing.
+fn capability_presence(tree: &Path, site: &str, manifest: &Manifest, d: &mut Derived, problems: &mut Vec<Problem>) {
     let site_dir = tree.join(site);
     let prefix = if site.is_empty() { String::new() } else { format!("{site}/") };
     for (name, cap) in &manifest.capabilities {
@@ -271,7 +286,6 @@ pub fn derive(tree: &Path, site: &str, manifest: &Manifest) -> Result<(Derived, 
         }
         d.capabilities.insert(name.clone(), CapabilityPresence { present: missing.is_empty(), missing });
     }
-    Ok((d, problems))
 }
 
 /// The CPython a wheel tag binds: `cp312-cp312-…` → Exact(3.12); `cp312-abi3-…` →

@@ -53,6 +53,39 @@ pub fn text(plan: &Plan, check: bool) -> String {
     let mut o = String::new();
     let f = &plan.facts;
     w!(o, "infera-exec {} plan{}", plan.role, if plan.error.is_some() { " (refused)" } else { "" });
+    image_section(&mut o, f);
+    match f.host {
+        Some(h) => host_section(&mut o, h),
+        None if check => w!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)"),
+        None => {}
+    }
+    if let Some(e) = &plan.engine {
+        w!(o, "  engine    {} {} → module {}", e.name, e.version.as_deref().unwrap_or("(not installed)"), e.module);
+    }
+    if let (Some(fam), Some(tree)) = (&plan.family, &plan.tree) {
+        w!(o, "  tree      {fam} ({})", tree.display());
+    }
+    if check || plan.capabilities.iter().any(|c| c.requested) {
+        capability_table(&mut o, &plan.capabilities);
+    }
+    if let Some(x) = &plan.exec {
+        exec_section(&mut o, x);
+    }
+    for fi in &plan.findings {
+        let lvl = match fi.level {
+            Level::Info => "info",
+            Level::Warn => "warn",
+        };
+        w!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
+    }
+    if let Some(e) = &plan.error {
+        w!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
+    }
+    o
+}
+
+/// What the image is: its Python, ROCm release and HIP ABI, torch, and the GPUs.
+fn image_section(o: &mut String, f: &crate::facts::FactsView) {
     if let Some(py) = f.python {
         w!(o, "  python    {} at {} (from {})", py.version, py.executable.display(), py.evidence.join(", "));
     }
@@ -69,95 +102,77 @@ pub fn text(plan: &Plan, check: bool) -> String {
     }
     let gpus = f.gpus.map_or_else(|| "unknown".to_string(), |g| g.to_string());
     w!(o, "  gpus      {gpus} ({})", f.gpus_source);
-    if let Some(h) = f.host {
-        let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(",") };
-        let memlock = h.memlock.map_or_else(|| "unlimited".to_string(), |b| format!("{} KiB", b / 1024));
-        w!(o, "  memlock   {memlock}");
-        w!(o, "  caps      effective {}", list(&h.caps.effective));
-        w!(o, "            bounding  {}", list(&h.caps.bounding));
-        w!(o, "            ambient   {}", list(&h.caps.ambient));
-        let d = &h.devices;
-        let groups: Vec<String> = d.groups.iter().map(u32::to_string).collect();
-        w!(
-            o,
-            "  devices   /dev/kfd {}, {} render nodes, {} RDMA devices; this process: uid {}, groups {}",
-            if h.kfd { "present" } else { "absent" },
-            h.render_nodes,
-            h.rdma_devices.len(),
-            d.uid,
-            if groups.is_empty() { "none".to_string() } else { groups.join(",") }
-        );
-        for n in &d.nodes {
-            let state = match &n.reason {
-                None => "can open (read-write)".to_string(),
-                Some(r) => format!("CANNOT OPEN: {r}"),
-            };
-            w!(o, "            {:<20} {:<18} {state}", n.path.display(), n.mode);
-        }
-        if !d.gpus.is_empty() {
-            let list: Vec<String> = d
-                .gpus
-                .iter()
-                .map(|g| {
-                    let render = g.render_minor.map(|m| format!(" renderD{m}")).unwrap_or_default();
-                    format!("node {} {}{render}", g.node, g.gfx.as_deref().unwrap_or("gfx?"))
-                })
-                .collect();
-            w!(o, "  gpu arch  {}", list.join(", "));
-        }
-        let kernel = d.kernel.as_deref().unwrap_or("?");
-        let driver = match (&d.driver, d.driver_loaded) {
-            (Some(v), _) => format!("amdgpu {v} (/sys/module/amdgpu/version), kernel {kernel}"),
-            (None, true) => format!("the kernel's own amdgpu (kernel {kernel}; no /sys/module/amdgpu/version)"),
-            (None, false) => format!("no amdgpu driver loaded on this node (no /sys/module/amdgpu; kernel {kernel})"),
+}
+
+/// This process and the node (root `/` only): memlock, capability sets, devices, driver.
+fn host_section(o: &mut String, h: &crate::facts::host::Host) {
+    let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(",") };
+    let memlock = h.memlock.map_or_else(|| "unlimited".to_string(), |b| format!("{} KiB", b / 1024));
+    w!(o, "  memlock   {memlock}");
+    w!(o, "  caps      effective {}", list(&h.caps.effective));
+    w!(o, "            bounding  {}", list(&h.caps.bounding));
+    w!(o, "            ambient   {}", list(&h.caps.ambient));
+    let d = &h.devices;
+    let groups: Vec<String> = d.groups.iter().map(u32::to_string).collect();
+    w!(
+        o,
+        "  devices   /dev/kfd {}, {} render nodes, {} RDMA devices; this process: uid {}, groups {}",
+        if h.kfd { "present" } else { "absent" },
+        h.render_nodes,
+        h.rdma_devices.len(),
+        d.uid,
+        if groups.is_empty() { "none".to_string() } else { groups.join(",") }
+    );
+    for n in &d.nodes {
+        let state = match &n.reason {
+            None => "can open (read-write)".to_string(),
+            Some(r) => format!("CANNOT OPEN: {r}"),
         };
-        w!(o, "  driver    {driver}");
-    } else if check {
-        w!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)");
+        w!(o, "            {:<20} {:<18} {state}", n.path.display(), n.mode);
     }
-    if let Some(e) = &plan.engine {
-        w!(o, "  engine    {} {} → module {}", e.name, e.version.as_deref().unwrap_or("(not installed)"), e.module);
+    if !d.gpus.is_empty() {
+        let list: Vec<String> = d
+            .gpus
+            .iter()
+            .map(|g| {
+                let render = g.render_minor.map(|m| format!(" renderD{m}")).unwrap_or_default();
+                format!("node {} {}{render}", g.node, g.gfx.as_deref().unwrap_or("gfx?"))
+            })
+            .collect();
+        w!(o, "  gpu arch  {}", list.join(", "));
     }
-    if let (Some(fam), Some(tree)) = (&plan.family, &plan.tree) {
-        w!(o, "  tree      {fam} ({})", tree.display());
-    }
-    if check || plan.capabilities.iter().any(|c| c.requested) {
-        w!(o, "  capabilities:");
-        w!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} why", "name", "requested", "provided", "usable", "copy");
-        for c in &plan.capabilities {
-            let usable = match c.usable {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "unknown",
-            };
-            let why = c
-                .reason
-                .clone()
-                .or_else(|| c.requested_by.clone().map(|b| format!("requested by {b}")))
-                .unwrap_or_default();
-            // Which copy the child imports: the tree's, or the engine image's own.
-            let copy = match c.import.as_ref().map(|i| i.copy) {
-                Some(crate::plan::Copy::Tree) => "tree",
-                Some(crate::plan::Copy::Base) => "image",
-                None => "-",
-            };
-            w!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} {}", c.name, yn(c.requested), yn(c.provided), usable, copy, why);
-        }
-    }
-    if let Some(x) = &plan.exec {
-        exec_section(&mut o, x);
-    }
-    for fi in &plan.findings {
-        let lvl = match fi.level {
-            Level::Info => "info",
-            Level::Warn => "warn",
+    let kernel = d.kernel.as_deref().unwrap_or("?");
+    let driver = match (&d.driver, d.driver_loaded) {
+        (Some(v), _) => format!("amdgpu {v} (/sys/module/amdgpu/version), kernel {kernel}"),
+        (None, true) => format!("the kernel's own amdgpu (kernel {kernel}; no /sys/module/amdgpu/version)"),
+        (None, false) => format!("no amdgpu driver loaded on this node (no /sys/module/amdgpu; kernel {kernel})"),
+    };
+    w!(o, "  driver    {driver}");
+}
+
+/// Each capability: requested, provided, usable, which copy the child imports, and why.
+fn capability_table(o: &mut String, rows: &[crate::plan::CapRow]) {
+    w!(o, "  capabilities:");
+    w!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} why", "name", "requested", "provided", "usable", "copy");
+    for c in rows {
+        let usable = match c.usable {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "unknown",
         };
-        w!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
+        let why = c
+            .reason
+            .clone()
+            .or_else(|| c.requested_by.clone().map(|b| format!("requested by {b}")))
+            .unwrap_or_default();
+        // Which copy the child imports: the tree's, or the engine image's own.
+        let copy = match c.import.as_ref().map(|i| i.copy) {
+            Some(crate::plan::Copy::Tree) => "tree",
+            Some(crate::plan::Copy::Base) => "image",
+            None => "-",
+        };
+        w!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} {}", c.name, yn(c.requested), yn(c.provided), usable, copy, why);
     }
-    if let Some(e) = &plan.error {
-        w!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
-    }
-    o
 }
 
 /// The one line a start logs at the default level: what runs, from where, with which

@@ -197,6 +197,35 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
     Ok(Some(Group { size: n, rank: r, leader, source: source_, leader_wait: e.leader_wait }))
 }
 
+/// `--allow` / INFERA_ALLOW: rule codes (and `engine-version`) run anyway, each checked.
+fn allowed(o: &Options) -> Result<Vec<String>, UsageError> {
+    let allow = clean(o.common.allow.clone());
+    // (The rules are parsed only when something names one.)
+    if let Some(name) =
+        allow.iter().find(|x| !crate::rules::codes().contains(&x.as_str()) && x.as_str() != ENGINE_VERSION)
+    {
+        let mut rules: Vec<String> = crate::rules::codes().iter().map(|r| r.to_string()).collect();
+        rules.push(ENGINE_VERSION.to_string());
+        return Err(UsageError::AllowUnknown { said: o.said("allow"), name: name.clone(), rules });
+    }
+    Ok(allow)
+}
+
+/// The capabilities required (`--require`, then the stack's INFERA_REQUIRE_NATIVE), each
+/// with who requires it, and whether everything the native tree carries is.
+fn required(o: &Options) -> (Vec<Required>, bool) {
+    let require_said: &'static str = if o.said("require") == REQUIRE_FLAG { REQUIRE_FLAG } else { ev::INFERA_REQUIRE };
+    let mut require: Vec<Required> =
+        clean(o.common.require.clone()).into_iter().map(|name| Required { name, by: require_said }).collect();
+    let (native, all) = parse_require_native(o.common.require_native.as_deref());
+    for name in native {
+        if !require.iter().any(|r| r.name == name) {
+            require.push(Required { name, by: ev::INFERA_REQUIRE_NATIVE });
+        }
+    }
+    (require, all)
+}
+
 /// `net_bind_service,CAP_KILL` → the set, sorted; `none` (or empty) → keep nothing.
 pub fn parse_caps(list: &[String], said: &str) -> Result<Vec<caps::Capability>, UsageError> {
     use std::str::FromStr;
@@ -278,15 +307,7 @@ impl Request {
         let group = group(&o, env)?;
         let c = &o.common;
         let keep_caps = c.drop_caps.as_deref().map(|l| parse_caps(l, &o.said("drop-caps"))).transpose()?;
-        let allow = clean(c.allow.clone());
-        // (The rules are parsed only when something names one.)
-        if let Some(name) =
-            allow.iter().find(|x| !crate::rules::codes().contains(&x.as_str()) && x.as_str() != ENGINE_VERSION)
-        {
-            let mut rules: Vec<String> = crate::rules::codes().iter().map(|r| r.to_string()).collect();
-            rules.push(ENGINE_VERSION.to_string());
-            return Err(UsageError::AllowUnknown { said: o.said("allow"), name: name.clone(), rules });
-        }
+        let allow = allowed(&o)?;
         let verify = match ev::get(env, ev::INFERA_VERIFY).map(|v| v.to_string_lossy()).as_deref() {
             None | Some("" | "off" | "0") => Verify::Off,
             Some("size") => Verify::Size,
@@ -301,16 +322,7 @@ impl Request {
             Some(d) if d.is_absolute() => Some(d),
             Some(dir) => return Err(UsageError::ChdirRelative { said: o.said("chdir"), dir }),
         };
-        let require_said: &'static str =
-            if o.said("require") == REQUIRE_FLAG { REQUIRE_FLAG } else { ev::INFERA_REQUIRE };
-        let mut require: Vec<Required> =
-            clean(c.require.clone()).into_iter().map(|name| Required { name, by: require_said }).collect();
-        let (native, require_all_native) = parse_require_native(c.require_native.as_deref());
-        for name in native {
-            if !require.iter().any(|r| r.name == name) {
-                require.push(Required { name, by: ev::INFERA_REQUIRE_NATIVE });
-            }
-        }
+        let (require, require_all_native) = required(&o);
         let image_env_said = o.said("image-env");
         let wait_model =
             (o.engine.wait_model > 0).then(|| ModelWait { seconds: o.engine.wait_model, said: o.said("wait-model") });

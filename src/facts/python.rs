@@ -94,36 +94,11 @@ pub fn detect(
     wanted: Option<&OsStr>,
     findings: &mut Vec<Finding>,
 ) -> Result<Python, PythonError> {
-    let path_str = match path_var {
-        Some(p) => rootfs::os_to_string(p),
-        None => envvars::DEFAULT_PATH.to_string(),
-    };
-    let found = match wanted {
-        Some(w) if Path::new(w).is_absolute() => {
-            let p = PathBuf::from(w);
-            match root.stat(&p) {
-                Ok(_) => p,
-                Err(e) => return Err(unresolvable(root, p, &e)),
-            }
-        }
-        _ => {
-            let dirs: Vec<&str> = path_str.split(':').filter(|d| d.starts_with('/')).collect();
-            if dirs.is_empty() {
-                return Err(PythonError::EmptyPath);
-            }
-            let names: Vec<String> = match wanted {
-                Some(w) => vec![w.to_string_lossy().into_owned()],
-                None => vec!["python3".into(), "python".into()],
-            };
-            find_on_path(root, &dirs, &names)?
-                .ok_or_else(|| PythonError::NotFound { names: names.join("` or `"), path: path_str.clone() })?
-        }
-    };
+    let found = locate(root, path_var, wanted)?;
     let resolved = root.resolve(&found).map_err(|e| unresolvable(root, found.clone(), &e))?;
-
     let bin_dir = found.parent().unwrap_or(Path::new("/")).to_path_buf();
     let venv_dir = bin_dir.parent().map(Path::to_path_buf).filter(|v| root.is_file(&v.join("pyvenv.cfg")));
-
+    let venv_cfg = venv_dir.as_ref().and_then(|v| root.read_small_string(&v.join("pyvenv.cfg")).ok());
     let mut evidence: Vec<Evidence> = Vec::new();
     // 1. The interpreter's own name, e.g. /usr/bin/python3.12.
     for p in [&resolved, &found] {
@@ -133,26 +108,79 @@ pub fn detect(
         }
     }
     // 2. pyvenv.cfg (`version = 3.12.3` from venv, `version_info = ...` from uv/virtualenv).
-    let venv_cfg = venv_dir.as_ref().and_then(|v| root.read_small_string(&v.join("pyvenv.cfg")).ok());
     if let (Some(v), Some(text)) = (&venv_dir, &venv_cfg) {
         if let Some(m) = pyvenv_minor(text) {
             evidence.push(Evidence { what: format!("`{}`", v.join("pyvenv.cfg").display()), minor: m });
         }
     }
-    // 3. Site directories: lib/python3.X/{site,dist}-packages under the prefix. The prefix
-    // of the path found on PATH counts too (`/usr/bin/python3` → `/usr`, whose
-    // /usr/local/lib/python3.X/dist-packages Debian-built CPython reads), not only the
-    // prefix of the resolved file.
-    // A venv made with `--system-site-packages` (`include-system-site-packages = true`): CPython
-    // appends the base installation's site directories (its prefix: `home`'s parent, where
-    // the venv's interpreter resolves) after the venv's own.
-    let base_too = venv_cfg.as_deref().is_some_and(system_site);
-    let base_prefixes: Vec<PathBuf> = match &venv_dir {
-        Some(_) if !base_too => Vec::new(),
-        Some(_) => venv_cfg.as_deref().and_then(pyvenv_home).into_iter().chain([resolved.clone()]).collect(),
-        None => vec![found.clone(), resolved.clone()],
+    let candidates = candidates(root, &found, &resolved, venv_dir.as_deref(), venv_cfg.as_deref());
+    // 3. The directories that hold the image's packages (torch or an engine) are evidence;
+    // an empty python3.X directory left by the OS is not. 4. Extension suffixes of compiled
+    // modules, e.g. torch/_C.cpython-312-x86_64-linux-gnu.so.
+    for (dir, minor) in &candidates {
+        let Some(m) = minor else { continue };
+        if holds_packages(root, dir) {
+            evidence.push(Evidence { what: format!("packages in `{}`", dir.display()), minor: *m });
+            if let Some((file, em)) = torch_ext_minor(root, dir) {
+                evidence.push(Evidence { what: format!("extension `{}`", file.display()), minor: em });
+            }
+        }
+    }
+    let minor = decide(root, &found, &mut evidence, findings)?;
+    let site_dirs = site_dirs(root, &candidates, minor, pythonpath);
+    let executable = if venv_dir.is_some() { found.clone() } else { resolved.clone() };
+    let mut ev_text: Vec<String> = Vec::new();
+    for e in &evidence {
+        if e.minor == minor && !ev_text.contains(&e.what) {
+            ev_text.push(e.what.clone());
+        }
+    }
+    let version = format!("{}.{}", minor.0, minor.1);
+    Ok(Python { executable, resolved, version, minor, evidence: ev_text, venv: venv_dir, site_dirs })
+}
+
+/// The interpreter's path: the one named, else the first of `python3`, `python` on PATH.
+fn locate(root: &Root, path_var: Option<&OsString>, wanted: Option<&OsStr>) -> Result<PathBuf, PythonError> {
+    if let Some(w) = wanted.filter(|w| Path::new(w).is_absolute()) {
+        let p = PathBuf::from(w);
+        return match root.stat(&p) {
+            Ok(_) => Ok(p),
+            Err(e) => Err(unresolvable(root, p, &e)),
+        };
+    }
+    let path_str = path_var.map_or_else(|| envvars::DEFAULT_PATH.to_string(), |p| rootfs::os_to_string(p));
+    let dirs: Vec<&str> = path_str.split(':').filter(|d| d.starts_with('/')).collect();
+    if dirs.is_empty() {
+        return Err(PythonError::EmptyPath);
+    }
+    let names: Vec<String> = match wanted {
+        Some(w) => vec![w.to_string_lossy().into_owned()],
+        None => vec!["python3".into(), "python".into()],
     };
-    let mut candidates = venv_dir.as_ref().map(|v| site_candidates(root, v, true)).unwrap_or_default();
+    find_on_path(root, &dirs, &names)?
+        .ok_or_else(|| PythonError::NotFound { names: names.join("` or `"), path: path_str.clone() })
+}
+
+/// The site directories CPython would read, each with the minor its path names: a venv's
+/// own, then the base's. The prefix of the path found on PATH counts too (`/usr/bin/python3`
+/// → `/usr`, whose /usr/local/lib/python3.X/dist-packages Debian-built CPython reads), not
+/// only the prefix of the resolved file. A venv made with `--system-site-packages`
+/// (`include-system-site-packages = true`): CPython appends the base installation's site
+/// directories (its prefix: `home`'s parent, where the venv's interpreter resolves).
+fn candidates(
+    root: &Root,
+    found: &Path,
+    resolved: &Path,
+    venv_dir: Option<&Path>,
+    venv_cfg: Option<&str>,
+) -> Vec<(PathBuf, Option<(u32, u32)>)> {
+    let base_too = venv_cfg.is_some_and(system_site);
+    let base_prefixes: Vec<PathBuf> = match venv_dir {
+        Some(_) if !base_too => Vec::new(),
+        Some(_) => venv_cfg.and_then(pyvenv_home).into_iter().chain([resolved.to_path_buf()]).collect(),
+        None => vec![found.to_path_buf(), resolved.to_path_buf()],
+    };
+    let mut candidates = venv_dir.map(|v| site_candidates(root, v, true)).unwrap_or_default();
     for pre in base_prefixes.iter().filter_map(|p| p.parent().and_then(Path::parent)) {
         for c in site_candidates(root, pre, false) {
             if !candidates.contains(&c) {
@@ -160,62 +188,49 @@ pub fn detect(
             }
         }
     }
-    // The directories that hold the image's packages (torch or an engine) are evidence;
-    // an empty python3.X directory left by the OS is not.
-    let mut pkg_minors: BTreeSet<(u32, u32)> = BTreeSet::new();
-    for (dir, minor) in &candidates {
-        let Some(m) = minor else { continue };
-        if holds_packages(root, dir) {
-            pkg_minors.insert(*m);
-            evidence.push(Evidence { what: format!("packages in `{}`", dir.display()), minor: *m });
-            // 4. Extension suffixes of compiled modules, e.g. torch/_C.cpython-312-x86_64-linux-gnu.so.
-            if let Some((file, em)) = torch_ext_minor(root, dir) {
-                evidence.push(Evidence { what: format!("extension `{}`", file.display()), minor: em });
-            }
-        }
-    }
+    candidates
+}
 
+/// The minor the evidence gives: the first when all agree; when it disagrees, the
+/// interpreter's own evidence (or, on the real root, running it) wins, said as a warning.
+/// No evidence: on the real root, running the interpreter, else unknown.
+fn decide(
+    root: &Root,
+    found: &Path,
+    evidence: &mut Vec<Evidence>,
+    findings: &mut Vec<Finding>,
+) -> Result<(u32, u32), PythonError> {
     let distinct: BTreeSet<(u32, u32)> = evidence.iter().map(|e| e.minor).collect();
-    let minor = match evidence.first() {
-        Some(first) => {
-            if distinct.len() > 1 {
-                let list: Vec<String> =
-                    evidence.iter().map(|e| format!("{}.{} from {}", e.minor.0, e.minor.1, e.what)).collect();
-                let mut chosen = first.minor;
-                let mut how = "the interpreter's own evidence wins".to_string();
-                if root.is_host_root() {
-                    if let Some(m) = run_interpreter(&found) {
-                        chosen = m;
-                        how = "running the interpreter settled it".to_string();
-                    }
-                }
-                findings.push(Finding::warn(
-                    "python-evidence-conflict",
-                    format!(
-                        "the image's CPython evidence disagrees: {}; using {}.{} ({how})",
-                        list.join("; "),
-                        chosen.0,
-                        chosen.1
-                    ),
-                ));
-                chosen
-            } else {
-                first.minor
-            }
-        }
-        None => {
-            // Last resort, allowed only on the real root: ask the interpreter itself.
-            let ran = if root.is_host_root() { run_interpreter(&found) } else { None };
-            match ran {
-                Some(m) => {
-                    evidence.push(Evidence { what: "running the interpreter".to_string(), minor: m });
-                    m
-                }
-                None => return Err(PythonError::UnknownVersion { path: found }),
-            }
-        }
+    let Some(first) = evidence.first() else {
+        // Last resort, allowed only on the real root: ask the interpreter itself.
+        let ran = if root.is_host_root() { run_interpreter(found) } else { None };
+        let m = ran.ok_or_else(|| PythonError::UnknownVersion { path: found.to_path_buf() })?;
+        evidence.push(Evidence { what: "running the interpreter".to_string(), minor: m });
+        return Ok(m);
     };
+    if distinct.len() <= 1 {
+        return Ok(first.minor);
+    }
+    let list: Vec<String> = evidence.iter().map(|e| format!("{}.{} from {}", e.minor.0, e.minor.1, e.what)).collect();
+    let (chosen, how) = match root.is_host_root().then(|| run_interpreter(found)).flatten() {
+        Some(m) => (m, "running the interpreter settled it"),
+        None => (first.minor, "the interpreter's own evidence wins"),
+    };
+    findings.push(Finding::warn(
+        "python-evidence-conflict",
+        format!("the image's CPython evidence disagrees: {}; using {}.{} ({how})", list.join("; "), chosen.0, chosen.1),
+    ));
+    Ok(chosen)
+}
 
+/// The site directories of that minor, with what their `easy-install.pth` adds; the image's
+/// PYTHONPATH entries first (they come first in sys.path, the base's too).
+fn site_dirs(
+    root: &Root,
+    candidates: &[(PathBuf, Option<(u32, u32)>)],
+    minor: (u32, u32),
+    pythonpath: Option<&OsString>,
+) -> Vec<PathBuf> {
     let mut site_dirs: Vec<PathBuf> = Vec::new();
     for (dir, _) in candidates.iter().filter(|(_, m)| m.is_none() || *m == Some(minor)) {
         site_dirs.push(dir.clone());
@@ -225,7 +240,6 @@ pub fn detect(
             }
         }
     }
-    // PYTHONPATH entries of the image come first in sys.path: they are the base's too.
     if let Some(pp) = pythonpath {
         let pp = rootfs::os_to_string(pp);
         for e in pp.split(':').filter(|e| e.starts_with('/')).rev() {
@@ -235,23 +249,7 @@ pub fn detect(
             }
         }
     }
-
-    let executable = if venv_dir.is_some() { found.clone() } else { resolved.clone() };
-    let mut ev_text: Vec<String> = Vec::new();
-    for e in &evidence {
-        if e.minor == minor && !ev_text.contains(&e.what) {
-            ev_text.push(e.what.clone());
-        }
-    }
-    Ok(Python {
-        executable,
-        resolved,
-        version: format!("{}.{}", minor.0, minor.1),
-        minor,
-        evidence: ev_text,
-        venv: venv_dir,
-        site_dirs,
-    })
+    site_dirs
 }
 
 /// PATH lookup inside the root: each name in every directory, in order.

@@ -33,80 +33,7 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
     }
     let mut trees: Vec<Tree> = Vec::new();
     for name in names {
-        let tdir = trees_dir.join(&name);
-        // The tree's and its manifest's own `lstat`: where neither is a link, what `inside`
-        // and the mode checks need, and the manifest opened without another lookup.
-        let tmeta = plain(&trees_dir, &tdir)?;
-        let mpath = tdir.join("manifest.toml");
-        // A manifest that is a link to a file elsewhere describes a tree it is not part of.
-        let mmeta = if tmeta.is_some() { plain(&tdir, &mpath)? } else { None };
-        if tmeta.is_none() {
-            inside(&tdir, &mpath)?;
-        }
-        let bad = |reason: ManifestError| OverlayError::Manifest { path: mpath.clone(), reason };
-        let unreadable = |e: std::io::Error| bad(ManifestError::Unreadable(rootfs::io_reason(&e)));
-        let (bytes, mmeta) = match &mmeta {
-            Some(m) => rootfs::read_known(&mpath, m, SMALL_FILE_LIMIT).map(|(b, m)| (b, Some(m))),
-            None => read_bounded(&mpath, SMALL_FILE_LIMIT).map(|b| (b, None)),
-        }
-        .map_err(unreadable)?;
-        let text = String::from_utf8(bytes).map_err(|_| bad(ManifestError::NotUtf8))?;
-        let manifest = manifest::parse(&text, &name).map_err(bad)?;
-        // The paths a code-loading [env] value names are inside the tree by their spelling
-        // (validated); where they resolve must be too (a link to a file elsewhere is refused).
-        for (k, v) in manifest.env.iter().filter(|(k, _)| manifest::CODE_PATH_ENV.iter().any(|(n, _)| n == k)) {
-            for p in manifest::code_paths(k, v) {
-                inside(&tdir, &PathBuf::from(p.replace("{tree}", &tdir.to_string_lossy())))?;
-            }
-        }
-        let mut paths = Paths { parts: vec![tdir.clone()], contain: tdir.clone(), ..Paths::default() };
-        for (sub, list) in [("site-packages", &mut paths.site), ("lib", &mut paths.lib), ("bin", &mut paths.bin)] {
-            let p = tdir.join(sub);
-            if dir_inside(&tdir, &p)? {
-                list.push(p);
-            }
-        }
-        // A capability's own directory, when the tree keeps it apart (so that the image's
-        // copy can be imported instead: `prefer = "base"`).
-        if !manifest.capabilities.is_empty() {
-            let caps = tdir.join("capabilities");
-            // `capabilities/` a plain directory (not a link): each name is one `lstat`.
-            let plain = fs::symlink_metadata(&caps).is_ok_and(|m| m.is_dir());
-            for name in manifest.capabilities.keys() {
-                let p = caps.join(name);
-                let dir = if plain {
-                    dir_inside(&tdir, &p)?
-                } else if p.exists() {
-                    inside(&tdir, &p)?;
-                    p.is_dir()
-                } else {
-                    false
-                };
-                if dir {
-                    paths.caps.insert(name.clone(), p);
-                }
-            }
-        }
-        let facts = if opts.lazy { TreeFacts::default() } else { gather::tree_facts(&tdir, &paths, &manifest, opts) };
-        if opts.check_writable {
-            match &tmeta {
-                Some(m) => not_writable_by_mode(&tdir, m)?,
-                None => not_writable(&tdir)?,
-            }
-            match &mmeta {
-                Some(m) => not_writable_by_mode(&mpath, m)?,
-                None => not_writable(&mpath)?,
-            }
-        }
-        let tree = Tree {
-            family: name,
-            dir: tdir,
-            python: manifest.python_minor(),
-            hip: Some(manifest.hip_major()),
-            manifest,
-            paths,
-            facts,
-        };
+        let tree = load_tree(&trees_dir, name, opts)?;
         if let Some(other) = trees.iter().find(|t| t.manifest.abi == tree.manifest.abi) {
             return Err(OverlayError::Ambiguous {
                 a: other.family.clone(),
@@ -118,6 +45,84 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
         trees.push(tree);
     }
     Ok(trees)
+}
+
+/// One tree: its manifest (read and validated, the paths of its code-loading `[env]`
+/// inside it), its directories, and (not lazy) its facts.
+fn load_tree(trees_dir: &Path, name: String, opts: &LoadOptions) -> Result<Tree, OverlayError> {
+    let tdir = trees_dir.join(&name);
+    // The tree's and its manifest's own `lstat`: where neither is a link, what `inside`
+    // and the mode checks need, and the manifest opened without another lookup.
+    let tmeta = plain(trees_dir, &tdir)?;
+    let mpath = tdir.join("manifest.toml");
+    // A manifest that is a link to a file elsewhere describes a tree it is not part of.
+    let mmeta = if tmeta.is_some() { plain(&tdir, &mpath)? } else { None };
+    if tmeta.is_none() {
+        inside(&tdir, &mpath)?;
+    }
+    let bad = |reason: ManifestError| OverlayError::Manifest { path: mpath.clone(), reason };
+    let unreadable = |e: std::io::Error| bad(ManifestError::Unreadable(rootfs::io_reason(&e)));
+    let (bytes, mmeta) = match &mmeta {
+        Some(m) => rootfs::read_known(&mpath, m, SMALL_FILE_LIMIT).map(|(b, m)| (b, Some(m))),
+        None => read_bounded(&mpath, SMALL_FILE_LIMIT).map(|b| (b, None)),
+    }
+    .map_err(unreadable)?;
+    let text = String::from_utf8(bytes).map_err(|_| bad(ManifestError::NotUtf8))?;
+    let manifest = manifest::parse(&text, &name).map_err(bad)?;
+    // The paths a code-loading [env] value names are inside the tree by their spelling
+    // (validated); where they resolve must be too (a link to a file elsewhere is refused).
+    for (k, v) in manifest.env.iter().filter(|(k, _)| manifest::CODE_PATH_ENV.iter().any(|(n, _)| n == k)) {
+        for p in manifest::code_paths(k, v) {
+            inside(&tdir, &PathBuf::from(p.replace("{tree}", &tdir.to_string_lossy())))?;
+        }
+    }
+    let paths = tree_paths(&tdir, &manifest)?;
+    let facts = if opts.lazy { TreeFacts::default() } else { gather::tree_facts(&tdir, &paths, &manifest, opts) };
+    if opts.check_writable {
+        match &tmeta {
+            Some(m) => not_writable_by_mode(&tdir, m)?,
+            None => not_writable(&tdir)?,
+        }
+        match &mmeta {
+            Some(m) => not_writable_by_mode(&mpath, m)?,
+            None => not_writable(&mpath)?,
+        }
+    }
+    let (python, hip) = (manifest.python_minor(), Some(manifest.hip_major()));
+    Ok(Tree { family: name, dir: tdir, python, hip, manifest, paths, facts })
+}
+
+/// The tree's site-packages, lib and bin, and each capability's own directory when the tree
+/// keeps it apart (so that the image's copy can be imported instead: `prefer = "base"`).
+fn tree_paths(tdir: &Path, manifest: &manifest::Manifest) -> Result<Paths, OverlayError> {
+    let mut paths = Paths { parts: vec![tdir.to_path_buf()], contain: tdir.to_path_buf(), ..Paths::default() };
+    for (sub, list) in [("site-packages", &mut paths.site), ("lib", &mut paths.lib), ("bin", &mut paths.bin)] {
+        let p = tdir.join(sub);
+        if dir_inside(tdir, &p)? {
+            list.push(p);
+        }
+    }
+    if manifest.capabilities.is_empty() {
+        return Ok(paths);
+    }
+    let caps = tdir.join("capabilities");
+    // `capabilities/` a plain directory (not a link): each name is one `lstat`.
+    let plain = fs::symlink_metadata(&caps).is_ok_and(|m| m.is_dir());
+    for name in manifest.capabilities.keys() {
+        let p = caps.join(name);
+        let dir = if plain {
+            dir_inside(tdir, &p)?
+        } else if p.exists() {
+            inside(tdir, &p)?;
+            p.is_dir()
+        } else {
+            false
+        };
+        if dir {
+            paths.caps.insert(name.clone(), p);
+        }
+    }
+    Ok(paths)
 }
 
 /// Is `p` a directory that resolves inside `tree`? `p`'s parent must be `tree` or a plain

@@ -137,20 +137,54 @@ fn defaults<'a>(
     findings: &mut Vec<Finding>,
 ) -> Effective<'a> {
     let (e, p) = (ctx.engine, ctx.parsed);
-    // Tensor parallel size = the visible GPUs, unless the user chose a layout.
+    let tp = match multi {
+        Some(m) => m.tp,
+        None => tp_default(ctx, gpus, model, ints.tp, added, findings),
+    };
+    // Multimodal encoders replicated per rank (vLLM, TP > 1).
+    if let Some(m) = model.filter(|m| m.multimodal) {
+        if e.has(Opt::MmEncoderTpMode) && tp.unwrap_or(1) > 1 && !p.is_set(Opt::MmEncoderTpMode) {
+            add(e, Opt::MmEncoderTpMode, "data", added);
+            findings.push(Finding::info(
+                "mm-encoder-tp-mode",
+                format!("added --mm-encoder-tp-mode data: {} is multimodal and TP is {}; the vision encoder runs data-parallel instead of sharded", m.reference, tp.unwrap_or(1)),
+            ));
+        }
+    }
+    let kv = kv_default(ctx, model, added, findings);
+    config_made_explicit(ctx, added, findings);
+    Effective {
+        tp,
+        gpus,
+        nnodes: ints.nnodes.unwrap_or(1),
+        ray: p.value(Opt::DistributedExecutorBackend) == Some("ray"),
+        kv,
+        load_format: p.value(Opt::LoadFormat).map(str::to_string),
+        max_seqs: ints.max_seqs,
+        model,
+    }
+}
+
+/// Tensor parallel size = the visible GPUs, unless the user chose a layout: the largest size
+/// the GPUs allow that the model's heads accept (the engine refuses a TP that does not
+/// divide num_attention_heads). Returns the TP the engine will run with.
+fn tp_default(
+    ctx: &Ctx,
+    gpus: Option<u32>,
+    model: Option<&Model>,
+    user_tp: Option<u64>,
+    added: &mut Vec<OsString>,
+    findings: &mut Vec<Finding>,
+) -> Option<u64> {
+    let (e, p) = (ctx.engine, ctx.parsed);
     let layout = [Opt::TensorParallelSize, Opt::DataParallelSize, Opt::PipelineParallelSize, Opt::Nnodes]
         .into_iter()
         .find(|o| p.is_set(*o));
-    let mut tp = multi.map_or(ints.tp, |m| m.tp);
     match (layout, gpus) {
-        _ if multi.is_some() => {}
         (None, Some(n)) if n > 0 => {
-            // The largest size the GPUs allow that the model's heads accept: the engine
-            // refuses a TP that does not divide num_attention_heads.
             let heads = model.and_then(|m| m.attention_heads);
             let size = default_tp(n.into(), heads);
             add(e, Opt::TensorParallelSize, &size.to_string(), added);
-            tp = Some(size);
             let src = ctx.facts.gpus.as_ref().map(|g| g.source.to_string()).unwrap_or_default();
             let flag = e.flag(Opt::TensorParallelSize);
             let why = match heads {
@@ -165,69 +199,88 @@ fn defaults<'a>(
                 None => format!("the GPUs visible to this container ({src})"),
             };
             findings.push(Finding::info("tp-default", format!("added {flag} {size}: {why}")));
+            Some(size)
         }
-        (Some(o), _) if o != Opt::TensorParallelSize => findings.push(Finding::info(
-            "tp-default-skipped",
-            format!("no tensor parallel size added: {} chooses the parallel layout", e.flag(o)),
-        )),
-        _ => {}
-    }
-
-    // Multimodal encoders replicated per rank (vLLM, TP > 1).
-    if let Some(m) = model.filter(|m| m.multimodal) {
-        if e.has(Opt::MmEncoderTpMode) && tp.unwrap_or(1) > 1 && !p.is_set(Opt::MmEncoderTpMode) {
-            add(e, Opt::MmEncoderTpMode, "data", added);
+        (Some(o), _) if o != Opt::TensorParallelSize => {
             findings.push(Finding::info(
-                "mm-encoder-tp-mode",
-                format!("added --mm-encoder-tp-mode data: {} is multimodal and TP is {}; the vision encoder runs data-parallel instead of sharded", m.reference, tp.unwrap_or(1)),
+                "tp-default-skipped",
+                format!("no tensor parallel size added: {} chooses the parallel layout", e.flag(o)),
             ));
+            user_tp
         }
+        _ => user_tp,
     }
+}
 
-    // KV cache dtype: auto for MLA models, fp8_e4m3 otherwise (unless INFERA_DEFAULT_KV_FP8=0).
-    let mut kv = p.value(Opt::KvCacheDtype).map(str::to_string);
-    if !p.is_set(Opt::KvCacheDtype) {
-        let setting = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).map(|v| v.to_string_lossy());
-        let fp8_off = setting.as_deref() == Some("0");
-        // Infera's wrapper turns its default off on `0` only; other "no"s keep it, said here.
-        if let Some(v) =
-            setting.filter(|v| ["false", "no", "off", "n", "f"].contains(&v.trim().to_ascii_lowercase().as_str()))
-        {
-            findings.push(Finding::warn(
-                "default-kv-fp8-spelling",
+/// KV cache dtype: auto for MLA models, fp8_e4m3 otherwise (unless INFERA_DEFAULT_KV_FP8=0).
+/// Returns the dtype the engine will run with.
+fn kv_default(
+    ctx: &Ctx,
+    model: Option<&Model>,
+    added: &mut Vec<OsString>,
+    findings: &mut Vec<Finding>,
+) -> Option<String> {
+    let (e, p) = (ctx.engine, ctx.parsed);
+    if p.is_set(Opt::KvCacheDtype) {
+        return p.value(Opt::KvCacheDtype).map(str::to_string);
+    }
+    let setting = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).map(|v| v.to_string_lossy());
+    let fp8_off = setting.as_deref() == Some("0");
+    // Infera's wrapper turns its default off on `0` only; other "no"s keep it, said here.
+    if let Some(v) =
+        setting.filter(|v| ["false", "no", "off", "n", "f"].contains(&v.trim().to_ascii_lowercase().as_str()))
+    {
+        findings.push(Finding::warn(
+            "default-kv-fp8-spelling",
+            format!(
+                "{}=`{v}` keeps the fp8 KV default: only `0` turns it off (as infera's wrapper reads it)",
+                ev::INFERA_DEFAULT_KV_FP8
+            ),
+        ));
+    }
+    match model {
+        Some(m) if m.mla => {
+            add(e, Opt::KvCacheDtype, "auto", added);
+            // A fix applied is information (the start line says it); a warning is for a
+            // risk left in place.
+            findings.push(Finding::info(
+                "kv-cache-dtype-mla",
                 format!(
-                    "{}=`{v}` keeps the fp8 KV default: only `0` turns it off (as infera's wrapper reads it)",
-                    ev::INFERA_DEFAULT_KV_FP8
+                    "added --kv-cache-dtype auto: {} is an MLA model ({}); fp8 KV with MLA crashes on ROCm",
+                    m.reference,
+                    m.evidence.join("; ")
                 ),
             ));
+            Some("auto".into())
         }
-        match model {
-            Some(m) if m.mla => {
-                add(e, Opt::KvCacheDtype, "auto", added);
-                kv = Some("auto".into());
-                // A fix applied is information (the start line says it); a warning is for a
-                // risk left in place.
-                findings.push(Finding::info(
-                    "kv-cache-dtype-mla",
-                    format!("added --kv-cache-dtype auto: {} is an MLA model ({}); fp8 KV with MLA crashes on ROCm", m.reference, m.evidence.join("; ")),
-                ));
-            }
-            Some(_) if !fp8_off => {
-                add(e, Opt::KvCacheDtype, "fp8_e4m3", added);
-                kv = Some("fp8_e4m3".into());
-                findings.push(Finding::info("kv-cache-dtype-default", "added --kv-cache-dtype fp8_e4m3 (infera's default; INFERA_DEFAULT_KV_FP8=0 turns it off)"));
-            }
-            Some(_) => findings.push(Finding::info("kv-cache-dtype-default", "no --kv-cache-dtype added: INFERA_DEFAULT_KV_FP8=0")),
-            None => findings.push(Finding::info(
+        Some(_) if !fp8_off => {
+            add(e, Opt::KvCacheDtype, "fp8_e4m3", added);
+            findings.push(Finding::info(
+                "kv-cache-dtype-default",
+                "added --kv-cache-dtype fp8_e4m3 (infera's default; INFERA_DEFAULT_KV_FP8=0 turns it off)",
+            ));
+            Some("fp8_e4m3".into())
+        }
+        Some(_) => {
+            findings
+                .push(Finding::info("kv-cache-dtype-default", "no --kv-cache-dtype added: INFERA_DEFAULT_KV_FP8=0"));
+            None
+        }
+        None => {
+            findings.push(Finding::info(
                 "kv-cache-dtype-default",
                 "no --kv-cache-dtype added: the model's config.json could not be read (infera's wrapper adds its own default, fp8_e4m3, unless INFERA_DEFAULT_KV_FP8=0)",
-            )),
+            ));
+            None
         }
     }
+}
 
-    // Options the wrapper reads from its command line only: what the `--config` file sets is
-    // written out there, so that the file is what runs (the KV dtype only while the
-    // wrapper's fp8 default is on: INFERA_DEFAULT_KV_FP8=0 turns it off).
+/// Options the wrapper reads from its command line only: what the `--config` file sets is
+/// written out there, so that the file is what runs (the KV dtype only while the wrapper's
+/// fp8 default is on: INFERA_DEFAULT_KV_FP8=0 turns it off).
+fn config_made_explicit(ctx: &Ctx, added: &mut Vec<OsString>, findings: &mut Vec<Finding>) {
+    let (e, p) = (ctx.engine, ctx.parsed);
     let fp8_default = ev::get(ctx.env, ev::INFERA_DEFAULT_KV_FP8).is_none_or(|v| v != "0");
     for &(o, why) in e.info().wrapper_reads_only_its_command_line {
         let needed = o != Opt::KvCacheDtype || fp8_default;
@@ -242,17 +295,6 @@ fn defaults<'a>(
                 ),
             ));
         }
-    }
-
-    Effective {
-        tp,
-        gpus,
-        nnodes: ints.nnodes.unwrap_or(1),
-        ray: p.value(Opt::DistributedExecutorBackend) == Some("ray"),
-        kv,
-        load_format: p.value(Opt::LoadFormat).map(str::to_string),
-        max_seqs: ints.max_seqs,
-        model,
     }
 }
 
@@ -505,38 +547,30 @@ fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a 
 
 /// Evidence for each condition when all hold; None when any does not (or cannot be known).
 fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>> {
-    let mut ev = Vec::new();
     let src = |o: Opt| match p.opts.get(&o) {
         Some(occ) if occ.from_config => "set in the --config file",
         Some(_) => "set in the args",
         None => "infera's default",
     };
+    let mut ev = Vec::new();
     if let Some(traits) = &w.model {
         let m = eff.model?;
-        for t in traits.iter() {
-            let has = match t {
-                Trait::Mla => m.mla,
-                Trait::Hybrid => m.hybrid,
-                Trait::Multimodal => m.multimodal,
-            };
-            if !has {
-                return None;
-            }
+        let has = |t: &Trait| match t {
+            Trait::Mla => m.mla,
+            Trait::Hybrid => m.hybrid,
+            Trait::Multimodal => m.multimodal,
+        };
+        if !traits.iter().all(has) {
+            return None;
         }
         ev.push(format!("{}: {}", m.config.display(), m.evidence.join(", ")));
     }
     if let Some(list) = &w.kv_cache_dtype {
-        let kv = eff.kv.as_ref()?;
-        if !list.contains(&kv.as_str()) {
-            return None;
-        }
+        let kv = eff.kv.as_ref().filter(|kv| list.contains(&kv.as_str()))?;
         ev.push(format!("--kv-cache-dtype {kv} ({})", src(Opt::KvCacheDtype)));
     }
     if let Some(list) = &w.load_format {
-        let lf = eff.load_format.as_ref()?;
-        if !list.contains(&lf.as_str()) {
-            return None;
-        }
+        let lf = eff.load_format.as_ref().filter(|lf| list.contains(&lf.as_str()))?;
         ev.push(format!("--load-format {lf}"));
     }
     if let Some(n) = w.max_seqs_over {
@@ -549,33 +583,11 @@ fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>
     }
     for (cond, opt) in [(w.prefix_caching, Opt::PrefixCaching), (w.chunked_prefill, Opt::ChunkedPrefill)] {
         if let Some(want) = cond {
-            let occ = p.opts.get(&opt)?;
-            let is = match occ.setting {
-                Setting::Off => OnOff::Off,
-                _ => OnOff::On,
-            };
-            if is != want {
-                return None;
-            }
-            if occ.from_config {
-                ev.push(format!("{} (in the --config file, arg {})", occ.spelled, occ.index + 1));
-            } else {
-                ev.push(format!("{} (arg {})", occ.spelled, occ.index + 1));
-            }
+            ev.push(switch(p, opt, want)?);
         }
     }
     if let Some(want) = w.tp_over_gpus {
-        let (tp, g) = (eff.tp?, eff.gpus?);
-        if eff.ray {
-            return None;
-        }
-        let capacity = u64::from(g).saturating_mul(eff.nnodes);
-        if (tp > capacity) != want {
-            return None;
-        }
-        let nodes = if eff.nnodes > 1 { format!(" on each of {} nodes", eff.nnodes) } else { String::new() };
-        let flag = e.flag(Opt::TensorParallelSize);
-        ev.push(format!("{flag} {tp} ({}), {g} GPUs visible{nodes}", src(Opt::TensorParallelSize)));
+        ev.push(tp_over_gpus(eff, e, want, src(Opt::TensorParallelSize))?);
     }
     if let Some(want) = w.tp_divides_heads {
         let (tp, heads) = (eff.tp?, eff.model?.attention_heads?);
@@ -585,6 +597,34 @@ fn fires(w: &When, eff: &Effective, e: Engine, p: &Parsed) -> Option<Vec<String>
         ev.push(format!("num_attention_heads {heads}, tensor parallel size {tp}"));
     }
     Some(ev)
+}
+
+/// A boolean option set as the rule wants it, with where it was set.
+fn switch(p: &Parsed, opt: Opt, want: OnOff) -> Option<String> {
+    let occ = p.opts.get(&opt)?;
+    let is = if occ.setting == Setting::Off { OnOff::Off } else { OnOff::On };
+    if is != want {
+        return None;
+    }
+    Some(if occ.from_config {
+        format!("{} (in the --config file, arg {})", occ.spelled, occ.index + 1)
+    } else {
+        format!("{} (arg {})", occ.spelled, occ.index + 1)
+    })
+}
+
+/// TP against the GPUs of the nodes it spans (a Ray cluster places ranks itself: no bound).
+fn tp_over_gpus(eff: &Effective, e: Engine, want: bool, src: &str) -> Option<String> {
+    let (tp, g) = (eff.tp?, eff.gpus?);
+    if eff.ray {
+        return None;
+    }
+    let capacity = u64::from(g).saturating_mul(eff.nnodes);
+    if (tp > capacity) != want {
+        return None;
+    }
+    let nodes = if eff.nnodes > 1 { format!(" on each of {} nodes", eff.nnodes) } else { String::new() };
+    Some(format!("{} {tp} ({src}), {g} GPUs visible{nodes}", e.flag(Opt::TensorParallelSize)))
 }
 
 fn vars(eff: &Effective, e: Engine) -> BTreeMap<&'static str, String> {

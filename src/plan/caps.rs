@@ -313,7 +313,10 @@ pub fn usability(
 /// otherwise, with a warning naming both when the image has one (vLLM's ROCm images ship
 /// mooncake-transfer-engine-rocm: a tree that silently replaced it under the engine's own
 /// MooncakeConnector would run a build the engine was not tested with).
-pub fn copies(tree: &Tree, site: &SiteIndex, findings: &mut Vec<Finding>) -> BTreeMap<String, Import> {
+/// Which copy of each capability module the child imports, by capability name.
+pub type Copies = BTreeMap<String, Import>;
+
+pub fn copies(tree: &Tree, site: &SiteIndex, findings: &mut Vec<Finding>) -> Copies {
     let mut out = BTreeMap::new();
     for (name, cap) in &tree.manifest.capabilities {
         let mut tops: Vec<&str> = cap.modules.iter().filter_map(|m| m.split('.').next()).collect();

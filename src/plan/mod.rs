@@ -137,7 +137,20 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
     p
 }
 
-fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
+/// What the stages of a plan share once the tree and the target are known.
+struct Stage<'a> {
+    inp: &'a Inputs<'a>,
+    python: &'a crate::facts::Python,
+    overlay: &'a Overlay,
+    tree: &'a crate::overlay::Tree,
+    run: select::Run<'a>,
+    engine: Option<crate::engines::Engine>,
+    /// The engine under infera's wrapper module (not a program of the pod's own choosing).
+    wrapped: Option<crate::engines::Engine>,
+    args: crate::engine_args::Read,
+}
+
+fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let (req, facts) = (inp.req, inp.facts);
     if let Some(i) = req.args.iter().position(|a| a.as_bytes().contains(&0)) {
         return Err(UsageError::ArgNul { index: i + 1 }.into());
@@ -149,7 +162,6 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     let python = facts.python.as_ref().map_err(Clone::clone)?;
     let rocm = facts.rocm.as_ref().map_err(Clone::clone)?;
     let overlay = inp.overlay.as_ref().map_err(Clone::clone)?;
-
     let selected =
         inp.selected.ok_or_else(|| crate::error::internal("no tree selected"))?.as_ref().map_err(Clone::clone)?;
     p.findings.extend(selected.findings.iter().cloned());
@@ -158,76 +170,18 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
     p.tree = Some(tree.dir.clone());
     safety::integrity(tree)?;
     safety::walked(tree)?;
-
     let run = select::target(req, facts, inp.engine, overlay, tree, &mut p.findings)?;
-    if let Some(e) = run.engine() {
-        p.engine = Some(EngineView {
-            name: e.name(),
-            version: facts.engine(e).map(|i| i.version.clone()),
-            module: run.module().unwrap_or_default().to_string(),
-        });
-    }
     let engine = run.engine();
-    // The engine under infera's wrapper module (not a program of the pod's own choosing).
+    if let Some(e) = engine {
+        let module = run.module().unwrap_or_default().to_string();
+        p.engine = Some(EngineView { name: e.name(), version: facts.engine(e).map(|i| i.version.clone()), module });
+    }
     let wrapped = engine.filter(|e| run.module() == Some(e.info().module));
-    // A rank > 0 of a group under the wrapper runs the engine's follower, where it has one.
-    let follower = wrapped
-        .and_then(|e| e.info().follower)
-        .filter(|_| req.group.as_ref().is_some_and(|g| g.size > 1 && g.rank > 0));
-
-    let list = inp.args.and_then(|a| a.list);
-    let read = match inp.args.filter(|a| Some(a.engine) == engine) {
-        Some(a) => {
-            p.findings.extend(a.findings.iter().cloned());
-            a.read.clone()?
-        }
-        None => crate::engine_args::Read { parsed: Default::default(), defaults: true },
-    };
-    let parsed = read.parsed;
-    if let Some(e) = engine {
-        args::abbreviations(e, facts.engine(e).map(|i| i.version.as_str()), list, &parsed, &mut p.findings)?;
-    }
-    if let Some(e) = wrapped {
-        args::wrapper_dialect(e, e.info().module, &req.args, list, &parsed)?;
-    }
+    let args = engine_args(inp, engine, wrapped, p)?;
+    let st = Stage { inp, python, overlay, tree, run, engine, wrapped, args };
     let copies = caps::copies(tree, site, &mut p.findings);
-    // A capability kept for one engine's images is offered to the pod's other programs in
-    // such an image too (the stack's kvd sidecar requires hipFile in the vLLM image): the
-    // engine this run starts, else for a program (not the router) the one engine the image has.
-    let image_engine = match (engine, facts.engines.as_slice()) {
-        (Some(e), _) => Some(e),
-        (None, [one]) if req.role == crate::cli::Role::Run => Some(one.engine),
-        _ => None,
-    };
-    p.capabilities = match caps::rows(req, overlay, tree, engine, image_engine, &parsed, &copies) {
-        Ok(rows) => rows,
-        Err((rows, refusal)) => {
-            p.capabilities = rows;
-            return Err(refusal);
-        }
-    };
-    // The address infera's wrapper will publish, made explicit (not on a vLLM rank > 0, which
-    // runs vLLM itself, nor on sglang's ranks > 0, which do not register).
-    let mut addressed = Vec::new();
-    let mut advertised = None;
-    if let Some(e) = wrapped {
-        if req.group.as_ref().is_none_or(|g| g.size < 2 || g.rank == 0) {
-            let role = pd::role(e, &req.args, &parsed);
-            advertised = pd::advertise(e, &parsed, role, read.defaults, inp.env, &mut addressed, &mut p.findings)?;
-        }
-    }
-    if let Some(e) = engine {
-        p.pd = pd::plan(
-            e,
-            &req.args,
-            &parsed,
-            req.group.as_ref(),
-            advertised.as_deref(),
-            facts,
-            inp.env,
-            &mut p.findings,
-        )?;
-    }
+    capabilities(&st, &copies, p)?;
+    let addressed = addresses(&st, p)?;
     caps::usability(&mut p.capabilities, req.privileges.keep_caps.as_deref(), facts, rocm, inp.env)?;
     safety::noexec(tree)?;
     if req.role.runs_engine() {
@@ -235,77 +189,115 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         node::devices(facts)?;
     }
     safety::shadowing(tree, site, &copies)?;
-
     let mut added = match engine {
-        Some(e) => args::apply(
-            &args::Ctx {
+        Some(e) => {
+            let ctx = args::Ctx {
                 req,
                 facts,
                 models: inp.models,
                 engine: e,
-                parsed: &parsed,
+                parsed: &st.args.parsed,
                 env: inp.env,
-                defaults: read.defaults,
-            },
-            &mut p.findings,
-        )?,
+                defaults: st.args.defaults,
+            };
+            args::apply(&ctx, &mut p.findings)?
+        }
         None => Vec::new(),
     };
     added.extend(addressed);
-    let own: Vec<PathBuf> = tree
+    exec_spec(&st, &copies, added, p)
+}
+
+/// The args as read once for this engine (with what reading them found), checked for the
+/// forms the engine's parser, or infera's wrapper, refuses.
+fn engine_args(
+    inp: &Inputs,
+    engine: Option<crate::engines::Engine>,
+    wrapped: Option<crate::engines::Engine>,
+    p: &mut Plan,
+) -> Result<crate::engine_args::Read, Refusal> {
+    let Some(a) = inp.args.filter(|a| Some(a.engine) == engine) else {
+        return Ok(crate::engine_args::Read { parsed: Default::default(), defaults: true });
+    };
+    p.findings.extend(a.findings.iter().cloned());
+    let read = a.read.clone()?;
+    let version = inp.facts.engine(a.engine).map(|i| i.version.as_str());
+    args::abbreviations(a.engine, version, a.list, &read.parsed, &mut p.findings)?;
+    if let Some(e) = wrapped {
+        args::wrapper_dialect(e, e.info().module, &inp.req.args, a.list, &read.parsed)?;
+    }
+    Ok(read)
+}
+
+/// The capability table: what the pod requires against what the tree and the image offer.
+fn capabilities(st: &Stage, copies: &caps::Copies, p: &mut Plan) -> Result<(), Refusal> {
+    let (req, facts) = (st.inp.req, st.inp.facts);
+    // A capability kept for one engine's images is offered to the pod's other programs in
+    // such an image too (the stack's kvd sidecar requires hipFile in the vLLM image): the
+    // engine this run starts, else for a program (not the router) the one engine the image has.
+    let image_engine = match (st.engine, facts.engines.as_slice()) {
+        (Some(e), _) => Some(e),
+        (None, [one]) if req.role == crate::cli::Role::Run => Some(one.engine),
+        _ => None,
+    };
+    match caps::rows(req, st.overlay, st.tree, st.engine, image_engine, &st.args.parsed, copies) {
+        Ok(rows) => {
+            p.capabilities = rows;
+            Ok(())
+        }
+        Err((rows, refusal)) => {
+            p.capabilities = rows;
+            Err(refusal)
+        }
+    }
+}
+
+/// The address infera's wrapper will publish, made explicit (not on a vLLM rank > 0, which
+/// runs vLLM itself, nor on sglang's ranks > 0, which do not register), and what a prefill
+/// or decode pod tells the router. Returns the args it adds.
+fn addresses(st: &Stage, p: &mut Plan) -> Result<Vec<OsString>, Refusal> {
+    let (req, parsed, env) = (st.inp.req, &st.args.parsed, st.inp.env);
+    let mut addressed = Vec::new();
+    let mut advertised = None;
+    if let Some(e) = st.wrapped {
+        if req.group.as_ref().is_none_or(|g| g.size < 2 || g.rank == 0) {
+            let role = pd::role(e, &req.args, parsed);
+            advertised = pd::advertise(e, parsed, role, st.args.defaults, env, &mut addressed, &mut p.findings)?;
+        }
+    }
+    if let Some(e) = st.engine {
+        let group = req.group.as_ref();
+        p.pd = pd::plan(e, &req.args, parsed, group, advertised.as_deref(), st.inp.facts, env, &mut p.findings)?;
+    }
+    Ok(addressed)
+}
+
+/// The exec section: program, argv, environment, working directory and steps.
+fn exec_spec(st: &Stage, copies: &caps::Copies, added: Vec<OsString>, p: &mut Plan) -> Result<(), Refusal> {
+    let (req, facts, python) = (st.inp.req, st.inp.facts, st.python);
+    let own: Vec<PathBuf> = st
+        .tree
         .paths
         .caps
         .iter()
         .filter(|(c, _)| copies.get(*c).is_some_and(|i| i.copy == caps::Copy::Tree))
         .map(|(_, d)| d.clone())
         .collect();
-    let mut child = env::child_env(tree, &own, inp.env, &mut p.findings);
-    let (rdma_drivers, replace) = steps::libionic(facts, overlay, inp.env, &mut p.findings);
+    let mut child = env::child_env(st.tree, &own, st.inp.env, &mut p.findings);
+    let (rdma_drivers, replace) = steps::libionic(facts, st.overlay, st.inp.env, &mut p.findings);
     if let Some(v) = rdma_drivers {
         child.put(crate::envvars::RDMAV_DRIVERS, v);
     }
     let (cwd, host_cwd) = workdir(req, facts)?;
-    let mut host_argv0 = None;
-    let (program, host_program, mut argv, file) = match &run {
-        select::Run::Module { module, options, .. } => {
-            // The plan names container paths. With --root (an unpacked image read in place) a
-            // real run execs the image's interpreter file from this host: `host_program`, the
-            // interpreter resolved inside the root (a venv's link may be absolute and would
-            // point at the host's own python).
-            let program = python.executable.clone();
-            let host = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
-            // Its argv[0]: the name (a venv's python), where CPython looks for pyvenv.cfg.
-            if host.is_some() && python.executable != python.resolved {
-                host_argv0 = Some(facts.root.host(&python.executable));
-            }
-            let mut argv: Vec<OsString> = vec![program.clone().into_os_string()];
-            argv.extend(options.iter().cloned());
-            if let Some(follower) = follower {
-                argv.extend(["-c".into(), OsString::from(follower)]);
-                p.findings.push(Finding::info(
-                    "vllm-follower",
-                    "rank > 0 of a vLLM group: runs vLLM's own CLI headless in the python process, after \
-                     infera.engine.vllm's argument split and environment defaults (`python -c`), not the \
-                     wrapper: the wrapper waits for a /health that a headless rank never serves \
-                     (infera/engine/vllm/worker.py _wait_ready), so its follower gate is never reached",
-                ));
-            } else {
-                argv.extend(["-m".into(), OsString::from(*module)]);
-            }
-            (program, host, argv, facts.interpreter_file.as_ref())
-        }
-        select::Run::Program { path, host, file } => {
-            (path.clone(), host.clone(), vec![path.clone().into_os_string()], *file)
-        }
-    };
+    let (program, host_program, host_argv0, mut argv, file) = command(st, p);
     argv.extend(req.args.iter().cloned());
     argv.extend(added.iter().cloned());
     let interpreter = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
     // A rank > 0 waits for the leader's name before anything else (and before its weights).
     let mut steps: Vec<_> = await_leader(req, facts).into_iter().collect();
     steps.extend(replace);
-    steps.extend(steps::patches(req, facts, overlay, (&python.executable, interpreter.as_ref()), &mut p.findings));
-    p.exec = Some(ExecSpec {
+    steps.extend(steps::patches(req, facts, st.overlay, (&python.executable, interpreter.as_ref()), &mut p.findings));
+    let mut x = ExecSpec {
         program: program.clone(),
         host_program,
         host_argv0,
@@ -319,17 +311,60 @@ fn build(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         privileges: req.privileges.clone(),
         steps,
         args_digest: None,
-    });
-    if let (Some(e), Some(x), Some(_)) = (engine, p.exec.as_mut(), req.group.as_ref().filter(|g| g.size > 1)) {
+    };
+    if let (Some(e), Some(_)) = (st.engine, req.group.as_ref().filter(|g| g.size > 1)) {
         let digest = args_digest(e, &req.args, &x.added_args);
         x.env.insert(crate::envvars::INFERA_ARGS_DIGEST.into(), digest.clone().into());
         x.env_set.push(crate::envvars::INFERA_ARGS_DIGEST.to_string());
         x.args_digest = Some(digest);
     }
+    p.exec = Some(x);
     if let Some(file) = file {
-        program::runnable(&program, run.what(), file)?;
+        program::runnable(&program, st.run.what(), file)?;
     }
     Ok(())
+}
+
+/// The program, its host file and argv[0] with --root, its argv up to the user's args, and
+/// what the file is. The plan names container paths: with --root (an unpacked image read
+/// in place) a real run execs the image's interpreter file from this host, resolved inside
+/// the root (a venv's link may be absolute and would point at the host's own python), with
+/// the name (a venv's python) as argv[0], where CPython looks for pyvenv.cfg.
+type Command<'a> = (PathBuf, Option<PathBuf>, Option<PathBuf>, Vec<OsString>, Option<&'a crate::facts::ExecFile>);
+
+fn command<'a>(st: &Stage<'a>, p: &mut Plan) -> Command<'a> {
+    let (req, facts, python) = (st.inp.req, st.inp.facts, st.python);
+    match &st.run {
+        select::Run::Module { module, options, .. } => {
+            let program = python.executable.clone();
+            let host = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
+            let argv0 =
+                (host.is_some() && python.executable != python.resolved).then(|| facts.root.host(&python.executable));
+            let mut argv: Vec<OsString> = vec![program.clone().into_os_string()];
+            argv.extend(options.iter().cloned());
+            // A rank > 0 of a group under the wrapper runs the engine's follower, where it has one.
+            let follower = st
+                .wrapped
+                .and_then(|e| e.info().follower)
+                .filter(|_| req.group.as_ref().is_some_and(|g| g.size > 1 && g.rank > 0));
+            if let Some(follower) = follower {
+                argv.extend(["-c".into(), OsString::from(follower)]);
+                p.findings.push(Finding::info(
+                    "vllm-follower",
+                    "rank > 0 of a vLLM group: runs vLLM's own CLI headless in the python process, after \
+                     infera.engine.vllm's argument split and environment defaults (`python -c`), not the \
+                     wrapper: the wrapper waits for a /health that a headless rank never serves \
+                     (infera/engine/vllm/worker.py _wait_ready), so its follower gate is never reached",
+                ));
+            } else {
+                argv.extend(["-m".into(), OsString::from(*module)]);
+            }
+            (program, host, argv0, argv, facts.interpreter_file.as_ref())
+        }
+        select::Run::Program { path, host, file } => {
+            (path.clone(), host.clone(), None, vec![path.clone().into_os_string()], *file)
+        }
+    }
 }
 
 /// The working directory: the request's, as the image has it (and where it is on this

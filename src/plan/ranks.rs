@@ -110,7 +110,6 @@ pub fn plan(
     findings: &mut Vec<Finding>,
 ) -> Result<Sizes, RankError> {
     let n = g.size;
-    let leader = g.leader.clone().unwrap_or_default();
     let mut said: Vec<String> = Vec::new();
     let ray = p.value(Opt::DistributedExecutorBackend) == Some("ray");
     // The rank flags: what the user wrote must agree with the group, the rest is added.
@@ -129,72 +128,22 @@ pub fn plan(
         }
     }
     match e.info().rendezvous {
-        Rendezvous::MasterAddr { port } => {
-            if ray {
-                if let Some(nn) =
-                    p.value(Opt::Nnodes).filter(|v| crate::dialect::py_int(v).ok().flatten().unwrap_or(1) > 1)
-                {
-                    return Err(RankError::RayWithNnodes { nnodes: nn.to_string() });
-                }
-                findings.push(Finding::info(
-                    "ranks-ray",
-                    format!("rank {} of {n} ({}): Ray places the ranks (--distributed-executor-backend ray); no rank flags added", g.rank, g.source),
-                ));
-                return Ok(Sizes { tp: user.tp, pp: user.pp, nnodes: 1 });
+        Rendezvous::MasterAddr { .. } if ray => {
+            let nnodes = p.value(Opt::Nnodes).filter(|v| crate::dialect::py_int(v).ok().flatten().unwrap_or(1) > 1);
+            if let Some(nn) = nnodes {
+                return Err(RankError::RayWithNnodes { nnodes: nn.to_string() });
             }
-            if g.rank == 0 && p.is_set(Opt::DataParallelStartRank) {
-                return Err(RankError::StartRankOnLeader);
-            }
-            if let Some(b) = p.value(Opt::DataParallelBackend).filter(|b| *b != "mp") {
-                return Err(RankError::DpBackend { value: b.to_string(), size: n });
-            }
-            match p.value(Opt::MasterAddr) {
-                Some(a) if unreachable_host(a) => {
-                    return Err(RankError::Unreachable { what: "--master-addr".into(), host: a.into(), nodes: n });
-                }
-                Some(_) => {}
-                None => add(e, Opt::MasterAddr, &leader, added, &mut said),
-            }
-            if !p.is_set(Opt::MasterPort) {
-                add(e, Opt::MasterPort, &port.to_string(), added, &mut said);
-            }
-            if g.rank > 0 && !p.is_set(Opt::Headless) {
-                add(e, Opt::Headless, "on", added, &mut said);
-            }
+            findings.push(Finding::info(
+                "ranks-ray",
+                format!("rank {} of {n} ({}): Ray places the ranks (--distributed-executor-backend ray); no rank flags added", g.rank, g.source),
+            ));
+            return Ok(Sizes { tp: user.tp, pp: user.pp, nnodes: 1 });
         }
-        Rendezvous::DistInitAddr { port } => match p.value(Opt::DistInitAddr) {
-            Some(a) => {
-                let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
-                if unreachable_host(host) {
-                    return Err(RankError::Unreachable {
-                        what: "--dist-init-addr".into(),
-                        host: host.into(),
-                        nodes: n,
-                    });
-                }
-            }
-            None => add(e, Opt::DistInitAddr, &format!("{leader}:{port}"), added, &mut said),
-        },
+        Rendezvous::MasterAddr { port } => master_addr(e, p, g, port, added, &mut said)?,
+        Rendezvous::DistInitAddr { port } => dist_init_addr(e, p, g, port, added, &mut said)?,
     }
     let sizes = sizes(e, n, gpus, user, added, &mut said)?;
-    // A layout filled in around the one size the user gave that is not one TP group a node
-    // (`-tp 2` on 2 × 8 GPUs gets PP 8): a warning with the arithmetic.
-    let one_given = user.tp.is_some() != user.pp.is_some();
-    if let (true, Some(g), Some(t), Some(q)) = (one_given, gpus.filter(|g| *g > 0), sizes.tp, sizes.pp) {
-        if q > 1 && t != u64::from(g) {
-            let o = if user.tp.is_some() { Opt::PipelineParallelSize } else { Opt::TensorParallelSize };
-            let v = if user.tp.is_some() { q } else { t };
-            let dp = user.dp.filter(|d| *d > 1).map_or_else(String::new, |d| format!(" × DP {d}"));
-            let total = u64::from(n) * u64::from(g);
-            findings.push(Finding::warn(
-                "layout-added",
-                format!(
-                    "added {flag} {v}: {n} nodes × {g} GPUs = {total} GPUs = TP {t} × PP {q}{dp}; set {flag} yourself for another layout",
-                    flag = e.flag(o)
-                ),
-            ));
-        }
-    }
+    layout_added(e, n, gpus, user, &sizes, findings);
     if !said.is_empty() {
         findings.push(Finding::info(
             "ranks",
@@ -202,6 +151,86 @@ pub fn plan(
         ));
     }
     Ok(sizes)
+}
+
+/// vLLM's native multi-node: every rank meets at `--master-addr` (the leader), ranks > 0
+/// headless; no start rank on the leader, the mp DP backend only.
+fn master_addr(
+    e: Engine,
+    p: &Parsed,
+    g: &Group,
+    port: u16,
+    added: &mut Vec<OsString>,
+    said: &mut Vec<String>,
+) -> Result<(), RankError> {
+    if g.rank == 0 && p.is_set(Opt::DataParallelStartRank) {
+        return Err(RankError::StartRankOnLeader);
+    }
+    if let Some(b) = p.value(Opt::DataParallelBackend).filter(|b| *b != "mp") {
+        return Err(RankError::DpBackend { value: b.to_string(), size: g.size });
+    }
+    match p.value(Opt::MasterAddr) {
+        Some(a) if unreachable_host(a) => {
+            return Err(RankError::Unreachable { what: "--master-addr".into(), host: a.into(), nodes: g.size });
+        }
+        Some(_) => {}
+        None => add(e, Opt::MasterAddr, g.leader.as_deref().unwrap_or_default(), added, said),
+    }
+    if !p.is_set(Opt::MasterPort) {
+        add(e, Opt::MasterPort, &port.to_string(), added, said);
+    }
+    if g.rank > 0 && !p.is_set(Opt::Headless) {
+        add(e, Opt::Headless, "on", added, said);
+    }
+    Ok(())
+}
+
+/// sglang's multi-node: every rank meets at `--dist-init-addr HOST:PORT` (the leader).
+fn dist_init_addr(
+    e: Engine,
+    p: &Parsed,
+    g: &Group,
+    port: u16,
+    added: &mut Vec<OsString>,
+    said: &mut Vec<String>,
+) -> Result<(), RankError> {
+    match p.value(Opt::DistInitAddr) {
+        Some(a) => {
+            let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
+            if unreachable_host(host) {
+                return Err(RankError::Unreachable {
+                    what: "--dist-init-addr".into(),
+                    host: host.into(),
+                    nodes: g.size,
+                });
+            }
+        }
+        None => {
+            let leader = g.leader.as_deref().unwrap_or_default();
+            add(e, Opt::DistInitAddr, &format!("{leader}:{port}"), added, said);
+        }
+    }
+    Ok(())
+}
+
+/// A layout filled in around the one size the user gave that is not one TP group a node
+/// (`-tp 2` on 2 × 8 GPUs gets PP 8): a warning with the arithmetic.
+fn layout_added(e: Engine, n: u32, gpus: Option<u32>, user: &UserSizes, sizes: &Sizes, findings: &mut Vec<Finding>) {
+    let one_given = user.tp.is_some() != user.pp.is_some();
+    let (true, Some(g), Some(t), Some(q)) = (one_given, gpus.filter(|g| *g > 0), sizes.tp, sizes.pp) else { return };
+    if q > 1 && t != u64::from(g) {
+        let o = if user.tp.is_some() { Opt::PipelineParallelSize } else { Opt::TensorParallelSize };
+        let v = if user.tp.is_some() { q } else { t };
+        let dp = user.dp.filter(|d| *d > 1).map_or_else(String::new, |d| format!(" × DP {d}"));
+        let total = u64::from(n) * u64::from(g);
+        findings.push(Finding::warn(
+            "layout-added",
+            format!(
+                "added {flag} {v}: {n} nodes × {g} GPUs = {total} GPUs = TP {t} × PP {q}{dp}; set {flag} yourself for another layout",
+                flag = e.flag(o)
+            ),
+        ));
+    }
 }
 
 /// TP = a node's GPUs and PP = the nodes unless the user chose; the world must divide over

@@ -83,27 +83,37 @@ pub fn libionic(
         ));
         return (None, None);
     }
-    if let Some(link) = overlay.rdma.get(&pabi) {
-        let prefix = link.to_string_lossy().strip_suffix(&format!("-rdmav{pabi}.so")).map(OsString::from);
-        if let Some(mut value) = prefix {
-            // Setting RDMAV_DRIVERS hides IBV_DRIVERS: keep what the pod listed, after ours.
-            let theirs = ev::get_nonempty(env, ev::RDMAV_DRIVERS).or_else(|| ev::get_nonempty(env, ev::IBV_DRIVERS));
-            if let Some(t) = theirs {
-                value.push(":");
-                value.push(t);
-            }
-            findings.push(Finding::info(
-                "libionic-host",
-                format!(
-                    "the host's RoCE provider {HOST_LIBIONIC} is loaded first through {}={} (`{}`), nothing in the image is written",
-                    ev::RDMAV_DRIVERS,
-                    value.to_string_lossy(),
-                    link.display()
-                ),
-            ));
-            return (Some(value), None);
-        }
+    if let Some(value) = by_path(overlay, pabi, env, findings) {
+        return (Some(value), None);
     }
+    (None, replace(facts, ionic, pabi, findings))
+}
+
+/// `RDMAV_DRIVERS` naming the overlay's link to the host's build for this PABI, if it has one.
+fn by_path(overlay: &Overlay, pabi: u32, env: &Env, findings: &mut Vec<Finding>) -> Option<OsString> {
+    let link = overlay.rdma.get(&pabi)?;
+    let mut value = link.to_string_lossy().strip_suffix(&format!("-rdmav{pabi}.so")).map(OsString::from)?;
+    // Setting RDMAV_DRIVERS hides IBV_DRIVERS: keep what the pod listed, after ours.
+    let theirs = ev::get_nonempty(env, ev::RDMAV_DRIVERS).or_else(|| ev::get_nonempty(env, ev::IBV_DRIVERS));
+    if let Some(t) = theirs {
+        value.push(":");
+        value.push(t);
+    }
+    findings.push(Finding::info(
+        "libionic-host",
+        format!(
+            "the host's RoCE provider {HOST_LIBIONIC} is loaded first through {}={} (`{}`), nothing in the image is written",
+            ev::RDMAV_DRIVERS,
+            value.to_string_lossy(),
+            link.display()
+        ),
+    ));
+    Some(value)
+}
+
+/// The stack's way: the host's build copied over the image's provider, when it differs and
+/// the image's copy can be written.
+fn replace(facts: &Facts, ionic: &crate::facts::ionic::Ionic, pabi: u32, findings: &mut Vec<Finding>) -> Option<Step> {
     match (&ionic.target, ionic.same, ionic.writable) {
         (Err(why), _, _) => findings.push(Finding::warn(
             "libionic-no-target",
@@ -124,19 +134,16 @@ pub fn libionic(
         )),
         (Ok(t), false, true) => {
             let host = !facts.root.is_host_root();
-            return (
-                None,
-                Some(Step::Replace {
-                    from: HOST_LIBIONIC.into(),
-                    to: t.clone(),
-                    host_from: host.then(|| facts.root.host(std::path::Path::new(HOST_LIBIONIC))),
-                    host_to: host.then(|| facts.root.host(t)),
-                    why: "the image's RoCE provider differs from the host's build and the overlay has no link for its PABI: \
-                          libibverbs rejects every device whose kernel driver ABI its provider does not match"
-                        .into(),
-                }),
-            );
+            return Some(Step::Replace {
+                from: HOST_LIBIONIC.into(),
+                to: t.clone(),
+                host_from: host.then(|| facts.root.host(std::path::Path::new(HOST_LIBIONIC))),
+                host_to: host.then(|| facts.root.host(t)),
+                why: "the image's RoCE provider differs from the host's build and the overlay has no link for its PABI: \
+                      libibverbs rejects every device whose kernel driver ABI its provider does not match"
+                    .into(),
+            });
         }
     }
-    (None, None)
+    None
 }
