@@ -114,12 +114,11 @@ pub fn await_models(models: &[std::ffi::OsString], seconds: u64, said: &str) -> 
 /// A rank > 0 of a group: wait until the leader's name resolves, or refuse; Some: the
 /// signal that ended the wait.
 fn await_leader(x: &ExecSpec) -> Result<Option<i32>, ExecError> {
-    use crate::resolve::Unresolved;
+    use crate::leader::Unresolved;
     for step in &x.steps {
-        if let Step::AwaitLeader { host, timeout_seconds, resolv_conf, hosts, root } = step {
+        if let Step::AwaitLeader { host, timeout_seconds } = step {
             let t = std::time::Duration::from_secs(*timeout_seconds);
-            let root = crate::rootfs::Root::new(root.clone());
-            match crate::resolve::wait(host, &root, resolv_conf, hosts, t, &stop) {
+            match crate::leader::wait(host, t, &stop) {
                 Ok((ip, took)) => {
                     tracing::info!(code = "leader-resolved", "`{host}` is {ip} (after {:.1} s)", took.as_secs_f64());
                     // Written as 127.0.0.1 the plan refuses it; a name can lead there too.

@@ -186,7 +186,7 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
         return Err(UsageError::RankOutOfRange { rank: r, size: n, source_ });
     }
     if let Some((var, v)) = leader.as_ref() {
-        if let Some(why) = crate::resolve::not_a_leader_address(v.trim()) {
+        if let Some(why) = crate::leader::not_a_leader_address(v.trim()) {
             return Err(UsageError::LeaderInvalid { var: var.clone(), value: v.clone(), why });
         }
     }

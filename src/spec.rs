@@ -73,17 +73,11 @@ pub struct Privileges {
 pub enum Step {
     /// A rank > 0 waits until the leader's name resolves (the DNS name of a pod exists only
     /// once the pod has an IP; CoreDNS caches the NXDOMAIN a too early rank would get).
+    /// (The standard library's resolver reads this process's /etc/hosts and
+    /// /etc/resolv.conf: the pod's in a pod, this host's with `--root`.)
     AwaitLeader {
         host: String,
         timeout_seconds: u64,
-        /// The resolver configuration and hosts file read (container paths), inside `root`
-        /// (with `--root`: the image's directory; links resolved inside it).
-        #[serde(serialize_with = "ser_path")]
-        resolv_conf: PathBuf,
-        #[serde(serialize_with = "ser_path")]
-        hosts: PathBuf,
-        #[serde(serialize_with = "ser_path")]
-        root: PathBuf,
     },
     /// Run an engine patch of the overlay with the image's interpreter, in `/`, with the
     /// exec's environment, for at most `timeout_seconds` (then it is killed).

@@ -294,7 +294,7 @@ fn exec_spec(st: &Stage, copies: &caps::Copies, added: Vec<OsString>, p: &mut Pl
     argv.extend(added.iter().cloned());
     let interpreter = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
     // A rank > 0 waits for the leader's name before anything else (and before its weights).
-    let mut steps: Vec<_> = await_leader(req, facts).into_iter().collect();
+    let mut steps: Vec<_> = await_leader(req).into_iter().collect();
     steps.extend(replace);
     steps.extend(steps::patches(req, facts, st.overlay, (&python.executable, interpreter.as_ref()), &mut p.findings));
     let mut x = ExecSpec {
@@ -381,7 +381,7 @@ fn workdir(req: &Request, facts: &Facts) -> Result<(Option<PathBuf>, Option<Path
 /// The step that makes a rank > 0 wait until the leader's name resolves.
 /// (The engine's ranks only: a sidecar of the same pod, `python3 -m infera.kvd`, does not
 /// need the leader.)
-fn await_leader(req: &Request, facts: &Facts) -> Option<crate::spec::Step> {
+fn await_leader(req: &Request) -> Option<crate::spec::Step> {
     if !req.role.runs_engine() {
         return None;
     }
@@ -390,13 +390,7 @@ fn await_leader(req: &Request, facts: &Facts) -> Option<crate::spec::Step> {
     if leader.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok() {
         return None;
     }
-    Some(crate::spec::Step::AwaitLeader {
-        host: leader.clone(),
-        timeout_seconds: g.leader_wait,
-        resolv_conf: "/etc/resolv.conf".into(),
-        hosts: "/etc/hosts".into(),
-        root: facts.root.host(std::path::Path::new("/")),
-    })
+    Some(crate::spec::Step::AwaitLeader { host: leader.clone(), timeout_seconds: g.leader_wait })
 }
 
 /// BLAKE3 of the engine args every rank must share: the user's and the launcher's, the flags

@@ -166,11 +166,11 @@ fn every_wait_ends_on_sigterm_and_sigint_in_every_mode() {
     let py = real_python("3.12");
     let img = vllm_image(Some(&py));
     let ov = shipped_overlay();
-    let _ns = UdpSocketGuard::bind("127.0.53.31");
+    let _ns = UdpSocketGuard::bind("127.0.53.41");
     let scratch = tempfile::tempdir().unwrap();
-    std::fs::write(scratch.path().join("resolv.conf"), "nameserver 127.0.53.31\noptions timeout:5\n").unwrap();
+    std::fs::write(scratch.path().join("resolv.conf"), "nameserver 127.0.53.41\noptions timeout:5\n").unwrap();
     std::fs::write(scratch.path().join("hosts"), "127.0.0.1 localhost\n").unwrap();
-    img.file("/etc/resolv.conf", "nameserver 127.0.53.31\noptions timeout:5\n")
+    img.file("/etc/resolv.conf", "nameserver 127.0.53.41\noptions timeout:5\n")
         .file("/etc/hosts", "127.0.0.1 localhost\n");
     let mut held = Some(hold_lock(&img.p(VLLM_SITE)));
     let engine = || {
