@@ -40,6 +40,12 @@ extern "C" fn fill_closed_stdio() {
 #[link_section = ".init_array"]
 static FILL_CLOSED_STDIO: extern "C" fn() = fill_closed_stdio;
 
+/// mimalloc, not musl's malloc, which maps and unmaps pages around a parse's worth of small
+/// allocations (measured in bench/run; ripgrep's musl build swaps its allocator too). With
+/// its `override` feature it is libc's malloc too (musl's opendir buffers).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     // A panic is a bug: said as a refusal is, exit 70, not a death by SIGABRT.
     std::panic::set_hook(Box::new(|info| {

@@ -389,9 +389,11 @@ pub fn read_known(path: &Path, known: &fs::Metadata, limit: u64) -> io::Result<(
 }
 
 /// The whole file when it has at most `limit` bytes (read to its end whatever `stat` says:
-/// /proc files say 0).
+/// /proc files say 0). The buffer is sized from `fstat` first, so a file of the size it
+/// says is read in one call.
 fn read_up_to(f: fs::File, limit: u64) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
+    let size = f.metadata().map_or(0, |m| m.len()).min(limit);
+    let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
     f.take(limit + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > limit {
         return Err(io::Error::new(

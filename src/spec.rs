@@ -75,10 +75,7 @@ pub enum Step {
     /// once the pod has an IP; CoreDNS caches the NXDOMAIN a too early rank would get).
     /// (The standard library's resolver reads this process's /etc/hosts and
     /// /etc/resolv.conf: the pod's in a pod, this host's with `--root`.)
-    AwaitLeader {
-        host: String,
-        timeout_seconds: u64,
-    },
+    AwaitLeader { host: String, timeout_seconds: u64 },
     /// Run an engine patch of the overlay with the image's interpreter, in `/`, with the
     /// exec's environment, for at most `timeout_seconds` (then it is killed).
     Patch {

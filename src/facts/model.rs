@@ -135,7 +135,7 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
 
 /// A config.json is a few KB (one with a long list of quantized layers, a few MB); a larger
 /// file is not read whole (it grew past the bound while read: said so too).
-pub const READ_LIMIT: u64 = 32 << 20;
+pub const READ_LIMIT: u64 = 64 << 20;
 
 /// How deep Python's `json` reads arrays and objects nested (CPython 3.12: 1496, 3.10: 994,
 /// measured with `json.loads`; its C scanner raises RecursionError past that). The launcher

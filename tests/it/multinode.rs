@@ -433,7 +433,12 @@ fn a_rank_waits_for_the_leader_then_runs_or_gives_up_in_time() {
     // Rank 1 runs the follower program: infera's argument split, then vLLM's own CLI.
     assert_eq!(out.standin()["standin"], "infera.engine.vllm.args");
     assert!(out.standin()["argv"].to_string().contains("\"--headless\""), "rank 1 of vLLM is headless");
-    assert!(out.stderr.contains("[leader-wait] waiting for the leader `kimi-0.kimi.infera` to resolve (Name does not resolve)"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("[leader-wait] waiting for the leader `kimi-0.kimi.infera` to resolve (Name does not resolve)"),
+        "{}",
+        out.stderr
+    );
     assert!(out.stderr.contains("[leader-resolved] `kimi-0.kimi.infera` is 10.4.0.9"), "{}", out.stderr);
     assert!(took >= Duration::from_millis(1400), "it waited: {took:?}");
 
