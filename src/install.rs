@@ -10,9 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{fstatat, mkdirat, Mode};
-use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 use thiserror::Error;
 
@@ -173,7 +171,7 @@ fn open_dest(dst: &Path) -> Result<OwnedFd, InstallError> {
 /// that is not a regular file (a link, a FIFO) was not written by `install`: refused.
 fn earlier_parts(dir: &OwnedFd, dst: &Path) -> Result<Vec<String>, InstallError> {
     let path = dst.join(MARKER);
-    let f = match nofollow::open_at(dir.as_fd(), Path::new(MARKER), OFlag::O_RDONLY, Mode::empty()) {
+    let f = match nofollow::open_at(dir.as_fd(), Path::new(MARKER), OFlags::RDONLY, Mode::empty()) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
@@ -188,15 +186,8 @@ fn earlier_parts(dir: &OwnedFd, dst: &Path) -> Result<Vec<String>, InstallError>
 }
 
 fn planted(dir: &OwnedFd, path: &Path) -> InstallError {
-    let what = fstatat(Some(dir.as_raw_fd()), MARKER, AtFlags::AT_SYMLINK_NOFOLLOW).map_or("not a file", |st| {
-        match st.st_mode & nix::libc::S_IFMT {
-            nix::libc::S_IFIFO => "a FIFO",
-            nix::libc::S_IFDIR => "a directory",
-            nix::libc::S_IFSOCK => "a socket",
-            nix::libc::S_IFCHR | nix::libc::S_IFBLK => "a device",
-            _ => "not a regular file",
-        }
-    });
+    let st = rustix::fs::statat(dir, MARKER, AtFlags::SYMLINK_NOFOLLOW);
+    let what = st.map_or("not a file", |st| crate::rootfs::Kind::of_mode(st.st_mode).describe());
     InstallError::Planted { path: path.to_path_buf(), what }
 }
 
@@ -204,8 +195,8 @@ fn planted(dir: &OwnedFd, path: &Path) -> InstallError {
 /// link, never into a FIFO.
 fn write_marker(dir: &OwnedFd, dst: &Path, text: &[u8]) -> Result<(), InstallError> {
     let path = dst.join(MARKER);
-    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC;
-    let f = nofollow::open_at(dir.as_fd(), Path::new(MARKER), flags, Mode::from_bits_truncate(0o644))
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC;
+    let f = nofollow::open_at(dir.as_fd(), Path::new(MARKER), flags, Mode::from_raw_mode(0o644))
         .map_err(|e| err(e, "cannot write", &path))?;
     let mut f = nofollow::regular(f).map_err(|_| planted(dir, &path))?;
     f.write_all(text).map_err(|e| err(e, "cannot write", &path))
@@ -215,15 +206,14 @@ fn write_marker(dir: &OwnedFd, dst: &Path, text: &[u8]) -> Result<(), InstallErr
 /// each level without following links; a link is removed, not followed).
 fn remove_part(at: BorrowedFd<'_>, dst: &Path, part: &str) -> Result<(), InstallError> {
     let path = dst.join(part);
-    let Ok(st) = fstatat(Some(at.as_raw_fd()), part, AtFlags::AT_SYMLINK_NOFOLLOW) else { return Ok(()) };
-    if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR {
+    let Ok(st) = rustix::fs::statat(at, part, AtFlags::SYMLINK_NOFOLLOW) else { return Ok(()) };
+    if crate::rootfs::Kind::of_mode(st.st_mode) == crate::rootfs::Kind::Dir {
         // Through our descriptor's /proc link: the directory held open, whatever its path.
         let held = PathBuf::from(format!("/proc/self/fd/{}/{part}", at.as_raw_fd()));
         let target = if held.exists() { held } else { path.clone() };
         fs::remove_dir_all(&target).map_err(|e| err(e, "cannot replace", &path))
     } else {
-        unlinkat(Some(at.as_raw_fd()), part, UnlinkatFlags::NoRemoveDir)
-            .map_err(|e| err(e.into(), "cannot replace", &path))
+        rustix::fs::unlinkat(at, part, AtFlags::empty()).map_err(|e| err(e.into(), "cannot replace", &path))
     }
 }
 
@@ -234,20 +224,20 @@ fn copy_tree(src: &Path, at: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Resu
     let meta = fs::symlink_metadata(src).map_err(|e| err(e, "cannot read", src))?;
     if meta.file_type().is_symlink() {
         let t = fs::read_link(src).map_err(|e| err(e, "cannot read link", src))?;
-        symlinkat(&t, Some(at.as_raw_fd()), name).map_err(|e| err(e.into(), "cannot create link", shown))?;
+        rustix::fs::symlinkat(&t, at, name).map_err(|e| err(e.into(), "cannot create link", shown))?;
         return Ok(1);
     }
     if meta.is_file() {
         let mut input = crate::rootfs::open_regular(src).map_err(|e| err(e, "cannot read", src))?;
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
-        let mut out = nofollow::open_at(at, Path::new(name), flags, Mode::from_bits_truncate(0o600))
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
+        let mut out = nofollow::open_at(at, Path::new(name), flags, Mode::from_raw_mode(0o600))
             .map_err(|e| err(e, "cannot create", shown))?;
         std::io::copy(&mut input, &mut out).map_err(|e| err(e, "cannot copy to", shown))?;
         out.set_permissions(meta.permissions()).map_err(|e| err(e, "cannot chmod", shown))?;
         return Ok(1);
     }
-    match mkdirat(Some(at.as_raw_fd()), name, Mode::from_bits_truncate(0o700)) {
-        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+    match rustix::fs::mkdirat(at, name, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(err(e.into(), "cannot create", shown)),
     }
     let sub = nofollow::open_dir_at(at, Path::new(name)).map_err(|e| err(e, "cannot open the directory", shown))?;
@@ -263,5 +253,5 @@ fn copy_tree(src: &Path, at: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Resu
 }
 
 fn fchmod(fd: &OwnedFd, mode: u32) -> std::io::Result<()> {
-    nix::sys::stat::fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(mode)).map_err(Into::into)
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode & 0o7777)).map_err(Into::into)
 }

@@ -5,40 +5,35 @@
 //!
 //! The kernel's `openat2(RESOLVE_NO_SYMLINKS)` where it has it (Linux 5.6+, and no seccomp
 //! profile refusing it), else a walk that opens each directory from its parent's descriptor
-//! with `O_NOFOLLOW`.
+//! with `O_NOFOLLOW` (the kernels of older nodes, RHEL 8's 4.18 among them).
 
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path};
 
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::Mode;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 /// Open `path` (relative to `dir`, or absolute) with `flags` (`O_NOFOLLOW`, `O_NONBLOCK`,
 /// `O_NOCTTY` and `O_CLOEXEC` are always added), no link followed in any component.
-pub fn open_at(dir: BorrowedFd<'_>, path: &Path, flags: OFlag, mode: Mode) -> io::Result<File> {
-    let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
-    let how = OpenHow::new().flags(flags).mode(mode).resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
-    match nix::fcntl::openat2(dir.as_raw_fd(), path, how) {
-        // SAFETY: `openat2` just returned this descriptor and nothing else owns it.
-        Ok(fd) => Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) })),
-        Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => walk(dir, path, flags, mode),
+pub fn open_at(dir: BorrowedFd<'_>, path: &Path, flags: OFlags, mode: Mode) -> io::Result<File> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    match rustix::fs::openat2(dir, path, flags, mode, ResolveFlags::NO_SYMLINKS) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => walk(dir, path, flags, mode).map(File::from),
         Err(e) => Err(e.into()),
     }
 }
 
 /// [`open_at`] from the working directory (or an absolute path).
-pub fn open(path: &Path, flags: OFlag, mode: Mode) -> io::Result<File> {
-    // SAFETY: AT_FDCWD is the kernel's name for the working directory, valid for the call.
-    let cwd = unsafe { BorrowedFd::borrow_raw(nix::libc::AT_FDCWD) };
-    open_at(cwd, path, flags, mode)
+pub fn open(path: &Path, flags: OFlags, mode: Mode) -> io::Result<File> {
+    open_at(rustix::fs::CWD, path, flags, mode)
 }
 
 /// Open `path` only when it is a regular file: the descriptor's own type is checked (a FIFO
 /// or a device opened non-blocking is closed again, unread and unwritten).
-pub fn open_regular(path: &Path, flags: OFlag) -> io::Result<File> {
+pub fn open_regular(path: &Path, flags: OFlags) -> io::Result<File> {
     regular(open(path, flags, Mode::empty())?)
 }
 
@@ -48,13 +43,18 @@ pub fn regular(f: File) -> io::Result<File> {
     if m.is_file() {
         return Ok(f);
     }
-    let what = crate::rootfs::kind(m.file_type());
+    let what = crate::rootfs::Kind::of(&m).describe();
     Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {what}, not a regular file")))
+}
+
+/// A directory opened for `*at` calls (no link followed to it).
+pub fn open_dir_at(dir: BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
+    open_at(dir, path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).map(OwnedFd::from)
 }
 
 /// The same resolution in userspace: each directory opened `O_PATH | O_NOFOLLOW` from its
 /// parent's descriptor (`..` refused: a walk that may not follow links has no use for it).
-fn walk(dir: BorrowedFd<'_>, path: &Path, flags: OFlag, mode: Mode) -> io::Result<File> {
+fn walk(dir: BorrowedFd<'_>, path: &Path, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
     let mut parts: Vec<&OsStr> = Vec::new();
     let mut absolute = false;
     for c in path.components() {
@@ -68,38 +68,27 @@ fn walk(dir: BorrowedFd<'_>, path: &Path, flags: OFlag, mode: Mode) -> io::Resul
         }
     }
     let Some(last) = parts.pop() else { return Err(io::Error::from(io::ErrorKind::InvalidInput)) };
-    let step = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let step = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut held: Option<OwnedFd> = None;
     if absolute {
-        held = Some(nix::fcntl::open("/", step, Mode::empty()).map(|fd| {
-            // SAFETY: `open` just returned this descriptor and nothing else owns it.
-            unsafe { OwnedFd::from_raw_fd(fd) }
-        })?);
+        held = Some(rustix::fs::open("/", step, Mode::empty())?);
     }
     for part in parts {
-        let at = held.as_ref().map_or(dir.as_raw_fd(), |f| f.as_raw_fd());
-        let fd = nix::fcntl::openat(Some(at), part, step, Mode::empty()).map_err(|e| {
+        let at = held.as_ref().map_or(dir, AsFd::as_fd);
+        let next = rustix::fs::openat(at, part, step, Mode::empty()).map_err(|e| {
             // O_NOFOLLOW with O_DIRECTORY says ENOTDIR for a link: the kernel's ELOOP instead.
-            let link = nix::sys::stat::fstatat(Some(at), part, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFLNK);
+            let link = rustix::fs::statat(at, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| crate::rootfs::Kind::of_mode(st.st_mode) == crate::rootfs::Kind::Link);
             if link {
-                nix::errno::Errno::ELOOP
+                rustix::io::Errno::LOOP
             } else {
                 e
             }
         })?;
-        // SAFETY: `openat` just returned this descriptor and nothing else owns it.
-        held = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        held = Some(next);
     }
-    let at = held.as_ref().map_or(dir.as_raw_fd(), |f| f.as_raw_fd());
-    let fd = nix::fcntl::openat(Some(at), last, flags, mode)?;
-    // SAFETY: `openat` just returned this descriptor and nothing else owns it.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
-
-/// A directory opened for `*at` calls (no link followed to it).
-pub fn open_dir_at(dir: BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
-    open_at(dir, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).map(OwnedFd::from)
+    let at = held.as_ref().map_or(dir, AsFd::as_fd);
+    Ok(rustix::fs::openat(at, last, flags, mode)?)
 }
 
 #[cfg(test)]
@@ -115,7 +104,7 @@ mod tests {
         std::fs::write(d.join("victim"), "keep").unwrap();
         symlink(d.join("real"), d.join("linkdir")).unwrap();
         symlink(d.join("victim"), d.join("real/link")).unwrap();
-        nix::unistd::mkfifo(&d.join("real/fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        nix::unistd::mkfifo(&d.join("real/fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         assert!(open(&d.join("real/file")).is_ok());
         let e = open(&d.join("linkdir/file")).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(nix::libc::ELOOP), "a link in a directory component: {e}");
@@ -129,14 +118,12 @@ mod tests {
 
     #[test]
     fn no_link_in_any_component_is_followed() {
-        cases(&|p| open(p, OFlag::O_RDONLY, Mode::empty()));
+        cases(&|p| open(p, OFlags::RDONLY, Mode::empty()));
     }
 
     #[test]
     fn the_walk_refuses_what_the_kernel_refuses() {
-        // SAFETY: AT_FDCWD names the working directory for the call.
-        let cwd = unsafe { BorrowedFd::borrow_raw(nix::libc::AT_FDCWD) };
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        cases(&|p| walk(cwd, p, flags, Mode::empty()));
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        cases(&|p| walk(rustix::fs::CWD, p, flags, Mode::empty()).map(File::from));
     }
 }

@@ -41,7 +41,7 @@ pub fn write(r: &Refusal, env: &Env) {
         None => std::path::PathBuf::from(DEFAULT_PATH),
     };
     // Never created, never followed through a link in any component, never blocking on a FIFO.
-    let flags = nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_TRUNC;
+    let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::TRUNC;
     if let Ok(mut f) = crate::nofollow::open_regular(&path, flags) {
         let _ = f.write_all(message(r).as_bytes());
     }

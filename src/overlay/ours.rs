@@ -17,7 +17,7 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
     // `stat`; only a link (or a filesystem that does not record types) is looked up.
     let mut names: Vec<String> = Vec::new();
     rootfs::each_entry(&trees_dir, |n, t| {
-        let dir = if t.is_symlink() { trees_dir.join(n).is_dir() } else { t.is_dir() };
+        let dir = if t == rootfs::Kind::Link { trees_dir.join(n).is_dir() } else { t == rootfs::Kind::Dir };
         if dir {
             names.push(n.to_string_lossy().into_owned());
         }

@@ -49,7 +49,7 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
             path: path.to_path_buf(),
             reason: e.to_string(),
         };
-        let mut names: Vec<(std::ffi::OsString, std::fs::FileType)> = Vec::new();
+        let mut names: Vec<(std::ffi::OsString, crate::rootfs::Kind)> = Vec::new();
         crate::rootfs::each_entry(&dir, |n, t| names.push((n.to_os_string(), t))).map_err(|e| unreadable(&dir, e))?;
         for (name, t) in names {
             let path = dir.join(&name);
@@ -85,15 +85,13 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
 }
 
 impl Kind {
-    fn of(t: std::fs::FileType) -> Kind {
-        if t.is_symlink() {
-            Kind::Link
-        } else if t.is_dir() {
-            Kind::Dir
-        } else if t.is_file() {
-            Kind::File
-        } else {
-            Kind::Other(crate::rootfs::kind(t))
+    fn of(t: crate::rootfs::Kind) -> Kind {
+        use crate::rootfs::Kind as K;
+        match t {
+            K::Link => Kind::Link,
+            K::Dir => Kind::Dir,
+            K::File => Kind::File,
+            other => Kind::Other(other.describe()),
         }
     }
 }

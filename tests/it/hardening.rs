@@ -521,10 +521,10 @@ fn a_file_descriptor_limit_is_named() {
     let out = infera(&["worker", "--dry-run", "--", "--model", "/m"])
         .root(&img)
         .overlay(&ov.overlay())
-        .under("prlimit", &["--nofile=4".as_ref()])
+        .under("prlimit", &["--nofile=3".as_ref()])
         .run();
     out.assert(66, "error[fd-limit]: the image root");
-    assert!(out.stderr.contains("this process may have 4 open at once (RLIMIT_NOFILE)"), "{}", out.stderr);
+    assert!(out.stderr.contains("this process may have 3 open at once (RLIMIT_NOFILE)"), "{}", out.stderr);
     assert!(out.stderr.contains("hint: raise the container's limit of open files"), "{}", out.stderr);
 }
 
