@@ -12,16 +12,22 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use clap::builder::{BoolishValueParser, TypedValueParser};
+use clap::builder::BoolishValueParser;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::engines::Engine;
 use crate::envvars as ev;
 
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
-const EXIT_CODES: &str =
-    "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 70 internal error (a bug), 74 output not written, \
-                          78 engine configuration refused, 126 cannot execute, 127 not found.";
+/// The exit codes, once, for every help text that lists them.
+macro_rules! exit_codes {
+    () => {
+        "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 70 internal error (a bug), \
+         74 output not written, 78 engine configuration refused, 126 cannot execute, 127 not found; 130/143 stopped by \
+         SIGINT/SIGTERM while waiting; with --init the program's code, or 128+n when a signal ended it."
+    };
+}
+const EXIT_CODES: &str = exit_codes!();
 
 /// The variables every role reads that are not an option's (the options show theirs as
 /// `[env: ...]`), as one literal so that `concat!` can build each role's help from it.
@@ -60,12 +66,11 @@ const SERVER_ENVIRONMENT: &str = concat!(
     disable_version_flag = true,
     arg_required_else_help = true,
     override_usage = "infera-exec [OPTIONS] PROGRAM [ARGS]...\n       infera-exec <COMMAND> [OPTIONS] [-- ARGS...]",
-    after_help = "PROGRAM [ARGS]: the command form of the pod specs, e.g. `infera-exec python3 -m infera.engine.vllm \
+    after_help = concat!("PROGRAM [ARGS]: the command form of the pod specs, e.g. `infera-exec python3 -m infera.engine.vllm \
                   --model /models/m`: `-m infera.engine.<engine>` runs as `worker --engine <engine>`, `-m infera.server` \
                   as `server`, anything else with the selected tree's environment. The OPTIONS of `worker` go before \
-                  PROGRAM, or in INFERA_* variables (`infera-exec worker --help` lists them).\n\n\
-                  Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 70 internal error (a bug), 74 output not written, \
-                  78 engine configuration refused, 126 cannot execute, 127 not found."
+                  PROGRAM, or in INFERA_* variables (`infera-exec worker --help` lists them).\n\n",
+                  exit_codes!())
 )]
 pub struct Cli {
     /// Print the version, the commit it was built from and the overlay's families.
@@ -122,45 +127,30 @@ pub enum ManifestCommand {
     },
 }
 
-/// `--engine`: one of the engine table's names, or `auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `--engine`: one of the engines of the table (`engines/`), or `auto`: the one the image
+/// has. (A unit test keeps the variants and the table the same.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EngineChoice {
     Auto,
-    One(Engine),
+    Vllm,
+    Sglang,
 }
 
-/// `auto` and the table's engine names. Works on the raw value so that a non-UTF-8 value
-/// is reported as an invalid `--engine` value (lossily shown), not as a generic error.
-#[derive(Clone)]
-struct EngineChoiceParser;
-
-impl TypedValueParser for EngineChoiceParser {
-    type Value = EngineChoice;
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<EngineChoice, clap::Error> {
-        let text = value.to_string_lossy();
-        if text == "auto" {
-            return Ok(EngineChoice::Auto);
+impl EngineChoice {
+    /// The engine named; None for `auto`.
+    pub fn engine(self) -> Option<Engine> {
+        match self {
+            EngineChoice::Auto => None,
+            EngineChoice::Vllm => Some(Engine::Vllm),
+            EngineChoice::Sglang => Some(Engine::Sglang),
         }
-        if let Some(e) = Engine::from_name(&text) {
-            return Ok(EngineChoice::One(e));
-        }
-        use clap::error::{ContextKind, ContextValue, ErrorKind};
-        let mut err = clap::Error::new(ErrorKind::InvalidValue).with_cmd(cmd);
-        let arg = arg.map_or_else(|| "--engine".to_string(), ToString::to_string);
-        err.insert(ContextKind::InvalidArg, ContextValue::String(arg));
-        err.insert(ContextKind::InvalidValue, ContextValue::String(text.into_owned()));
-        let valid = std::iter::once("auto").chain(Engine::names()).map(String::from).collect();
-        err.insert(ContextKind::ValidValue, ContextValue::Strings(valid));
-        Err(err)
     }
-    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        let names = std::iter::once("auto").chain(Engine::names());
-        Some(Box::new(names.map(clap::builder::PossibleValue::new)))
+
+    pub fn of(e: Engine) -> EngineChoice {
+        match e {
+            Engine::Vllm => EngineChoice::Vllm,
+            Engine::Sglang => EngineChoice::Sglang,
+        }
     }
 }
 
@@ -219,7 +209,7 @@ pub struct CommonArgs {
 #[command(next_help_heading = "Engine options")]
 pub struct EngineArgs {
     /// The engine to run; `auto` picks the one installed in the image.
-    #[arg(long, env = ev::INFERA_ENGINE, value_parser = EngineChoiceParser, default_value = "auto")]
+    #[arg(long, env = ev::INFERA_ENGINE, value_enum, default_value = "auto")]
     pub engine: EngineChoice,
     /// Do not run the overlay's engine patches (`patches/<engine>/*.py`).
     #[arg(long, env = ev::INFERA_SKIP_ENGINE_PATCHES, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
@@ -697,6 +687,22 @@ fn takes_value(cmd: &clap::Command, name: &[u8]) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
+
+    /// `--engine`'s values are `auto` and the engine table's names, in its order.
+    #[test]
+    fn engine_choices_are_the_tables() {
+        let names: Vec<String> = EngineChoice::value_variants()
+            .iter()
+            .filter_map(|v| v.to_possible_value())
+            .map(|p| p.get_name().to_string())
+            .collect();
+        let mut want = vec!["auto".to_string()];
+        want.extend(Engine::names().iter().map(|n| n.to_string()));
+        assert_eq!(names, want);
+        for e in Engine::all() {
+            assert_eq!(EngineChoice::of(e).engine(), Some(e));
+        }
+    }
     use super::*;
 
     fn argv(v: &[&str]) -> Vec<OsString> {

@@ -243,10 +243,7 @@ fn wanted<'a>(req: &'a Request, env: &Env) -> facts::Wanted<'a> {
             _ => None,
         },
         chdir: req.chdir.as_deref(),
-        engine: match req.engine {
-            cli::EngineChoice::One(e) => Some(e),
-            cli::EngineChoice::Auto => None,
-        },
+        engine: req.engine.engine(),
         network: req.group.as_ref().is_some_and(|g| g.size > 1)
             || [envvars::GLOO_SOCKET_IFNAME, envvars::NCCL_SOCKET_IFNAME]
                 .iter()

@@ -9,7 +9,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::cli::{EngineChoice, Options, Output};
-use crate::engines::Engine;
 use crate::envvars::{self as ev, Env};
 use crate::manifest::SERVER_MODULE;
 use crate::rootfs::parse_minor;
@@ -278,10 +277,10 @@ impl Request {
         };
         let (role, engine) = match crate::engines::TABLE.iter().find(|i| i.module == module) {
             Some(info) => {
-                if let EngineChoice::One(e) = o.engine.engine.filter_other(info.engine) {
+                if let Some(e) = o.engine.engine.engine().filter(|e| *e != info.engine) {
                     return Err(UsageError::EngineConflict { module, module_engine: info.name, engine: e.name() });
                 }
-                (Role::Worker, EngineChoice::One(info.engine))
+                (Role::Worker, EngineChoice::of(info.engine))
             }
             None if module == SERVER_MODULE => (Role::Server, o.engine.engine),
             None => (Role::Run, o.engine.engine),
@@ -358,16 +357,6 @@ impl Request {
     /// names (plain `python3` / `python` is the default search anyway).
     pub fn interpreter(&self) -> Option<&OsStr> {
         self.python.as_deref().or_else(|| self.target.interpreter().filter(|i| !matches!(i.as_bytes(), b"python3")))
-    }
-}
-
-impl EngineChoice {
-    /// `One(e)` when the choice names an engine other than `e`.
-    fn filter_other(self, e: Engine) -> EngineChoice {
-        match self {
-            EngineChoice::One(x) if x != e => EngineChoice::One(x),
-            _ => EngineChoice::Auto,
-        }
     }
 }
 

@@ -5,6 +5,12 @@
 //! `safe_load`: YAML 1.1 booleans `yes`/`on`, `~` null, `0x`/`0o`/`_` and base-60 integers,
 //! `<<` merge keys, a repeated key keeping its first place with its last value) and
 //! reasons about the effective values, adding no default the file sets.
+//!
+//! The events come from saphyr-parser; they are composed here because no serde reader of
+//! YAML keeps PyYAML's 1.1 resolution: serde-saphyr (on the same parser) resolves plain
+//! scalars by YAML 1.2 rules (`1e3` a float, `0o17` an int, `1:30` a string, `.inf` not a
+//! float) and hands a visitor typed values, never a scalar's text and style, so the
+//! difference cannot be adapted at the edge (tried, 0.0.x).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

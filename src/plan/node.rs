@@ -67,9 +67,9 @@ pub fn devices(facts: &Facts) -> Result<(), NodeError> {
 /// `engine`: the one the request names; with `auto`, each engine the image has.
 pub fn check(engine: EngineChoice, facts: &Facts, env: &Env, findings: &mut Vec<Finding>) -> Result<(), NodeError> {
     let var = |k: &str| ev::get(env, k).map(|v| v.to_string_lossy().into_owned());
-    let engines: Vec<Engine> = match engine {
-        EngineChoice::One(e) => vec![e],
-        EngineChoice::Auto => Engine::all().filter(|e| facts.engine(*e).is_some()).collect(),
+    let engines: Vec<Engine> = match engine.engine() {
+        Some(e) => vec![e],
+        None => Engine::all().filter(|e| facts.engine(*e).is_some()).collect(),
     };
     for port_var in engines.iter().filter_map(|e| e.info().port_var) {
         if let Some(v) = var(port_var).filter(|v| v.trim().parse::<u16>().is_err()) {

@@ -200,12 +200,10 @@ fn installed(choice: EngineChoice, facts: &Facts) -> Result<Engine, SelectError>
             dirs.join(", ")
         }
     };
-    match choice {
-        EngineChoice::One(e) if facts.engine(e).is_none() => {
-            Err(SelectError::EngineMissing { engine: e.name(), dirs: dirs() })
-        }
-        EngineChoice::One(e) => Ok(e),
-        EngineChoice::Auto => match facts.engines.as_slice() {
+    match choice.engine() {
+        Some(e) if facts.engine(e).is_none() => Err(SelectError::EngineMissing { engine: e.name(), dirs: dirs() }),
+        Some(e) => Ok(e),
+        None => match facts.engines.as_slice() {
             [one] => Ok(one.engine),
             [] => Err(SelectError::NoEngine { engines: Engine::names(), dirs: dirs() }),
             many => Err(SelectError::EngineAmbiguous {
