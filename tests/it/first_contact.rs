@@ -104,7 +104,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         (
             2,
             "error: invalid value 'vlm' for INFERA_ENGINE (the variable of '--engine <ENGINE>')\n  \
-             [possible values: auto, vllm, sglang]\n\n\
+             [possible values: auto, vllm, sglang]\n\n  tip: a similar value exists: 'vllm'\n\n\
              For more information, try '--help'.\n"
         )
     );
