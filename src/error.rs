@@ -50,6 +50,16 @@ pub trait Refuse: std::fmt::Display {
     }
 }
 
+/// One refusal as the catalogue (docs/refusals.md) lists it: its code, exit code, and the
+/// templates of its message and hint (`{field}` stands for what is found at run time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Doc {
+    pub code: &'static str,
+    pub exit: Exit,
+    pub message: &'static str,
+    pub hint: Option<&'static str>,
+}
+
 /// A refusal: what was found, where, what was expected, and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {

@@ -22,6 +22,7 @@ pub mod overlay;
 pub mod payload;
 pub mod plan;
 pub mod privs;
+pub mod refusals;
 pub mod report;
 pub mod request;
 pub mod rootfs;

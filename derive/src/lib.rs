@@ -15,6 +15,9 @@
 //! - `hint`: a format string over the variant's fields (`{name}` captures a field), or any
 //!   expression over them that gives a `String`; `hint_opt`: an expression giving
 //!   `Option<String>`. No hint attribute: no hint.
+//!
+//! Each enum also gets `REFUSALS`: its literal codes with their exit codes, message and hint
+//! templates, from which docs/refusals.md is generated.
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
@@ -84,6 +87,17 @@ fn meta(v: &syn::Variant) -> syn::Result<Meta> {
     Ok(Meta { code, exit, hint })
 }
 
+/// The message template of a variant: the first literal of its `#[error("...")]`.
+fn message(v: &syn::Variant) -> Option<String> {
+    let attr = v.attrs.iter().find(|a| a.path().is_ident("error"))?;
+    let syn::Meta::List(list) = &attr.meta else { return None };
+    let first: Lit = syn::parse2(list.tokens.clone().into_iter().take(1).collect()).ok()?;
+    match first {
+        Lit::Str(s) => Some(s.value()),
+        _ => None,
+    }
+}
+
 /// The pattern binding every field of the variant by name (`_0`, `_1` for tuple fields).
 fn pattern(v: &syn::Variant) -> Tokens {
     let name = &v.ident;
@@ -105,10 +119,20 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
         return Err(syn::Error::new_spanned(&input.ident, "#[derive(Refuse)] is for enums"));
     };
     let name = &input.ident;
-    let (mut codes, mut exits, mut hints) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut codes, mut exits, mut hints, mut docs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for v in &data.variants {
         let m = meta(v)?;
         let pat = pattern(v);
+        if let Code::Lit(code) = &m.code {
+            let exit = &m.exit;
+            let message = message(v).unwrap_or_default();
+            let hint = match &m.hint {
+                Hint::None => quote!(None),
+                Hint::Format(s) => quote!(Some(#s)),
+                Hint::Expr(_) | Hint::OptExpr(_) => quote!(Some("(depends on the case)")),
+            };
+            docs.push(quote!(crate::error::Doc { code: #code, exit: crate::error::Exit::#exit, message: #message, hint: #hint }));
+        }
         codes.push(match m.code {
             Code::Lit(s) => quote!(#pat => #s),
             Code::Field(f) => quote!(#pat => #f),
@@ -123,6 +147,10 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
         });
     }
     Ok(quote! {
+        impl #name {
+            /// What each refusal of this kind is, for the catalogue (docs/refusals.md).
+            pub const REFUSALS: &'static [crate::error::Doc] = &[#(#docs),*];
+        }
         #[allow(unused_variables, clippy::match_same_arms)]
         impl crate::error::Refuse for #name {
             fn code(&self) -> &str {

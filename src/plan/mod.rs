@@ -3,14 +3,14 @@
 //! module under `plan/` reads a file. `--dry-run` prints it, the real run carries it out.
 
 pub(crate) mod args;
-mod caps;
+pub(crate) mod caps;
 mod env;
-mod node;
+pub(crate) mod node;
 pub mod pd;
-mod program;
+pub(crate) mod program;
 pub mod ranks;
-mod safety;
-mod select;
+pub(crate) mod safety;
+pub(crate) mod select;
 mod steps;
 mod usable;
 

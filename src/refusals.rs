@@ -1,0 +1,151 @@
+//! The catalogue of refusals: every code the launcher refuses with, its exit code, what it
+//! says and the hint it gives, from the error enums themselves (`#[derive(Refuse)]` gives
+//! each its `REFUSALS`), the shipped rules (manifests/rules.toml) and the few refusals made
+//! in place. `docs/refusals.md` is generated from it, and a test keeps the two the same and
+//! every code in the source in it.
+
+use crate::error::{Doc, Exit};
+
+/// Refusals made without an error enum: the command line's, and the launcher's own.
+const IN_PLACE: &[Doc] = &[
+    Doc {
+        code: "usage",
+        exit: Exit::Usage,
+        message: "the command line or a variable does not parse (clap's message: an unknown option, a value that is not one of the choices)",
+        hint: Some("the option or value to write instead, when there is one (`tip:` in the text)"),
+    },
+    Doc {
+        code: "output-failed",
+        exit: Exit::Output,
+        message: "cannot write the answer to stdout: {cause}",
+        hint: None,
+    },
+    Doc {
+        code: "internal",
+        exit: Exit::Internal,
+        message: "a bug: a panic, or a plan that cannot be written",
+        hint: Some("this is a bug in infera-exec: please report it with the command line and the image"),
+    },
+];
+
+/// Every refusal, in the order the docs list them: by exit code, then code.
+pub fn all() -> Vec<Doc> {
+    let kinds: &[&[Doc]] = &[
+        IN_PLACE,
+        crate::error::UsageError::REFUSALS,
+        crate::logging::LogError::REFUSALS,
+        crate::rootfs::RootError::REFUSALS,
+        crate::overlay::OverlayError::REFUSALS,
+        crate::facts::python::PythonError::REFUSALS,
+        crate::facts::rocm::RocmError::REFUSALS,
+        crate::facts::gpus::GpuError::REFUSALS,
+        crate::engine_args::ConfigError::REFUSALS,
+        crate::plan::select::SelectError::REFUSALS,
+        crate::plan::safety::SafetyError::REFUSALS,
+        crate::plan::caps::CapError::REFUSALS,
+        crate::plan::node::NodeError::REFUSALS,
+        crate::plan::args::ArgsError::REFUSALS,
+        crate::plan::ranks::RankError::REFUSALS,
+        crate::plan::pd::PdError::REFUSALS,
+        crate::plan::program::ProgramError::REFUSALS,
+        crate::privs::PrivError::REFUSALS,
+        crate::execve::ExecError::REFUSALS,
+        crate::payload::PayloadError::REFUSALS,
+        crate::manifest_cmd::ManifestCmdError::REFUSALS,
+        crate::install::InstallError::REFUSALS,
+    ];
+    let mut all: Vec<Doc> = kinds.iter().flat_map(|k| k.iter().copied()).collect();
+    for r in crate::rules::shipped() {
+        all.push(Doc { code: r.code, exit: Exit::Refused, message: r.message, hint: Some(r.fix) });
+    }
+    all.sort_by_key(|d| (d.exit.code(), d.code));
+    all
+}
+
+/// docs/refusals.md: a row per code (codes that several cases share list each message).
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "# Refusals\n\n<!-- Generated from the code (src/refusals.rs); `INFERA_UPDATE_DOCS=1 cargo test refusals` rewrites it. -->\n\n\
+         Every refusal the launcher makes: its code (the JSON `error.code`, the `error[code]` of the text, the\n\
+         termination message's `[code]`), the exit code, what it says (`{name}` stands for what was found) and the\n\
+         hint it gives. A rule of `manifests/rules.toml` (exit 78) can be allowed with `--allow CODE`.\n\n\
+         | code | exit | what it says | hint |\n|---|---|---|---|\n",
+    );
+    let all = all();
+    let mut i = 0;
+    while i < all.len() {
+        let same: Vec<&Doc> = all[i..].iter().take_while(|d| d.code == all[i].code).collect();
+        let messages: Vec<String> = same.iter().map(|d| cell(d.message)).collect();
+        let mut hints: Vec<String> = same.iter().filter_map(|d| d.hint.map(cell)).collect();
+        hints.dedup();
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            all[i].code,
+            all[i].exit.code(),
+            messages.join("<br>"),
+            if hints.is_empty() { "-".to_string() } else { hints.join("<br>") }
+        ));
+        i += same.len();
+    }
+    out
+}
+
+/// A table cell: no line breaks, no column separators.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/refusals.md is the catalogue as generated.
+    #[test]
+    fn refusals_doc_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/refusals.md");
+        let want = markdown();
+        if std::env::var_os("INFERA_UPDATE_DOCS").is_some() {
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(have == want, "docs/refusals.md is stale: run `INFERA_UPDATE_DOCS=1 cargo test refusals`");
+    }
+
+    /// No code without a row, no row without a code: every `#[refuse(code = "…")]` of the
+    /// source is in the catalogue, and every code of the catalogue is in the source (or in
+    /// the rules), so an enum left out of `all()` fails here.
+    #[test]
+    fn every_code_of_the_source_is_catalogued() {
+        let mut in_source = std::collections::BTreeSet::new();
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        let mut dirs = vec![std::path::PathBuf::from(src)];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    let lines: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+                    for (i, l) in lines.iter().enumerate() {
+                        let Some((_, after)) = l.split_once("#[refuse(") else { continue };
+                        // `#[refuse(code = "…"` on the line, or on the next (a long attribute).
+                        let attr =
+                            if after.trim().is_empty() { lines.get(i + 1).copied().unwrap_or("") } else { after };
+                        if let Some(rest) = attr.trim_start().strip_prefix("code = \"") {
+                            in_source.insert(rest.split('"').next().unwrap().to_string());
+                        }
+                    }
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> = all().iter().map(|d| d.code.to_string()).collect();
+        let rules: std::collections::BTreeSet<String> = crate::rules::codes().iter().map(|c| c.to_string()).collect();
+        let own: std::collections::BTreeSet<String> = IN_PLACE.iter().map(|d| d.code.to_string()).collect();
+        let missing: Vec<&String> = in_source.difference(&listed).collect();
+        assert!(missing.is_empty(), "codes in the source but not in refusals::all(): {missing:?}");
+        let extra: Vec<&String> =
+            listed.iter().filter(|c| !in_source.contains(*c) && !rules.contains(*c) && !own.contains(*c)).collect();
+        assert!(extra.is_empty(), "codes catalogued but in no source: {extra:?}");
+    }
+}
