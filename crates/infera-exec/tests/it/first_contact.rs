@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use crate::support::*;
 
-const KIMI: &str = include_str!("../../examples/models/kimi-k3/config.json");
+const KIMI: &str = include_str!("../../../../examples/models/kimi-k3/config.json");
 
 /// `worker --dry-run --output json -- ARGS` on an image with these GPUs visible.
 fn dry_json(img: &Fx, ov: &Fx, gpus: &str, args: &[&str]) -> Out {
@@ -118,7 +118,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
 fn help_lists_every_variable_the_launcher_reads() {
     let out = infera(&["worker", "--help"]).run();
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let src = std::fs::read_to_string(repo().join("src/envvars.rs")).unwrap();
+    let src = std::fs::read_to_string(repo().join("crates/infera-exec/src/envvars.rs")).unwrap();
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     // Every INFERA_* the launcher reads (not the ones it sets for the program) is in the
     // worker's help and in the README.

@@ -314,7 +314,7 @@ fn validate_capability(m: &Manifest, name: &str, c: &Capability) -> Result<(), M
 /// The JSON Schema of `manifest.toml`: the committed file, which the unit tests generate
 /// from these types and compare (the generator stays out of the shipped binary).
 pub fn schema_json() -> String {
-    include_str!("../manifests/manifest.schema.json").to_string()
+    include_str!("../../../manifests/manifest.schema.json").to_string()
 }
 
 #[cfg(test)]

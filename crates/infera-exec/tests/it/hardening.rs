@@ -289,7 +289,7 @@ fn a_model_path_that_is_not_utf8_is_read_as_bytes() {
     let name = OsString::from_vec(b"/models/kimi-\xff".to_vec());
     let host = img.path().join(std::ffi::OsStr::from_bytes(&b"models/kimi-\xff"[..]));
     std::fs::create_dir_all(&host).unwrap();
-    std::fs::write(host.join("config.json"), include_str!("../../examples/models/kimi-k3/config.json")).unwrap();
+    std::fs::write(host.join("config.json"), include_str!("../../../../examples/models/kimi-k3/config.json")).unwrap();
     let out = infera(&["worker", "--dry-run", "--"])
         .args([OsString::from("--model"), name, OsString::from("--kv-cache-dtype"), OsString::from("fp8")])
         .root(&img)
@@ -476,7 +476,7 @@ fn a_panic_is_error_internal_and_exit_70() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(std::os::unix::process::ExitStatusExt::signal(&o.status).is_none(), "died by a signal: {err}");
     assert_eq!(o.status.code(), Some(70), "{err}");
-    assert!(err.starts_with("error[internal]: panicked at src/main.rs:"), "{err}");
+    assert!(err.starts_with("error[internal]: panicked at crates/infera-exec/src/main.rs:"), "{err}");
     assert!(err.contains("a panic the test asked for\nhint: this is a bug in infera-exec"), "{err}");
     assert!(o.stdout.is_empty());
 }

@@ -169,7 +169,7 @@ proptest! {
     #[test]
     fn worker_plan_keeps_user_args_as_a_prefix(args in proptest::collection::vec(arg_bytes(), 0..8)) {
         let img = vllm_image(None);
-        img.file("/models/kimi-k3/config.json", include_str!("../../examples/models/kimi-k3/config.json"));
+        img.file("/models/kimi-k3/config.json", include_str!("../../../../examples/models/kimi-k3/config.json"));
         let ov = custom_overlay(&[("rocm7-py312", PY312_MANIFEST, &["infera.engine.vllm", "infera.server"])]);
         let mut all: Vec<Vec<u8>> = vec![b"--model".to_vec(), b"/models/kimi-k3".to_vec()];
         all.extend(args);

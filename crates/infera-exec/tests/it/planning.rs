@@ -2,7 +2,7 @@
 
 use crate::support::*;
 
-const KIMI: &str = include_str!("../../examples/models/kimi-k3/config.json");
+const KIMI: &str = include_str!("../../../../examples/models/kimi-k3/config.json");
 const SEED_ARGS: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"];
 
 fn vllm8() -> (Fx, Fx) {

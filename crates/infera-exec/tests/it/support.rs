@@ -12,7 +12,9 @@ use std::process::{Command, Stdio};
 pub const BIN: &str = env!("CARGO_BIN_EXE_infera-exec");
 
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // The workspace's root: this crate is crates/infera-exec.
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().nth(2).map(Path::to_path_buf).unwrap_or(here)
 }
 
 /// A real CPython of the given minor on this machine (pyenv builds, then /usr/bin).

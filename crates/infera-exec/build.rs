@@ -70,8 +70,8 @@ fn variant(kind: &str, v: &str, allowed: &[&str], code: &str) -> String {
 
 /// `manifests/rules.toml` as a Rust table of `crate::rules::Rule`.
 fn rules() -> String {
-    println!("cargo:rerun-if-changed=manifests/rules.toml");
-    let text = std::fs::read_to_string("manifests/rules.toml").expect("manifests/rules.toml");
+    println!("cargo:rerun-if-changed=../../manifests/rules.toml");
+    let text = std::fs::read_to_string("../../manifests/rules.toml").expect("manifests/rules.toml");
     let file: RuleFile = toml::from_str(&text).unwrap_or_else(|e| panic!("manifests/rules.toml: {e}"));
     let mut codes: Vec<&str> = file.rule.iter().map(|r| r.code.as_str()).collect();
     codes.sort_unstable();

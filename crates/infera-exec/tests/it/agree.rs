@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::support::*;
 
-const KIMI: &str = include_str!("../../examples/models/kimi-k3/config.json");
+const KIMI: &str = include_str!("../../../../examples/models/kimi-k3/config.json");
 const SEED: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"];
 
 struct Case {

@@ -102,7 +102,7 @@ mod tests {
     /// docs/refusals.md is the catalogue as generated.
     #[test]
     fn refusals_doc_is_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/refusals.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/refusals.md");
         let want = markdown();
         if std::env::var_os("INFERA_UPDATE_DOCS").is_some() {
             std::fs::write(path, &want).unwrap();
