@@ -127,6 +127,16 @@ pub enum ManifestCommand {
     },
 }
 
+impl From<ManifestCommand> for crate::manifest_cmd::Command {
+    fn from(c: ManifestCommand) -> Self {
+        match c {
+            ManifestCommand::Schema => Self::Schema,
+            ManifestCommand::Generate { tree, check } => Self::Generate { tree, check },
+            ManifestCommand::Verify { overlay, digest } => Self::Verify { overlay, digest },
+        }
+    }
+}
+
 /// `--engine`: one of the engines of the table (`engines/`), or `auto`: the one the image
 /// has. (A unit test keeps the variants and the table the same.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -12,26 +12,22 @@ pub mod facts;
 pub mod finding;
 pub mod imageenv;
 pub mod init;
-pub mod install;
 pub mod leader;
 pub mod logging;
-pub mod manifest;
-pub mod manifest_cmd;
-pub mod nofollow;
-pub mod overlay;
-pub mod payload;
 pub mod plan;
 pub mod privs;
 pub mod refusals;
 pub mod report;
 pub mod request;
-pub mod rootfs;
 pub mod rules;
 pub mod spec;
 pub mod suggest;
 pub mod term;
 pub mod termination;
-pub mod version;
+
+// The foundations and the overlay, under the names the launch path's modules use.
+pub use infera_core::{nofollow, rootfs, version};
+pub use infera_overlay::{install, manifest, manifest_cmd, overlay, payload};
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -86,7 +82,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Invocation::Role { role, options, args } => {
             Request::resolve(role, options, args, &env).map_err(Refusal::from).map(|r| Done::Exit(launch(&r, &env)))
         }
-        Invocation::Manifest(m) => manifest_cmd::run(&m).map(Done::Print),
+        Invocation::Manifest(m) => manifest_cmd::run(&m.into()).map(Done::Print),
         Invocation::Install { dest, from } => install::run(&dest, from).map(Done::Print),
     };
     match outcome {

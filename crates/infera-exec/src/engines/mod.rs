@@ -313,6 +313,15 @@ pub fn option_list(engine: Engine, version: Option<&str>) -> Option<&'static Opt
 mod tests {
     use super::*;
 
+    /// The overlay's list of engines (what a tree can carry a module and patches for) is
+    /// this table's: names and wrapper modules.
+    #[test]
+    fn the_overlays_engines_are_the_tables() {
+        let ours: Vec<(&str, &str)> = TABLE.iter().map(|i| (i.name, i.module)).collect();
+        let theirs: Vec<(&str, &str)> = infera_overlay::engines::ENGINES.iter().map(|e| (e.name, e.module)).collect();
+        assert_eq!(ours, theirs);
+    }
+
     #[test]
     fn table_is_consistent() {
         for (i, info) in TABLE.iter().enumerate() {

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use crate::rootfs::Root;
 
 /// Where the pod mounts the host's build.
-pub const HOST_LIBIONIC: &str = "/host-libionic/libionic.so";
+pub use infera_overlay::overlay::HOST_LIBIONIC;
 
 /// Where images keep the provider library (Debian/Ubuntu, then RHEL-likes); libibverbs'
 /// `libionic-rdmav*.so` in the provider directory links to it.

@@ -1,15 +1,15 @@
 //! Facts: what is true of the container, read from files under a root.
 //! Reading only; never importing torch, never writing, no Python spawned on the normal path.
 
+pub use infera_core::{exe, pyassign};
+
 pub mod devices;
 pub mod engine_config;
-pub mod exe;
 pub mod gpus;
 pub mod host;
 pub mod ionic;
 pub mod model;
 pub mod net;
-pub mod pyassign;
 pub mod python;
 pub mod rocm;
 pub mod site;

@@ -416,18 +416,7 @@ fn torch_ext_minor(root: &Root, site: &Path) -> Option<(PathBuf, (u32, u32))> {
     })
 }
 
-/// `_C.cpython-312-x86_64-linux-gnu.so` → (3, 12); `abi3` and other names → None.
-pub fn ext_suffix_minor(name: &str) -> Option<(u32, u32)> {
-    let rest = name.split_once(".cpython-")?.1;
-    if !rest.ends_with(".so") {
-        return None;
-    }
-    let tag: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    if tag.len() < 2 || !tag.starts_with('3') {
-        return None;
-    }
-    Some((3, tag[1..].parse().ok()?))
-}
+pub use infera_core::names::ext_suffix_minor;
 
 /// The fallback: only on the real root, only when the files could not decide.
 fn run_interpreter(path: &Path) -> Option<(u32, u32)> {

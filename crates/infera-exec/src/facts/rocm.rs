@@ -166,17 +166,7 @@ pub fn parse_hip_version(text: &str) -> Option<(u32, Option<String>)> {
     Some((major, version))
 }
 
-/// `libamdhip64.so.7` → (7, None); `libamdhip64.so.7.2.26015` → (7, Some("7.2.26015")).
-/// Only `libamdhip64.so.<digits>(.<digits>)*`, what ld.so would load: a stray
-/// `libamdhip64.so.6.bak` or `.so.7~` beside the real library is not a HIP runtime.
-pub fn parse_hip_soname(name: &str) -> Option<(u32, Option<String>)> {
-    let rest = name.strip_prefix("libamdhip64.so.")?;
-    if !rest.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
-        return None;
-    }
-    let major = rest.split('.').next()?.parse().ok()?;
-    Some((major, rest.contains('.').then(|| rest.to_string())))
-}
+pub use infera_core::names::parse_hip_soname;
 
 /// Where to look, in order: the variables, /opt/rocm, TheRock's directories in the
 /// interpreter's site directories.

@@ -2,7 +2,6 @@
 //! shadowing) and the engines installed there (dist-info / egg-info).
 //! Each directory is listed once; nothing inside the packages is read.
 
-use super::pyassign::is_identifier;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -10,6 +9,8 @@ use serde::Serialize;
 
 use crate::engines::Engine;
 use crate::rootfs::Root;
+use infera_core::names::{egg_name, pep503};
+pub use infera_core::names::{module_name, Dist};
 
 #[derive(Debug, Clone, Default)]
 pub struct SiteIndex {
@@ -37,63 +38,6 @@ pub struct EngineInstall {
     /// The dist-info directory, or the version file (container path).
     #[serde(serialize_with = "crate::spec::ser_path")]
     pub record: PathBuf,
-}
-
-/// A distribution's record in a directory: `mooncake_transfer_engine_rocm-0.3.13.post1.dist-info`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dist {
-    pub dir: PathBuf,
-    pub name: String,
-    pub version: String,
-}
-
-impl Dist {
-    /// The distribution that provides top-level module `module` among `dists`, by name
-    /// (`mooncake` → `mooncake`, `mooncake_transfer_engine_rocm`), in `dir`.
-    pub fn of<'d>(dists: &'d [Dist], dir: &Path, module: &str) -> Option<&'d Dist> {
-        dists.iter().find(|d| d.dir == dir && Dist::provides(&d.name, module))
-    }
-
-    /// Does distribution `name` provide top-level `module` by its name (`mooncake`,
-    /// `mooncake-transfer-engine-rocm`; case, `-`, `.` and `_` as pip normalises them)?
-    pub fn provides(name: &str, module: &str) -> bool {
-        let norm = |b: u8| if b == b'-' || b == b'.' { b'_' } else { b.to_ascii_lowercase() };
-        let (n, m) = (name.as_bytes(), module.as_bytes());
-        n.len() >= m.len()
-            && n[..m.len()].iter().zip(m).all(|(a, b)| norm(*a) == *b)
-            && (n.len() == m.len() || norm(n[m.len()]) == b'_')
-    }
-
-    /// `mooncake_transfer_engine_rocm-0.3.13.post1.dist-info` → (name, version); an
-    /// `.egg-info` as pkg_resources reads it (`vllm-0.11.0-py3.12.egg-info` → vllm 0.11.0).
-    pub fn parse(entry: &str) -> Option<(&str, &str)> {
-        let stem = entry.strip_suffix(".dist-info").or_else(|| entry.strip_suffix(".egg-info"))?;
-        egg_name(stem)
-    }
-
-    pub fn describe(&self) -> String {
-        format!("{} {}", self.name, self.version)
-    }
-}
-
-/// Importable top-level name of a site directory entry, if it is one.
-pub fn module_name(entry: &str) -> Option<&str> {
-    if entry.starts_with('.') || entry == "__pycache__" {
-        return None;
-    }
-    for meta in [".dist-info", ".egg-info", ".data", ".pth", ".egg-link", ".txt", ".json", ".pyc"] {
-        if entry.ends_with(meta) {
-            return None;
-        }
-    }
-    let name = if let Some(stem) = entry.strip_suffix(".py") {
-        stem
-    } else if entry.ends_with(".so") {
-        entry.split('.').next()?
-    } else {
-        entry
-    };
-    is_identifier(name).then_some(name)
 }
 
 /// Engines installed in the site directories. An engine is found by the literal in its
@@ -218,34 +162,11 @@ fn egg(root: &Root, path: &Path) -> Option<EngineInstall> {
     Some(EngineInstall { engine, version: version.to_string(), record })
 }
 
-/// pkg_resources' `EGG_NAME`: `NAME-VERSION(-pyX.Y(-PLATFORM))`, each part without `-`
-/// (setuptools writes `-` in a name or version as `_`). None without a version.
-fn egg_name(stem: &str) -> Option<(&str, &str)> {
-    let mut parts = stem.split('-');
-    let (name, version) = (parts.next()?, parts.next()?);
-    (!name.is_empty() && !version.is_empty()).then_some((name, version))
-}
-
 /// The engine whose distribution this is (`vllm`, `sglang`), names compared as PEP 503
 /// normalises them (case, and runs of `-`, `_`, `.` as one `-`).
 fn engine_of(dist: &str) -> Option<Engine> {
     let norm = pep503(dist);
     crate::engines::TABLE.iter().find(|i| pep503(i.dist) == norm).map(|i| i.engine)
-}
-
-/// PEP 503: `re.sub(r"[-_.]+", "-", name).lower()`.
-fn pep503(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if matches!(c, '-' | '_' | '.') {
-            if !out.ends_with('-') {
-                out.push('-');
-            }
-        } else {
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
 }
 
 /// Engines found by the literal version in their package's version file (`vllm/_version.py`,

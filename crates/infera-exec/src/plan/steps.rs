@@ -28,8 +28,11 @@ pub fn patches(
     if !matches!(req.role, Role::Worker | Role::Run) {
         return steps;
     }
-    let installed: Vec<(&crate::overlay::Patch, &crate::facts::site::EngineInstall)> =
-        overlay.patches.iter().filter_map(|p| Some((p, facts.engine(p.engine)?))).collect();
+    let installed: Vec<(&crate::overlay::Patch, &crate::facts::site::EngineInstall)> = overlay
+        .patches
+        .iter()
+        .filter_map(|p| Some((p, facts.engine(crate::engines::Engine::from_name(p.engine)?)?)))
+        .collect();
     if installed.is_empty() {
         return steps;
     }
@@ -43,7 +46,7 @@ pub fn patches(
     for (p, install) in installed {
         let lock = install.record.parent().unwrap_or(std::path::Path::new("/")).to_path_buf();
         steps.push(Step::Patch {
-            engine: p.engine.name(),
+            engine: p.engine,
             file: p.file.clone(),
             argv: vec![interpreter.0.clone().into_os_string(), OsString::from(&p.file)],
             host_program: interpreter.1.cloned(),

@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engines::Engine;
-use crate::facts::pyassign::is_identifier;
+use crate::pyassign::is_identifier;
 use crate::rootfs::parse_minor;
 
 pub const SCHEMA: u32 = 1;
@@ -168,7 +167,7 @@ pub enum ManifestError {
     AbiHip { value: String },
     #[error("abi.rocm_release = `{spec}`: {cause}")]
     AbiRelease { spec: String, cause: crate::version::SpecError },
-    #[error("[engines.{name}]: unknown engine (this launcher knows {})", Engine::names().join(", "))]
+    #[error("[engines.{name}]: unknown engine (this launcher knows {})", crate::engines::names().join(", "))]
     UnknownEngine { name: String },
     #[error("[engines.{name}] module `{module}` is not a Python module name")]
     EngineModule { name: String, module: String },
@@ -248,7 +247,7 @@ pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), ManifestError> {
         crate::version::Spec::parse(spec).map_err(|cause| E::AbiRelease { spec: spec.clone(), cause })?;
     }
     for (name, e) in &m.engines {
-        if Engine::from_name(name).is_none() {
+        if crate::engines::by_name(name).is_none() {
             return Err(E::UnknownEngine { name: name.clone() });
         }
         if !is_dotted_module(&e.module) {

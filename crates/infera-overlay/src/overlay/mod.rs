@@ -17,7 +17,11 @@ use thiserror::Error;
 use crate::manifest::Manifest;
 use infera_exec_derive::Refuse;
 
-pub use crate::facts::site::Dist;
+pub use crate::names::Dist;
+
+/// Where the pods mount the host's RoCE provider build (the stack's convention); the
+/// overlay's `rdma/libionic-rdmav<N>.so` links point at it.
+pub const HOST_LIBIONIC: &str = "/host-libionic/libionic.so";
 pub use check::{find_module, inside};
 pub use walk::inspect;
 
@@ -44,7 +48,8 @@ pub enum Layout {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Patch {
-    pub engine: crate::engines::Engine,
+    /// The engine's name (`vllm`, `sglang`).
+    pub engine: &'static str,
     pub file: PathBuf,
 }
 
@@ -86,7 +91,7 @@ pub struct Paths {
 #[derive(Debug, Clone, Default)]
 pub struct TreeFacts {
     /// The programs in its bin directories (a command-form PROGRAM may be one of them).
-    pub bin: BTreeMap<String, (PathBuf, crate::facts::ExecFile)>,
+    pub bin: BTreeMap<String, (PathBuf, crate::exe::ExecFile)>,
     /// Top-level importable names of its site directories (always on the path), each with
     /// the first directory that has it.
     pub top_modules: BTreeMap<String, PathBuf>,

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::cli::ManifestCommand;
 use infera_exec_derive::Refuse;
 
 use crate::error::Refusal;
@@ -48,11 +47,19 @@ pub enum ManifestCmdError {
     Integrity { overlay: PathBuf, problems: Vec<String> },
 }
 
-pub fn run(cmd: &ManifestCommand) -> Result<String, Refusal> {
+/// `manifest schema|generate|verify`, as the command line gave it.
+#[derive(Debug, Clone)]
+pub enum Command {
+    Schema,
+    Generate { tree: PathBuf, check: bool },
+    Verify { overlay: Option<PathBuf>, digest: bool },
+}
+
+pub fn run(cmd: &Command) -> Result<String, Refusal> {
     match cmd {
-        ManifestCommand::Schema => Ok(manifest::schema_json()),
-        ManifestCommand::Generate { tree, check } => generate(tree, *check),
-        ManifestCommand::Verify { overlay, digest } => {
+        Command::Schema => Ok(manifest::schema_json()),
+        Command::Generate { tree, check } => generate(tree, *check),
+        Command::Verify { overlay, digest } => {
             let dir =
                 overlay.clone().unwrap_or_else(|| crate::overlay::discover(std::env::current_exe().ok().as_deref()));
             verify(&dir, *digest)

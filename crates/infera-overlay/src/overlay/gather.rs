@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use super::check::{self, file_presence, module_presence};
 use super::{LoadOptions, Mount, Patch, Paths, Presence, TreeFacts};
-use crate::engines::Engine;
 use crate::manifest::Manifest;
 use crate::rootfs::Root;
 
@@ -85,7 +84,7 @@ fn first_present(dirs: &[PathBuf], look: impl Fn(&Path) -> Presence) -> Presence
 }
 
 /// The programs of the bin directories (first one wins), as the host sees them.
-fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFile)> {
+fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::exe::ExecFile)> {
     let host = Root::new("/");
     let mut out = BTreeMap::new();
     for bin in bins {
@@ -94,7 +93,7 @@ fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFi
             let Some(name) = name.to_str() else { return };
             if !out.contains_key(name) {
                 let path = bin.join(name);
-                let file = crate::facts::exe::inspect(&host, &path);
+                let file = crate::exe::inspect(&host, &path);
                 out.insert(name.to_string(), (path, file));
             }
         });
@@ -106,14 +105,16 @@ fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::facts::ExecFi
 /// `sglang_disagg`, `sglang_responses`, `sglang_rocm`), directories and files in name order.
 pub fn patches(overlay: &Path) -> Vec<Patch> {
     let dir = overlay.join("patches");
-    let mut dirs: Vec<(String, Engine)> = fs::read_dir(&dir)
+    let mut dirs: Vec<(String, &'static str)> = fs::read_dir(&dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .filter(|e| e.path().is_dir())
                 .filter_map(|e| e.file_name().into_string().ok())
                 .filter_map(|n| {
-                    let engine = Engine::all().find(|e| n == e.name() || n.starts_with(&format!("{}_", e.name())))?;
-                    Some((n, engine))
+                    let engine = crate::engines::ENGINES
+                        .iter()
+                        .find(|e| n == e.name || n.starts_with(&format!("{}_", e.name)))?;
+                    Some((n, engine.name))
                 })
                 .collect()
         })
@@ -146,7 +147,7 @@ pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
             return;
         };
         let path = dir.join(name);
-        if fs::read_link(&path).is_ok_and(|t| t == Path::new(crate::facts::ionic::HOST_LIBIONIC)) {
+        if fs::read_link(&path).is_ok_and(|t| t == Path::new(crate::overlay::HOST_LIBIONIC)) {
             out.insert(pabi, path);
         }
     });

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::check::{find_module, inside, not_writable};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
-use crate::engines::TABLE;
+use crate::engines::ENGINES;
 use crate::manifest::{
     Abi, Capability, EngineEntry, Manifest, ManifestError, Prefer, ServerEntry, SCHEMA, SERVER_MODULE,
 };
@@ -158,7 +158,7 @@ fn capabilities_file(native: &Path) -> Result<Vec<String>, OverlayError> {
 
 /// What the files of a pair of trees offer, in the shape of a manifest.
 fn derived(family: &str, minor: (u32, u32), hip: Option<u32>, py: &Path, native: &[String]) -> Manifest {
-    let engines = TABLE
+    let engines = ENGINES
         .iter()
         .filter(|i| find_module(py, i.module).is_some())
         .map(|i| (i.name.to_string(), EngineEntry { module: i.module.to_string(), versions: None }))

@@ -13,8 +13,8 @@ use infera_exec_derive::Refuse;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::facts::python::ext_suffix_minor;
 use crate::manifest::Manifest;
+use crate::names::ext_suffix_minor;
 use crate::overlay::{self, Integrity, Problem, Tree};
 
 pub const RECORD: &str = "payload.json";
@@ -240,7 +240,7 @@ fn bindings(
     problems: &mut Vec<Problem>,
 ) {
     for n in needed {
-        if let Some((major, _)) = crate::facts::rocm::parse_hip_soname(&n) {
+        if let Some((major, _)) = crate::names::parse_hip_soname(&n) {
             match want_rocm {
                 Some(w) if w != major => problems.push(Problem::new(
                     rel.to_string(),

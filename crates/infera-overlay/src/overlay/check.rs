@@ -139,7 +139,7 @@ pub fn listing(site: &Path) -> (Vec<String>, Vec<super::Dist>) {
         let n = n.to_string_lossy();
         if let Some((name, version)) = super::Dist::parse(&n) {
             dists.push(super::Dist { dir: site.to_path_buf(), name: name.to_string(), version: version.to_string() });
-        } else if let Some(m) = crate::facts::site::module_name(&n) {
+        } else if let Some(m) = crate::names::module_name(&n) {
             modules.push(m.to_string());
         }
     });
