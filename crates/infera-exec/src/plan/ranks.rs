@@ -91,10 +91,19 @@ fn int_of(e: Engine, p: &Parsed, o: Opt, size: u32) -> Result<Option<(i64, Strin
     }
 }
 
-fn add(e: Engine, o: Opt, v: &str, added: &mut Vec<OsString>, said: &mut Vec<String>) {
-    if let Some(a) = crate::dialect::render(e, o, v) {
-        said.push(a.iter().map(|x| x.to_string_lossy()).collect::<Vec<_>>().join(" "));
-        added.extend(a);
+/// The flags a rank's planning adds, in the engine's spelling, and how they are said.
+struct Added<'a> {
+    e: Engine,
+    args: &'a mut Vec<OsString>,
+    said: Vec<String>,
+}
+
+impl Added<'_> {
+    fn add(&mut self, o: Opt, v: &str) {
+        if let Some(a) = crate::dialect::render(self.e, o, v) {
+            self.said.push(a.iter().map(|x| x.to_string_lossy()).collect::<Vec<_>>().join(" "));
+            self.args.extend(a);
+        }
     }
 }
 
@@ -110,7 +119,7 @@ pub fn plan(
     findings: &mut Vec<Finding>,
 ) -> Result<Sizes, RankError> {
     let n = g.size;
-    let mut said: Vec<String> = Vec::new();
+    let mut out = Added { e, args: added, said: Vec::new() };
     let ray = p.value(Opt::DistributedExecutorBackend) == Some("ray");
     // The rank flags: what the user wrote must agree with the group, the rest is added.
     for (o, want, name) in [(Opt::Nnodes, n, "a group of"), (Opt::NodeRank, g.rank, "rank")] {
@@ -124,7 +133,7 @@ pub fn plan(
             }
             Some(_) => {}
             None if ray => {}
-            None => add(e, o, &want.to_string(), added, &mut said),
+            None => out.add(o, &want.to_string()),
         }
     }
     match e.info().rendezvous {
@@ -139,15 +148,15 @@ pub fn plan(
             ));
             return Ok(Sizes { tp: user.tp, pp: user.pp, nnodes: 1 });
         }
-        Rendezvous::MasterAddr { port } => master_addr(e, p, g, port, added, &mut said)?,
-        Rendezvous::DistInitAddr { port } => dist_init_addr(e, p, g, port, added, &mut said)?,
+        Rendezvous::MasterAddr { port } => master_addr(p, g, port, &mut out)?,
+        Rendezvous::DistInitAddr { port } => dist_init_addr(p, g, port, &mut out)?,
     }
-    let sizes = sizes(e, n, gpus, user, added, &mut said)?;
+    let sizes = sizes(n, gpus, user, &mut out)?;
     layout_added(e, n, gpus, user, &sizes, findings);
-    if !said.is_empty() {
+    if !out.said.is_empty() {
         findings.push(Finding::info(
             "ranks",
-            format!("added {}: rank {} of {n} nodes ({})", said.join(" "), g.rank, g.source),
+            format!("added {}: rank {} of {n} nodes ({})", out.said.join(" "), g.rank, g.source),
         ));
     }
     Ok(sizes)
@@ -155,14 +164,7 @@ pub fn plan(
 
 /// vLLM's native multi-node: every rank meets at `--master-addr` (the leader), ranks > 0
 /// headless; no start rank on the leader, the mp DP backend only.
-fn master_addr(
-    e: Engine,
-    p: &Parsed,
-    g: &Group,
-    port: u16,
-    added: &mut Vec<OsString>,
-    said: &mut Vec<String>,
-) -> Result<(), RankError> {
+fn master_addr(p: &Parsed, g: &Group, port: u16, out: &mut Added) -> Result<(), RankError> {
     if g.rank == 0 && p.is_set(Opt::DataParallelStartRank) {
         return Err(RankError::StartRankOnLeader);
     }
@@ -174,26 +176,19 @@ fn master_addr(
             return Err(RankError::Unreachable { what: "--master-addr".into(), host: a.into(), nodes: g.size });
         }
         Some(_) => {}
-        None => add(e, Opt::MasterAddr, g.leader.as_deref().unwrap_or_default(), added, said),
+        None => out.add(Opt::MasterAddr, g.leader.as_deref().unwrap_or_default()),
     }
     if !p.is_set(Opt::MasterPort) {
-        add(e, Opt::MasterPort, &port.to_string(), added, said);
+        out.add(Opt::MasterPort, &port.to_string());
     }
     if g.rank > 0 && !p.is_set(Opt::Headless) {
-        add(e, Opt::Headless, "on", added, said);
+        out.add(Opt::Headless, "on");
     }
     Ok(())
 }
 
 /// sglang's multi-node: every rank meets at `--dist-init-addr HOST:PORT` (the leader).
-fn dist_init_addr(
-    e: Engine,
-    p: &Parsed,
-    g: &Group,
-    port: u16,
-    added: &mut Vec<OsString>,
-    said: &mut Vec<String>,
-) -> Result<(), RankError> {
+fn dist_init_addr(p: &Parsed, g: &Group, port: u16, out: &mut Added) -> Result<(), RankError> {
     match p.value(Opt::DistInitAddr) {
         Some(a) => {
             let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
@@ -207,7 +202,7 @@ fn dist_init_addr(
         }
         None => {
             let leader = g.leader.as_deref().unwrap_or_default();
-            add(e, Opt::DistInitAddr, &format!("{leader}:{port}"), added, said);
+            out.add(Opt::DistInitAddr, &format!("{leader}:{port}"));
         }
     }
     Ok(())
@@ -235,14 +230,8 @@ fn layout_added(e: Engine, n: u32, gpus: Option<u32>, user: &UserSizes, sizes: &
 
 /// TP = a node's GPUs and PP = the nodes unless the user chose; the world must divide over
 /// the nodes and a node's share must fit its GPUs.
-fn sizes(
-    e: Engine,
-    n: u32,
-    gpus: Option<u32>,
-    user: &UserSizes,
-    added: &mut Vec<OsString>,
-    said: &mut Vec<String>,
-) -> Result<Sizes, RankError> {
+fn sizes(n: u32, gpus: Option<u32>, user: &UserSizes, out: &mut Added) -> Result<Sizes, RankError> {
+    let e = out.e;
     let nodes = u64::from(n);
     let dp = user.dp.unwrap_or(1);
     if !e.info().dp_across_nodes && dp > 1 {
@@ -262,12 +251,12 @@ fn sizes(
         }
         if user.tp.is_none() {
             if let Some(t) = tp {
-                add(e, Opt::TensorParallelSize, &t.to_string(), added, said);
+                out.add(Opt::TensorParallelSize, &t.to_string());
             }
         }
         // PP 1 is the engine's default: written only when it is more.
         if user.pp.is_none() && pp.is_some_and(|q| q > 1) {
-            add(e, Opt::PipelineParallelSize, &pp.unwrap_or(1).to_string(), added, said);
+            out.add(Opt::PipelineParallelSize, &pp.unwrap_or(1).to_string());
         }
     }
     let (t, q) = (tp.unwrap_or(1), pp.unwrap_or(1));
