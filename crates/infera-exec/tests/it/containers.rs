@@ -426,10 +426,10 @@ fn k8s_examples_pod_security_levels() {
     ];
     let want: Vec<(String, String)> = want.iter().map(|(l, p)| (l.to_string(), p.to_string())).collect();
     assert_eq!(got, want, "{}", o.stdout);
-    // The README says the same, pod by pod.
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    // The deployment guide says the same, pod by pod.
+    let guide = std::fs::read_to_string(repo().join("docs/deploying.md")).unwrap();
     for (level, pod) in &want {
-        assert!(readme.contains(&format!("| `{pod}` | {level} |")), "README: `{pod}` at {level}");
+        assert!(guide.contains(&format!("| `{pod}` | {level} |")), "docs/deploying.md: `{pod}` at {level}");
     }
     // The checker is not a rubber stamp: IPC_LOCK back on the worker is not baseline.
     let worker = std::fs::read_to_string(&files[0]).unwrap().replace(

@@ -119,9 +119,9 @@ fn help_lists_every_variable_the_launcher_reads() {
     let out = infera(&["worker", "--help"]).run();
     assert_eq!(out.code, 0, "{}", out.stderr);
     let src = std::fs::read_to_string(repo().join("crates/infera-exec/src/envvars.rs")).unwrap();
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let reference = std::fs::read_to_string(repo().join("docs/command-line.md")).unwrap();
     // Every INFERA_* the launcher reads (not the ones it sets for the program) is in the
-    // worker's help and in the README.
+    // worker's help and in the command-line reference.
     let set_for_program = ["INFERA_TREE", "INFERA_TREE_FAMILY", "INFERA_ARGS_DIGEST"];
     // The names declared in envvars.rs's `ours! { ... }` (comments left out).
     let block = src.split("\nours! {").nth(1).unwrap().split("\n}").next().unwrap();
@@ -132,7 +132,7 @@ fn help_lists_every_variable_the_launcher_reads() {
     assert!(read.len() >= 25, "{read:?}");
     for v in &read {
         assert!(out.stdout.contains(v.as_str()), "{v} not in `worker --help`");
-        assert!(readme.contains(v.as_str()), "{v} not in the README");
+        assert!(reference.contains(v.as_str()), "{v} not in docs/command-line.md");
         if set_for_program.contains(&v.as_str()) {
             assert!(out.stdout.contains("Set for the program: INFERA_TREE, INFERA_TREE_FAMILY"));
         }
@@ -557,7 +557,14 @@ fn check_says_whether_this_uid_can_open_the_gpu_devices() {
 #[test]
 fn docs_link_only_files_in_the_repository() {
     let mut checked = 0;
-    for doc in ["README.md", "overlay-layout/README.md", "BENCHMARKS.md", "tests/bad-inputs/README.md"] {
+    let mut docs = vec!["README.md", "overlay-layout/README.md", "BENCHMARKS.md", "tests/bad-inputs/README.md"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        docs.push(format!("docs/{}", entry.unwrap().file_name().to_string_lossy()));
+    }
+    for doc in &docs {
         let path = repo().join(doc);
         let text = std::fs::read_to_string(&path).unwrap();
         for name in ["DESIGN.md", "FACTS.md", "STYLE.md"] {

@@ -597,8 +597,8 @@ fn case_nameserver(ip: &str) -> std::thread::JoinHandle<()> {
 /// The leader wait takes an address from a reply as the standard library's resolver does
 /// (musl's `getaddrinfo`, src/network/res_msend.c and dns_parse.c): a reply counts when it
 /// comes from the nameserver asked and carries the query's id; its question, its QR bit and
-/// the owner names of its records are not checked (glibc checks them: the README says what
-/// this changes). A wrong id, or NXDOMAIN, gives nothing.
+/// the owner names of its records are not checked (glibc checks them: docs/multinode.md says
+/// what this changes). A wrong id, or NXDOMAIN, gives nothing.
 #[test]
 fn the_leader_wait_takes_the_replies_musl_takes() {
     let py = real_python("3.12");
