@@ -190,12 +190,7 @@ impl Root {
 
     /// The resolved container path with the metadata of what it names.
     pub fn stat(&self, cpath: &Path) -> io::Result<(PathBuf, Stat)> {
-        self.resolve_stat(cpath).map_err(|e| match e.raw_os_error() {
-            Some(nix::libc::ELOOP) => {
-                io::Error::other(format!("too many levels of symbolic links at `{}`", cpath.display()))
-            }
-            _ => e,
-        })
+        self.resolve_stat(cpath).map_err(|e| loop_named(e, cpath))
     }
 
     fn resolve_stat(&self, cpath: &Path) -> io::Result<(PathBuf, Stat)> {
@@ -267,7 +262,12 @@ impl Root {
         Ok((c, h))
     }
 
+    /// What `cpath` names, links followed. At the host root the kernel follows them
+    /// (the resolved path is not needed, so no `realpath`: one readlink per component).
     pub fn metadata(&self, cpath: &Path) -> io::Result<Stat> {
+        if self.is_host_root() {
+            return fs::metadata(cpath).map(|m| Stat::of(&m)).map_err(|e| loop_named(e, cpath));
+        }
         self.stat(cpath).map(|(_, m)| m)
     }
 
@@ -294,6 +294,10 @@ impl Root {
     /// the resolution (no device or FIFO is opened) and is checked again on the open
     /// descriptor.
     pub fn open_file(&self, cpath: &Path) -> io::Result<(fs::File, u64)> {
+        if self.is_host_root() {
+            self.metadata(cpath)?.regular()?;
+            return open_checked(cpath);
+        }
         let (c, m) = self.stat(cpath)?;
         m.regular()?;
         open_checked(&self.host(&c))
@@ -307,7 +311,9 @@ impl Root {
     /// Call `f` with each name in a directory (resolved inside the root). Missing
     /// directory → no call.
     pub fn each_name(&self, cpath: &Path, mut f: impl FnMut(&OsStr)) {
-        if let Ok((_, h)) = self.locate(cpath) {
+        if self.is_host_root() {
+            let _ = each_entry(cpath, |name, _| f(name));
+        } else if let Ok((_, h)) = self.locate(cpath) {
             let _ = each_entry(&h, |name, _| f(name));
         }
     }
@@ -317,6 +323,14 @@ impl Root {
         let mut names = Vec::new();
         self.each_name(cpath, |n| names.push(n.to_os_string()));
         names
+    }
+}
+
+/// ELOOP said with the path it was met at (the kernel's text names no path).
+fn loop_named(e: io::Error, cpath: &Path) -> io::Error {
+    match e.raw_os_error() {
+        Some(nix::libc::ELOOP) => io::Error::other(format!("too many levels of symbolic links at `{}`", cpath.display())),
+        _ => e,
     }
 }
 
