@@ -9,7 +9,8 @@ two medians measured minutes apart.
     paired.py SPEC.json ROUNDS OUT.json
 
 SPEC: {"commands": {name: {"argv": [...], "env": {...}}}, "warmup": N}
-OUT:  {"medians": {name: seconds}, "pairs": {"a/b": median ratio, "a-b": median difference}}
+OUT:  {"medians": {name: seconds}, "pairs": {"a/b": median ratio, "a/b iqr": [its quartiles],
+       "a-b": median difference}}
 """
 
 import json
@@ -61,7 +62,10 @@ def main():
             times[n].append(run_once(cmds[n]["argv"], cmds[n]["env"]))
     pairs = {}
     for a, b in spec.get("pairs", []):
-        pairs[f"{a}/{b}"] = statistics.median(x / y for x, y in zip(times[a], times[b]))
+        ratios = [x / y for x, y in zip(times[a], times[b])]
+        pairs[f"{a}/{b}"] = statistics.median(ratios)
+        q = statistics.quantiles(ratios, n=4)
+        pairs[f"{a}/{b} iqr"] = [q[0], q[2]]
         pairs[f"{a}-{b}"] = statistics.median(x - y for x, y in zip(times[a], times[b]))
     out = {
         "rounds": rounds,
