@@ -329,7 +329,9 @@ impl Root {
 /// ELOOP said with the path it was met at (the kernel's text names no path).
 fn loop_named(e: io::Error, cpath: &Path) -> io::Error {
     match e.raw_os_error() {
-        Some(nix::libc::ELOOP) => io::Error::other(format!("too many levels of symbolic links at `{}`", cpath.display())),
+        Some(nix::libc::ELOOP) => {
+            io::Error::other(format!("too many levels of symbolic links at `{}`", cpath.display()))
+        }
         _ => e,
     }
 }
