@@ -239,10 +239,6 @@ pub struct EngineArgs {
     /// How long ranks > 0 wait for the leader's name to resolve before refusing (0: do not wait).
     #[arg(long, env = ev::INFERA_LEADER_WAIT, default_value = "300", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86400))]
     pub leader_wait: u64,
-    /// How long to wait for an absent model path to appear (a download still running)
-    /// before refusing (0: do not wait).
-    #[arg(long, env = ev::INFERA_WAIT_MODEL, default_value = "0", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=604800))]
-    pub wait_model: u64,
 }
 
 impl Default for EngineArgs {
@@ -256,7 +252,6 @@ impl Default for EngineArgs {
             node_rank: None,
             leader_address: None,
             leader_wait: 300,
-            wait_model: 0,
         }
     }
 }
@@ -268,6 +263,11 @@ pub struct ExecArgs {
     /// Print the plan the real run would exec, and exit with the code it would refuse with.
     #[arg(long, env = ev::INFERA_DRY_RUN, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub dry_run: bool,
+    /// How long to wait for an absent model path (the worker's `--model`, the router's
+    /// `--router-tokenizer-path`) to appear, a download still running, before refusing
+    /// (0: do not wait).
+    #[arg(long, env = ev::INFERA_WAIT_MODEL, default_value = "0", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=604800))]
+    pub wait_model: u64,
     /// Stay as a tiny init (reap, forward signals) instead of exec'ing.
     #[arg(long, env = ev::INFERA_INIT, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub init: bool,

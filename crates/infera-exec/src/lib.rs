@@ -19,6 +19,7 @@ pub mod privs;
 pub mod refusals;
 pub mod report;
 pub mod request;
+pub mod router_args;
 pub mod rules;
 pub mod spec;
 pub mod suggest;
@@ -197,10 +198,16 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         let version = facts.engine(e).map(|i| i.version.as_str());
         engine_args::EngineArgs::read(e, version, &req.args, &root, req.chdir.as_deref())
     });
-    if let Some(code) = wait_for_model(req, &root, args.as_ref()) {
+    let router = (req.role == request::Role::Server).then(|| router_args::RouterArgs::read(&req.args));
+    // The model the run reads: the worker's, or the router's tokenizer path.
+    let model = match &router {
+        Some(r) => r.as_ref().ok().and_then(|r| r.tokenizer_path()),
+        None => args.as_ref().and_then(|a| a.model()),
+    };
+    if let Some(code) = wait_for_model(req, &root, model) {
         return code;
     }
-    let models = model_facts(&root, env, args.as_ref());
+    let models = model_facts(&root, env, model);
     let (overlay, opts) = load_overlay(req);
     let selected = select(req, &facts, &overlay, &opts, &root);
     let inputs = plan::Inputs {
@@ -208,6 +215,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         facts: &facts,
         engine: &engine,
         args: args.as_ref(),
+        router: router.as_ref(),
         models: &models,
         overlay: &overlay,
         selected: selected.as_ref(),
@@ -250,11 +258,11 @@ fn wanted<'a>(req: &'a Request, env: &Env) -> facts::Wanted<'a> {
     }
 }
 
-/// A model volume the download Job is still filling: a real run in the pod waits for it.
-fn wait_for_model(req: &Request, root: &rootfs::Root, args: Option<&engine_args::EngineArgs>) -> Option<i32> {
+/// A model volume the download Job is still filling: a real run in the pod waits for it (the
+/// worker for its model, the router for its tokenizer path).
+fn wait_for_model(req: &Request, root: &rootfs::Root, model: Option<&OsString>) -> Option<i32> {
     let w = req.wait_model.as_ref().filter(|_| !req.dry_run && root.is_host_root())?;
-    let model = args?.model()?;
-    exec::await_models(std::slice::from_ref(model), w.seconds, &w.said)
+    exec::await_models(std::slice::from_ref(model?), w.seconds, &w.said)
 }
 
 /// The facts of the model the args name (its config.json: a local directory, or a repo
@@ -262,7 +270,7 @@ fn wait_for_model(req: &Request, root: &rootfs::Root, args: Option<&engine_args:
 fn model_facts(
     root: &rootfs::Root,
     env: &Env,
-    args: Option<&engine_args::EngineArgs>,
+    model: Option<&OsString>,
 ) -> std::collections::BTreeMap<OsString, facts::model::ModelFacts> {
     let s = |k: &str| envvars::get(env, k).and_then(|v| v.to_str());
     let hf = facts::model::HfEnv {
@@ -270,7 +278,7 @@ fn model_facts(
         hf_home: s(envvars::HF_HOME),
         home: s(envvars::HOME),
     };
-    args.and_then(|a| a.model()).map(|m| (m.clone(), facts::model::detect(root, m, &hf))).into_iter().collect()
+    model.map(|m| (m.clone(), facts::model::detect(root, m, &hf))).into_iter().collect()
 }
 
 /// The overlay's manifests and layout (the selected tree's files are read once it is known).

@@ -40,6 +40,7 @@ pub fn all() -> Vec<Doc> {
         crate::facts::rocm::RocmError::REFUSALS,
         crate::facts::gpus::GpuError::REFUSALS,
         crate::engine_args::ConfigError::REFUSALS,
+        crate::router_args::RouterArgsError::REFUSALS,
         crate::plan::select::SelectError::REFUSALS,
         crate::plan::safety::SafetyError::REFUSALS,
         crate::plan::caps::CapError::REFUSALS,

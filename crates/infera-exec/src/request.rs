@@ -324,7 +324,7 @@ impl Request {
         let (require, require_all_native) = required(&o);
         let image_env_said = o.said("image-env");
         let wait_model =
-            (o.engine.wait_model > 0).then(|| ModelWait { seconds: o.engine.wait_model, said: o.said("wait-model") });
+            (o.exec.wait_model > 0).then(|| ModelWait { seconds: o.exec.wait_model, said: o.said("wait-model") });
         let Options { common: c, engine: e, exec: x, .. } = o;
         Ok(Request {
             role,

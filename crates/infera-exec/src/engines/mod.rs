@@ -64,6 +64,9 @@ canonical_options! {
     AdvertiseHost,
     /// infera's wrapper: `kubernetes` (its default) or `etcd`.
     DiscoveryBackend,
+    /// The fraction of a GPU's memory the engine takes for weights and KV cache (vLLM
+    /// `--gpu-memory-utilization`, sglang `--mem-fraction-static`).
+    MemFraction,
 }
 
 /// How an option is spelled in one engine.
@@ -248,6 +251,10 @@ impl Engine {
     pub fn spelling(self, o: Opt) -> Option<Spelling> {
         (self.info().spell)(o)
     }
+    /// The launcher's option this engine spells `name` (any of its names), if any.
+    pub fn spelling_of(self, name: &str) -> Option<(Opt, Spelling)> {
+        Opt::ALL.iter().find_map(|o| self.spelling(*o).filter(|sp| sp.names().any(|n| n == name)).map(|sp| (*o, sp)))
+    }
     /// Does the engine have this option at all?
     pub fn has(self, o: Opt) -> bool {
         self.spelling(o).is_some()
@@ -307,6 +314,16 @@ impl OptionList {
 pub fn option_list(engine: Engine, version: Option<&str>) -> Option<&'static OptionList> {
     let v = crate::version::parse(version?)?;
     (engine.info().options)().iter().find(|l| crate::version::Spec::parse(l.versions).is_ok_and(|s| s.contains(&v)))
+}
+
+/// The recorded list nearest to a version no list covers: the latest recorded at or before
+/// it, else the earliest (an unknown version: the latest).
+pub fn nearest_option_list(engine: Engine, version: Option<&str>) -> Option<&'static OptionList> {
+    let lists = (engine.info().options)();
+    let recorded = |l: &OptionList| crate::version::parse(l.recorded);
+    let Some(v) = version.and_then(crate::version::parse) else { return lists.iter().max_by_key(|l| recorded(l)) };
+    let before = lists.iter().filter(|l| recorded(l).is_some_and(|r| r <= v)).max_by_key(|l| recorded(l));
+    before.or_else(|| lists.iter().min_by_key(|l| recorded(l)))
 }
 
 #[cfg(test)]

@@ -74,5 +74,6 @@ fn spell(o: Opt) -> Option<Spelling> {
         }
         Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
         Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
+        Opt::MemFraction => Some(Value(&["--mem-fraction-static"])),
     }
 }

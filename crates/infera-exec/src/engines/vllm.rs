@@ -128,5 +128,6 @@ fn spell(o: Opt) -> Option<Spelling> {
         Opt::DisaggregationIbDevice | Opt::DisaggregationBootstrapPort => None,
         Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
         Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
+        Opt::MemFraction => Some(Value(&["--gpu-memory-utilization"])),
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use thiserror::Error;
@@ -57,6 +58,11 @@ pub enum ArgsError {
     )]
     #[refuse(code = "arg-form-refused", exit = Usage, hint = "{fix}")]
     WrapperForm { written: String, index: usize, module: &'static str, form: &'static str, fix: String },
+    #[error(
+        "`{written}` (arg {index}) is not an option of {engine} {version}{whose}: its parser exits 2 with `unrecognized arguments` as the pod starts"
+    )]
+    #[refuse(code = "arg-unknown", exit = Usage, hint = "{fix}")]
+    Unknown { written: String, index: usize, engine: &'static str, version: String, whose: String, fix: String },
     #[error("{flag} {value}: a {what} must be at least 1; the engine would fail only after it starts")]
     #[refuse(code = "parallel-size-invalid", exit = Refused, hint = "give a positive size, or leave it out for the launcher's default")]
     NotPositive { flag: String, value: String, what: &'static str },
@@ -75,6 +81,21 @@ pub struct Ctx<'a> {
     pub env: &'a Env,
     /// False when a `--config` file could not be read: a default could override it.
     pub defaults: bool,
+}
+
+/// The args as the defaults see them: an option an unknown arg may be meant as counts as set
+/// (to a value the launcher does not know), so no default is added beside it.
+pub fn with_unreadable(parsed: &Parsed, opts: &[Opt]) -> Parsed {
+    let mut p = parsed.clone();
+    for o in opts {
+        p.opts.entry(*o).or_insert(dialect::Occurrence {
+            setting: Setting::On,
+            spelled: String::new(),
+            index: usize::MAX,
+            from_config: false,
+        });
+    }
+    p
 }
 
 /// What the engine will run with: the user's settings plus the launcher's defaults.
@@ -341,6 +362,120 @@ pub fn abbreviations(
     Ok(())
 }
 
+/// How the model wait went, for a model still missing: with --wait-model a real run refuses
+/// only once the wait is over.
+pub fn waited(req: &Request) -> String {
+    match &req.wait_model {
+        None => String::new(),
+        Some(w) if req.dry_run => format!(" (a real run waits up to {} s for it: {})", w.seconds, w.said),
+        Some(w) => format!(" after waiting {} s for it ({})", w.seconds, w.said),
+    }
+}
+
+/// The router's tokenizer path, when it is one: missing at the image's root it is refused
+/// as a worker's model is (the router would try to download a path); under `--root` (a
+/// volume in the pod) it is a warning.
+pub fn tokenizer(
+    req: &Request,
+    facts: &Facts,
+    models: &BTreeMap<OsString, ModelFacts>,
+    router: &crate::router_args::RouterArgs,
+    findings: &mut Vec<Finding>,
+) -> Result<(), ArgsError> {
+    let Some(Some(ModelFacts::Missing { path, .. })) = router.tokenizer_path().map(|p| models.get(p)) else {
+        return Ok(());
+    };
+    if facts.root.is_host_root() {
+        return Err(ArgsError::ModelMissing { path: path.clone(), waited: waited(req) });
+    }
+    findings.push(Finding::warn(
+        "model-unreadable",
+        format!("`{}` (--router-tokenizer-path) is not in the image root (a volume in the pod?)", path.display()),
+    ));
+    Ok(())
+}
+
+/// Long options the engine's parser does not have (argparse exits 2 on them before anything
+/// loads), judged with the option list recorded for the image's version: refused, with the
+/// option meant (a close name, or this engine's spelling of the other engine's option).
+/// With no list for this version, the nearest list's verdict is a warning: a newer release
+/// may have added the option.
+pub fn unknown_options(
+    e: Engine,
+    version: Option<&str>,
+    exact: Option<&crate::engines::OptionList>,
+    args: &[OsString],
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<Opt>, ArgsError> {
+    let Some(list) = exact.or_else(|| crate::engines::nearest_option_list(e, version)) else { return Ok(Vec::new()) };
+    let names = list.names();
+    let mut unreadable = Vec::new();
+    for (i, a) in args.iter().enumerate().take_while(|(_, a)| a.as_bytes() != b"--") {
+        let raw = a.as_bytes();
+        if !raw.starts_with(b"--") || raw.len() < 3 {
+            continue;
+        }
+        let name = dialect::normalise(e, raw.split(|b| *b == b'=').next().unwrap_or_default());
+        // vLLM's `--json-option.key` forms are judged by their head (the wrapper refuses them
+        // on its own grounds).
+        let head = name.split('.').next().unwrap_or_default();
+        let from = names.partition_point(|n| *n < head);
+        if names.get(from).is_some_and(|n| n.starts_with(head)) || e.spelling_of(head).is_some() {
+            continue; // the option, or a prefix the abbreviation checks judge
+        }
+        let (whose, fix, opt) = meant(e, head, names);
+        let version = version.unwrap_or("?").to_string();
+        if exact.is_some() {
+            return Err(ArgsError::Unknown {
+                written: head.to_string(),
+                index: i + 1,
+                engine: e.name(),
+                version,
+                whose,
+                fix,
+            });
+        }
+        findings.push(Finding::warn(
+            "arg-unknown-unchecked",
+            format!(
+                "`{head}` (arg {}) is not an option of {} {} (the recorded list nearest to the image's {version}){whose}; if {version} does not have it either, its parser exits 2 as the pod starts ({fix}; lists are recorded with `scripts/check-engine-parsers --options`){}",
+                i + 1,
+                e.name(),
+                list.recorded,
+                opt.map(|o| format!("; no default is added for {}", e.flag(o))).unwrap_or_default()
+            ),
+        ));
+        unreadable.extend(opt);
+    }
+    Ok(unreadable)
+}
+
+/// What an unknown option was meant to be: whose spelling it is, the fix, and the launcher's
+/// option it names when it names one.
+fn meant(e: Engine, name: &str, names: &[&str]) -> (String, String, Option<Opt>) {
+    for other in Engine::all().filter(|o| *o != e) {
+        let opt = other.spelling_of(name).map(|(o, _)| o);
+        if let Some(ours) = opt.and_then(|o| e.spelling(o)).and_then(|sp| sp.names().find(|n| n.starts_with("--"))) {
+            return (
+                format!(" (it is {}'s spelling)", other.name()),
+                format!("write {ours}, {}'s spelling of {}'s {name}", e.name(), other.name()),
+                opt,
+            );
+        }
+        if crate::engines::OptionList::all().any(|l| l.engine == other && l.names().binary_search(&name).is_ok()) {
+            // A similar name of this engine would be a guess at a different option.
+            let fix = format!("remove it, or find {}'s option for it in its own `--help` in the image", e.name());
+            return (format!(" (it is an option of {})", other.name()), fix, None);
+        }
+    }
+    match crate::suggest::closest(name, names.iter().copied()) {
+        Some(n) => (String::new(), format!("did you mean {n}?"), e.spelling_of(n).map(|(o, _)| o)),
+        None => {
+            (String::new(), format!("remove it, or check the option in {}'s own `--help` in the image", e.name()), None)
+        }
+    }
+}
+
 /// What the wrapper module's parser refuses on the command line where the bare engine's would
 /// not: an abbreviation (infera.engine.vllm: allow_abbrev=False), and for vLLM
 /// `--under_scores` and dotted `--json-option.key` (FlexibleArgumentParser forms). A
@@ -509,13 +644,7 @@ fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a 
             Ok(Some(m))
         }
         Some(ModelFacts::Missing { path, .. }) if ctx.facts.root.is_host_root() => {
-            // With --wait-model a real run refuses only once the wait is over.
-            let waited = match &ctx.req.wait_model {
-                None => String::new(),
-                Some(w) if ctx.req.dry_run => format!(" (a real run waits up to {} s for it: {})", w.seconds, w.said),
-                Some(w) => format!(" after waiting {} s for it ({})", w.seconds, w.said),
-            };
-            Err(ArgsError::ModelMissing { path: path.clone(), waited }.into())
+            Err(ArgsError::ModelMissing { path: path.clone(), waited: waited(ctx.req) }.into())
         }
         Some(ModelFacts::Missing { path, .. }) => {
             findings.push(Finding::warn(

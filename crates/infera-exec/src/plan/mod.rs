@@ -86,6 +86,8 @@ pub struct Inputs<'a> {
     pub engine: &'a Result<Option<crate::engines::Engine>, Refusal>,
     /// Its args, read once (None without an engine).
     pub args: Option<&'a crate::engine_args::EngineArgs>,
+    /// The router's args, read once (the router only).
+    pub router: Option<&'a Result<crate::router_args::RouterArgs, crate::router_args::RouterArgsError>>,
     /// The model the args name, read from its config.json.
     pub models: &'a BTreeMap<OsString, ModelFacts>,
     pub overlay: &'a Result<Overlay, Refusal>,
@@ -148,12 +150,18 @@ struct Stage<'a> {
     /// The engine under infera's wrapper module (not a program of the pod's own choosing).
     wrapped: Option<crate::engines::Engine>,
     args: crate::engine_args::Read,
+    /// Options the launcher's defaults leave alone: an unknown option in the args may be meant
+    /// as them (said as a warning where no recorded list covers the engine's version).
+    unreadable: Vec<crate::engines::Opt>,
 }
 
 fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let (req, facts) = (inp.req, inp.facts);
     if let Some(i) = req.args.iter().position(|a| a.as_bytes().contains(&0)) {
         return Err(UsageError::ArgNul { index: i + 1 }.into());
+    }
+    if let Some(Err(e)) = inp.router {
+        return Err(e.clone().into());
     }
     // The node's environment first: it does not depend on the image or the tree.
     if req.role.runs_engine() {
@@ -177,8 +185,11 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
         p.engine = Some(EngineView { name: e.name(), version: facts.engine(e).map(|i| i.version.clone()), module });
     }
     let wrapped = engine.filter(|e| run.module() == Some(e.info().module));
-    let args = engine_args(inp, engine, wrapped, p)?;
-    let st = Stage { inp, python, overlay, tree, run, engine, wrapped, args };
+    let (args, unreadable) = engine_args(inp, engine, wrapped, p)?;
+    if let Some(Ok(r)) = inp.router {
+        args::tokenizer(req, facts, inp.models, r, &mut p.findings)?;
+    }
+    let st = Stage { inp, python, overlay, tree, run, engine, wrapped, args, unreadable };
     let copies = caps::copies(tree, site, &mut p.findings);
     capabilities(&st, &copies, p)?;
     let addressed = addresses(&st, p)?;
@@ -191,12 +202,13 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     safety::shadowing(tree, site, &copies)?;
     let mut added = match engine {
         Some(e) => {
+            let parsed = args::with_unreadable(&st.args.parsed, &st.unreadable);
             let ctx = args::Ctx {
                 req,
                 facts,
                 models: inp.models,
                 engine: e,
-                parsed: &st.args.parsed,
+                parsed: &parsed,
                 env: inp.env,
                 defaults: st.args.defaults,
             };
@@ -215,9 +227,9 @@ fn engine_args(
     engine: Option<crate::engines::Engine>,
     wrapped: Option<crate::engines::Engine>,
     p: &mut Plan,
-) -> Result<crate::engine_args::Read, Refusal> {
+) -> Result<(crate::engine_args::Read, Vec<crate::engines::Opt>), Refusal> {
     let Some(a) = inp.args.filter(|a| Some(a.engine) == engine) else {
-        return Ok(crate::engine_args::Read { parsed: Default::default(), defaults: true });
+        return Ok((crate::engine_args::Read { parsed: Default::default(), defaults: true }, Vec::new()));
     };
     p.findings.extend(a.findings.iter().cloned());
     let read = a.read.clone()?;
@@ -226,7 +238,8 @@ fn engine_args(
     if let Some(e) = wrapped {
         args::wrapper_dialect(e, e.info().module, &inp.req.args, a.list, &read.parsed)?;
     }
-    Ok(read)
+    let unreadable = args::unknown_options(a.engine, version, a.list, &inp.req.args, &mut p.findings)?;
+    Ok((read, unreadable))
 }
 
 /// The capability table: what the pod requires against what the tree and the image offer.

@@ -166,6 +166,9 @@ fn overlay() -> Result<Overlay, Refusal> {
     })
 }
 
+/// What the router cannot start without.
+const ROUTER_TOK: &str = "--router-tokenizer-path=Qwen/Qwen3-0.6B";
+
 fn request(role: Role, args: &[&str]) -> Request {
     Request {
         role,
@@ -215,7 +218,9 @@ fn run<'a>(req: &'a Request, w: &'a World, ov: &'a Result<Overlay, Refusal>, env
         ))),
         _ => None,
     };
-    plan(&Inputs { req, facts: &w.image, engine, args, models: &w.models, overlay: ov, selected, env })
+    let router = (req.role == crate::cli::Role::Server)
+        .then(|| &*Box::leak(Box::new(crate::router_args::RouterArgs::read(&req.args))));
+    plan(&Inputs { req, facts: &w.image, engine, args, router, models: &w.models, overlay: ov, selected, env })
 }
 
 fn strs(v: &[OsString]) -> Vec<String> {
@@ -298,7 +303,7 @@ fn no_tree_for_the_image() {
 #[test]
 fn tree_facts_decide_presence_noexec_and_integrity() {
     let (f, e) = (facts(), env());
-    let req = request(Role::Server, &[]);
+    let req = request(Role::Server, &[ROUTER_TOK]);
     let with = |change: &dyn Fn(&mut TreeFacts)| {
         let mut t = tree(&py312(), "rocm7-py312");
         change(&mut t.facts);
@@ -342,7 +347,7 @@ fn tree_facts_decide_presence_noexec_and_integrity() {
 #[test]
 fn the_interpreter_file_decides_126_and_127() {
     let (mut f, ov, e) = (facts(), overlay(), env());
-    let req = request(Role::Server, &[]);
+    let req = request(Role::Server, &[ROUTER_TOK]);
     for (file, code, exit) in [
         (ExecFile::NoexecMount, "exec-noexec", 126),
         (ExecFile::NotExecutable { mode: 0o644 }, "exec-not-executable", 126),
@@ -415,8 +420,8 @@ fn image_ships_mooncake(f: &mut World) {
 fn a_capability_the_image_ships_is_imported_from_the_image() {
     let (mut f, ov, e) = (facts(), overlay(), env());
     image_ships_mooncake(&mut f);
-    for role in [Role::Server, Role::Worker] {
-        let req = request(role, &["--model", "/models/kimi-k3"]);
+    for (role, args) in [(Role::Server, [ROUTER_TOK, "--port=8000"]), (Role::Worker, ["--model", "/models/kimi-k3"])] {
+        let req = request(role, &args);
         let p = run(&req, &f, &ov, &e);
         assert!(p.error.is_none(), "{role:?}: {:?}", p.error);
         let x = p.exec.as_ref().unwrap();
@@ -445,7 +450,7 @@ fn a_capability_the_tree_prefers_replaces_the_images_with_a_warning() {
     image_ships_mooncake(&mut f);
     let text = py312().replace("modules = [\"mooncake\"]", "modules = [\"mooncake\"]\nprefer = \"tree\"");
     ov.as_mut().unwrap().trees = vec![tree(&text, "rocm7-py312")];
-    let req = request(Role::Server, &[]);
+    let req = request(Role::Server, &[ROUTER_TOK]);
     let p = run(&req, &f, &ov, &e);
     assert!(p.error.is_none(), "{:?}", p.error);
     let t = "/opt/infera/trees/rocm7-py312";
@@ -474,7 +479,7 @@ fn shadowing_the_image() {
     t.paths.caps.remove("mooncake");
     t.facts.cap_modules.remove("mooncake");
     t.facts.top_modules.insert("mooncake".into(), t.dir.join("site-packages"));
-    let err = run(&request(Role::Server, &[]), &f, &ov, &e).error.unwrap();
+    let err = run(&request(Role::Server, &[ROUTER_TOK]), &f, &ov, &e).error.unwrap();
     assert_eq!((err.code.as_str(), err.exit.code()), ("shadows-base", 65));
     assert!(err.message.contains("`mooncake` (base: `/usr/local/lib/python3.12/dist-packages/mooncake`)"));
     assert!(err.hint.unwrap().contains("capabilities/mooncake/"));

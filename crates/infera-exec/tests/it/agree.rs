@@ -133,26 +133,84 @@ fn every_option_dry_run_equals_real_run() {
             0,
         ),
         case("verify", &with_seed(&["worker"]), &[("INFERA_VERIFY", "digest")], 0),
-        case("server", &["server", "--", "--port", "8000"], &[], 0),
+        case("server", &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B", "--port", "8000"], &[], 0),
         case("skip-patches", &with_seed(&["worker"]), &[gpus, ("INFERA_SKIP_ENGINE_PATCHES", "1")], 0),
-        case("chdir", &["server"], &[("INFERA_EXEC_CHDIR", "/opt")], 0),
-        case("keep-cwd", &["server"], &[("INFERA_EXEC_CHDIR", "")], 0),
+        case(
+            "chdir",
+            &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[("INFERA_EXEC_CHDIR", "/opt")],
+            0,
+        ),
+        case("keep-cwd", &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[("INFERA_EXEC_CHDIR", "")], 0),
         case("command-form", &["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3"], &[gpus], 0),
         case("command-form-kvd", &["python3", "-m", "infera.kvd", "--socket", "/kvd/kvd.sock"], &[], 0),
-        case("init", &["server", "--init", "--", "--port", "8000"], &[], 0),
-        case("init-group", &["server", "--init", "--init-group", "--init-grace", "2", "--", "--port", "8000"], &[], 0),
-        case("no-new-privs", &["server", "--no-new-privs"], &[], 0),
+        case("init", &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B", "--port", "8000"], &[], 0),
+        case(
+            "init-group",
+            &[
+                "server",
+                "--init",
+                "--init-group",
+                "--init-grace",
+                "2",
+                "--",
+                "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+                "--port",
+                "8000",
+            ],
+            &[],
+            0,
+        ),
+        case("no-new-privs", &["server", "--no-new-privs", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[], 0),
         // Refused the same way by both.
         case("refuse-capability", &with_seed(&["worker", "--require", "nixl"]), &[gpus], 2),
         case("refuse-rule", &["worker", "--", "--model", "/models/kimi-k3", "-tp", "16"], &[gpus], 78),
-        case("refuse-family", &["server", "--family", "rocm9-py399"], &[], 69),
-        case("refuse-verify", &["server"], &[("INFERA_VERIFY", "sometimes")], 2),
-        case("refuse-init-grace", &["server", "--init", "--init-grace", "-3"], &[], 2),
-        case("refuse-drop-caps", &["server", "--drop-caps", "cap_flying"], &[], 2),
+        case(
+            "refuse-family",
+            &["server", "--family", "rocm9-py399", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[],
+            69,
+        ),
+        case(
+            "refuse-verify",
+            &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[("INFERA_VERIFY", "sometimes")],
+            2,
+        ),
+        case(
+            "refuse-init-grace",
+            &["server", "--init", "--init-grace", "-3", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[],
+            2,
+        ),
+        case(
+            "refuse-drop-caps",
+            &["server", "--drop-caps", "cap_flying", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[],
+            2,
+        ),
     ];
     if root {
-        cases.push(case("drop-caps", &["server", "--drop-caps", "kill,net_bind_service"], &[], 0));
-        cases.push(case("drop-caps-none", &["server", "--drop-caps", "none", "--no-new-privs", "--init"], &[], 0));
+        cases.push(case(
+            "drop-caps",
+            &["server", "--drop-caps", "kill,net_bind_service", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[],
+            0,
+        ));
+        cases.push(case(
+            "drop-caps-none",
+            &[
+                "server",
+                "--drop-caps",
+                "none",
+                "--no-new-privs",
+                "--init",
+                "--",
+                "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+            ],
+            &[],
+            0,
+        ));
     }
     let marker = img.p(&format!("{VLLM_SITE}/vllm/.infera-standin-patched"));
     for c in &cases {
@@ -186,7 +244,7 @@ fn noexec_image_root_is_126_in_both() {
     let mnt = tempfile::tempdir().unwrap();
     let script = format!(
         "mount -t tmpfs -o noexec,mode=0755 tmpfs {m} && cp -a {r}/. {m}/ && \
-         INFERA_ROOT={m} {b} server --dry-run; echo \"dry=$?\"; INFERA_ROOT={m} {b} server; echo \"real=$?\"; \
+         INFERA_ROOT={m} {b} server --dry-run -- --router-tokenizer-path=/m; echo \"dry=$?\"; INFERA_ROOT={m} {b} server -- --router-tokenizer-path=/m; echo \"real=$?\"; \
          {m}/usr/bin/python3.12 -c pass; echo \"direct=$?\"",
         m = mnt.path().display(),
         r = img.path().display(),

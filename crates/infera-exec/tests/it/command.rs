@@ -52,8 +52,13 @@ fn engine_modules_plan_exactly_like_worker() {
     assert_eq!(c["exec"]["cwd"], "/", "the image's WORKDIR cannot shadow: the run is in /");
 
     // The router, and sglang on its image.
-    let r = dry(&img, &ov, &["python3", "-m", "infera.server", "--port", "8000"]).json();
-    let s = dry(&img, &ov, &["server", "--", "--port", "8000"]).json();
+    let r = dry(
+        &img,
+        &ov,
+        &["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B", "--port", "8000"],
+    )
+    .json();
+    let s = dry(&img, &ov, &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B", "--port", "8000"]).json();
     assert_eq!(r["role"], "server");
     same_plan(&r, &s);
     let sg = sglang_image("3.10", None);
@@ -81,7 +86,12 @@ fn refusals_carry_the_same_codes_and_messages() {
             &[],
             78,
         ),
-        (&["python3", "-m", "infera.server"], &["server"], &[("INFERA_REQUIRE", "nixl")], 2),
+        (
+            &["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[("INFERA_REQUIRE", "nixl")],
+            2,
+        ),
         (&["python3", "-m", "infera.engine.vllm"], &["worker"], &[("INFERA_FAMILY", "nope")], 69),
     ];
     for (command, sub, env, code) in cases {
@@ -193,7 +203,7 @@ fn options_from_variables_only_and_interpreter_override() {
     assert!(out.stdout.starts_with("infera-exec worker plan\n"), "{}", out.stdout);
     assert!(out.stdout.contains("mooncake     yes        yes"), "{}", out.stdout);
     // INFERA_PYTHON names the interpreter, whatever the command says.
-    let j = infera(&["python3", "-m", "infera.server"])
+    let j = infera(&["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
         .root(&img)
         .overlay(&ov.overlay())
         .env("INFERA_PYTHON", "/opt/py/bin/python3.12")
@@ -203,9 +213,12 @@ fn options_from_variables_only_and_interpreter_override() {
         .json();
     assert_eq!(j["exec"]["program"], "/opt/py/bin/python3.12");
     // The command's own interpreter, when it names one.
-    let j = dry(&img, &ov, &["/opt/py/bin/python3.12", "-m", "infera.server"]).json();
+    let j =
+        dry(&img, &ov, &["/opt/py/bin/python3.12", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
+            .json();
     assert_eq!(j["exec"]["program"], "/opt/py/bin/python3.12");
-    dry(&img, &ov, &["python3.9", "-m", "infera.server"]).assert(66, "no `python3.9` on the container's PATH");
+    dry(&img, &ov, &["python3.9", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
+        .assert(66, "no `python3.9` on the container's PATH");
 }
 
 #[test]
@@ -214,7 +227,7 @@ fn the_overlay_is_found_from_the_launchers_own_location() {
     let ov = shipped_overlay(); // holds bin/infera-exec, a copy of this launcher
     let own = ov.overlay().join("bin/infera-exec");
     let out = std::process::Command::new(&own)
-        .args(["python3", "-m", "infera.server"])
+        .args(["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("INFERA_ROOT", img.path())
@@ -226,7 +239,10 @@ fn the_overlay_is_found_from_the_launchers_own_location() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["tree"], ov.overlay().join("trees/rocm7-py312").display().to_string());
     // A launcher outside any overlay looks at /opt/infera.
-    let out = infera(&["python3", "-m", "infera.server"]).root(&img).env_remove("INFERA_OVERLAY").run();
+    let out = infera(&["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
+        .root(&img)
+        .env_remove("INFERA_OVERLAY")
+        .run();
     if !std::path::Path::new("/opt/infera").exists() {
         out.assert(66, "the overlay directory `/opt/infera` does not exist");
     }

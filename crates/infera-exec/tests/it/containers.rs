@@ -159,7 +159,11 @@ fn vllm_image_execs_the_engine_as_pid1_from_the_read_only_overlay() {
 #[test]
 fn vllm_rocm10_image_runs_the_router_and_a_worker_with_its_own_mooncake() {
     let image_mooncake = "/usr/local/lib/python3.12/dist-packages/mooncake/__init__.py";
-    let router = run_in(VLLM_ROCM10, &[], &["/opt/infera/bin/infera-exec", "server", "--", "--port", "8000"]);
+    let router = run_in(
+        VLLM_ROCM10,
+        &[],
+        &["/opt/infera/bin/infera-exec", "server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B", "--port", "8000"],
+    );
     assert_eq!(router.code, 0, "{}\n{}", router.stdout, router.stderr);
     let r = router.standin();
     assert_eq!((r["pid"].as_i64(), r["standin"].as_str()), (Some(1), Some("infera.server")));
@@ -670,7 +674,7 @@ fn init_mode_is_pid1_and_podman_stop_exits_143() {
         "-e",
         "INFERA_STANDIN_ORPHANS=20",
     ]);
-    c.args([VLLM, "/opt/infera/bin/infera-exec", "server", "--init"]);
+    c.args([VLLM, "/opt/infera/bin/infera-exec", "server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"]);
     let started = out(c);
     assert_eq!(started.code, 0, "{}", started.stderr);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -1067,7 +1071,13 @@ fn the_host_libionic_is_reached_through_the_payloads_link() {
         "-v",
         &format!("{}:/usr/lib/x86_64-linux-gnu/libibverbs:ro", providers.display()),
     ];
-    let o = run_stack(VLLM, &vol, &extra, &[], &["/overlay/bin/infera-exec", "python3", "-m", "infera.server"]);
+    let o = run_stack(
+        VLLM,
+        &vol,
+        &extra,
+        &[],
+        &["/overlay/bin/infera-exec", "python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+    );
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let r = o.standin();
     assert_eq!(r["environ"]["RDMAV_DRIVERS"], "/overlay/rdma/libionic");

@@ -518,7 +518,7 @@ fn vllm_rocm10_image_that_ships_mooncake_runs_the_router_and_a_worker() {
     let site = "/usr/local/lib/python3.12/dist-packages";
     let ours = shipped_overlay();
     for args in [
-        &["server", "--dry-run", "--output", "json"][..],
+        &["server", "--dry-run", "--output", "json", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"][..],
         &["worker", "--dry-run", "--output", "json", "--require", "mooncake", "--", "--model", "/models/kimi-k3"],
     ] {
         // vLLM 0.33 is outside the tree's range: allowed here, the Mooncake choice is the point.
@@ -564,7 +564,7 @@ fn vllm_rocm10_image_that_ships_mooncake_runs_the_router_and_a_worker() {
 
     // The stack's payload: its native tree first, as its launcher orders it, with a warning.
     let stack = infera_payload();
-    let out = infera(&["python3", "-m", "infera.server"])
+    let out = infera(&["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
         .root(&img)
         .overlay(&stack.overlay())
         .env("INFERA_DRY_RUN", "1")

@@ -63,12 +63,31 @@ fn server_role_runs_the_router_without_gpus() {
     let py = real_python("3.12");
     let img = vllm_image(Some(&py));
     let ov = shipped_overlay();
-    let out =
-        infera(&["server", "--", "--port", "8000", "--policy", "cache_aware"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&[
+        "server",
+        "--",
+        "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+        "--port",
+        "8000",
+        "--router-policy",
+        "cache_aware",
+    ])
+    .root(&img)
+    .overlay(&ov.overlay())
+    .run();
     assert_eq!(out.code, 0, "{}", out.stderr);
     let r = out.standin();
     assert_eq!(r["standin"], "infera.server");
-    assert_eq!(r["argv"], serde_json::json!(["--port", "8000", "--policy", "cache_aware"]));
+    assert_eq!(
+        r["argv"],
+        serde_json::json!([
+            "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+            "--port",
+            "8000",
+            "--router-policy",
+            "cache_aware"
+        ])
+    );
 }
 
 #[test]
@@ -94,7 +113,7 @@ fn normal_path_spawns_no_python() {
         vec!["check"],
         vec!["worker", "--dry-run"],
         vec!["worker", "--dry-run", "--output", "json"],
-        vec!["server", "--dry-run"],
+        vec!["server", "--dry-run", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
     ] {
         let out = infera(&args).root(&img).overlay(&ov.overlay()).run();
         assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
@@ -147,13 +166,14 @@ fn hex_of(v: &serde_json::Value) -> Vec<u8> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
 
-    /// The plan carries user args unchanged and in order (JSON keeps non-UTF-8 as hex).
+    /// The plan carries a program's args unchanged and in order (JSON keeps non-UTF-8 as
+    /// hex): the stack's kvd sidecar, whose args the launcher does not read.
     #[test]
     fn plan_keeps_args_byte_for_byte(args in proptest::collection::vec(arg_bytes(), 0..8)) {
         let img = vllm_image(None);
-        let ov = custom_overlay(&[("rocm7-py312", PY312_MANIFEST, &["infera.engine.vllm", "infera.server"])]);
+        let ov = custom_overlay(&[("rocm7-py312", PY312_MANIFEST, &["infera.engine.vllm", "infera.server", "infera.kvd"])]);
         let os: Vec<OsString> = args.iter().cloned().map(OsString::from_vec).collect();
-        let out = infera(&["server", "--dry-run", "--output", "json", "--"]).args(os).root(&img).overlay(&ov.overlay()).run();
+        let out = infera(&["--dry-run", "--output", "json", "python3", "-m", "infera.kvd"]).args(os).root(&img).overlay(&ov.overlay()).run();
         prop_assert_eq!(out.code, 0, "{}", out.stderr);
         let j = out.json();
         let argv: Vec<Vec<u8>> = j["exec"]["argv"].as_array().unwrap().iter().skip(3).map(hex_of).collect();
@@ -202,7 +222,7 @@ proptest! {
         let img = vllm_image(Some(&py));
         let ov = shipped_overlay();
         let os: Vec<OsString> = args.iter().cloned().map(OsString::from_vec).collect();
-        let out = infera(&["server", "--"]).args(os.clone()).root(&img).overlay(&ov.overlay()).run();
+        let out = infera(&["python3", "-m", "infera.kvd"]).args(os.clone()).root(&img).overlay(&ov.overlay()).run();
         prop_assert_eq!(out.code, 0, "{}", out.stderr);
         let got: Vec<String> = out.standin()["argv_hex"].as_array().unwrap().iter().map(|h| h.as_str().unwrap().to_string()).collect();
         let want: Vec<String> = os.iter().map(|a| a.as_bytes().iter().map(|b| format!("{b:02x}")).collect()).collect();
@@ -223,7 +243,7 @@ fn child_starts_with_default_sigpipe_and_empty_mask() {
         .env("PATH", "/usr/bin:/bin")
         .env("INFERA_ROOT", img.path())
         .env("INFERA_OVERLAY", ov.overlay())
-        .args(["server"]);
+        .args(["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"]);
     unsafe {
         cmd.pre_exec(|| {
             use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
@@ -279,7 +299,7 @@ fn started_with_fds_closed_or_a_broken_pipe_the_launcher_behaves() {
         .env("INFERA_ROOT", probe.path())
         .env("INFERA_OVERLAY", ov.overlay())
         .env("INFERA_LOG", "off")
-        .args(["server"]);
+        .args(["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"]);
     unsafe {
         c.pre_exec(|| {
             nix::unistd::close(0).map_err(std::io::Error::from)?;
@@ -368,4 +388,28 @@ fn a_stop_while_waiting_for_the_model_ends_the_wait() {
         "{rest}"
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "the wait did not end");
+}
+
+/// The router waits for its tokenizer path as a worker waits for its model (the download Job
+/// fills the volume both read), and says what it waited for when it gives up. A Hugging Face
+/// id is the router's to download: nothing waits for it.
+#[test]
+fn the_router_waits_for_its_tokenizer_path() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let run = infera(&["server", "--wait-model", "1", "--", "--router-tokenizer-path", "/models/not-yet"]);
+    let out = in_image_root(run, &img, &ov.overlay()).run();
+    out.assert(66, "error[model-missing]: the model path `/models/not-yet` does not exist in this container after waiting 1 s for it (--wait-model)");
+    assert!(
+        out.stderr
+            .contains("[model-wait] `/models/not-yet` does not exist yet: waiting up to 1 s for it (--wait-model)"),
+        "{}",
+        out.stderr
+    );
+    // An id: planned at once (the probe-free image's interpreter must never run, so a dry run).
+    let run =
+        infera(&["server", "--wait-model", "60", "--dry-run", "--", "--router-tokenizer-path", "Qwen/Qwen3-0.6B"]);
+    let out = in_image_root(run, &img, &ov.overlay()).run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stderr.contains("model-wait"), "{}", out.stderr);
 }

@@ -143,12 +143,11 @@ fn help_lists_every_variable_the_launcher_reads() {
     // The router's help lists only what the router reads: no GPUs, KV dtype or group.
     let server = infera(&["server", "--help"]).run();
     assert_eq!(server.code, 0, "{}", server.stderr);
-    for v in
-        ["INFERA_GPUS", "INFERA_DEFAULT_KV_FP8", "LWS_", "INFERA_ARGS_DIGEST", "INFERA_NNODES", "INFERA_WAIT_MODEL"]
-    {
+    for v in ["INFERA_GPUS", "INFERA_DEFAULT_KV_FP8", "LWS_", "INFERA_ARGS_DIGEST", "INFERA_NNODES"] {
         assert!(!server.stdout.contains(v), "{v} in `server --help`:\n{}", server.stdout);
     }
-    for v in ["INFERA_LOG_FORMAT", "INFERA_TERMINATION_LOG", "INFERA_VERIFY", "INFERA_DROP_CAPS"] {
+    // The router waits for its tokenizer path as a worker waits for its model.
+    for v in ["INFERA_LOG_FORMAT", "INFERA_TERMINATION_LOG", "INFERA_VERIFY", "INFERA_DROP_CAPS", "INFERA_WAIT_MODEL"] {
         assert!(server.stdout.contains(v), "{v} not in `server --help`");
     }
 }
@@ -228,8 +227,11 @@ fn refusals_reach_the_termination_message() {
     assert!(!absent.exists());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
     std::fs::write(&log, "").unwrap();
-    let out =
-        infera(&["server", "--dry-run"]).root(&img).overlay(&ov.overlay()).env("INFERA_TERMINATION_LOG", &log).run();
+    let out = infera(&["server", "--dry-run", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_TERMINATION_LOG", &log)
+        .run();
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "");
     // Read-only: not written, and the refusal is still on stderr.
@@ -432,7 +434,10 @@ fn allow_engine_version_runs_a_newer_engine_knowingly() {
         .dist(VLLM_SITE, "vllm", "0.34.1")
         .file(&format!("{VLLM_SITE}/vllm/_version.py"), "__version__ = version = '0.34.1'\n");
     let ov = shipped_overlay();
-    let out = infera(&["server", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["server", "--dry-run", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run();
     assert_eq!(out.code, 0, "the router does not care: {}", out.stderr);
     let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
     assert_eq!(out.code, 69);

@@ -169,7 +169,7 @@ fn init_survives_signals_sent_while_the_integrity_check_hashes() {
         .env("INFERA_VERIFY", "digest")
         .env("INFERA_STANDIN_WAIT", "20")
         .env("INFERA_STANDIN_EXIT", "7")
-        .args(["server", "--init"])
+        .args(["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -267,7 +267,7 @@ fn code_preloaded_through_the_manifest_only_from_inside_the_tree() {
         .success());
     // The name is inside the tree; the file is a link to one elsewhere: refused, not preloaded.
     ov.link("overlay/trees/rocm7-py312/lib/libfast.so", outside.p("libevil.so").to_str().unwrap());
-    infera(&["server"])
+    infera(&["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()
@@ -277,7 +277,8 @@ fn code_preloaded_through_the_manifest_only_from_inside_the_tree() {
     // is what stood between the link and the engine).
     ov.rm("overlay/trees/rocm7-py312/lib/libfast.so");
     std::fs::copy(outside.p("libevil.so"), ov.p("overlay/trees/rocm7-py312/lib/libfast.so")).unwrap();
-    let out = infera(&["server"]).root(&img).overlay(&ov.overlay()).run();
+    let out =
+        infera(&["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"]).root(&img).overlay(&ov.overlay()).run();
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(marker.exists(), "LD_PRELOAD inside the tree is honoured");
 }
@@ -464,7 +465,7 @@ fn closed_stdio_without_dev_null_is_not_a_death_by_signal() {
     let (code, out, err) = run(">&-", &["worker", "--dry-run"]);
     assert_eq!(code, 74, "{err}");
     assert!(out.is_empty() && err.contains("error[output-failed]: cannot write the answer to stdout"), "{err}");
-    let (code, out, err) = run("<&- 2>&-", &["server"]);
+    let (code, out, err) = run("<&- 2>&-", &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"]);
     assert_eq!((code, out.as_str()), (0, "fd 0 closed\nfd 1 open\nfd 2 closed\n"), "{err}");
 }
 

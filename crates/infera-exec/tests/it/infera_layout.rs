@@ -57,8 +57,13 @@ fn native_and_python_trees_are_paired_as_the_stack_orders_them() {
         "capability `hipfile` (requested by INFERA_REQUIRE_NATIVE) cannot be supplied: tree rocm7-py310 does not declare it; trees that provide it: rocm7-py312",
     );
     // Both spellings of the stack's variable.
-    let j =
-        plan(&img, &ov, &["python3", "-m", "infera.server"], &[("INFERA_REQUIRE_NATIVE", "mooncake, hipfile")]).json();
+    let j = plan(
+        &img,
+        &ov,
+        &["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+        &[("INFERA_REQUIRE_NATIVE", "mooncake, hipfile")],
+    )
+    .json();
     let req: Vec<&str> = j["capabilities"]
         .as_array()
         .unwrap()
@@ -92,7 +97,12 @@ fn no_native_tree_for_the_images_hip_abi_is_a_warning_until_required() {
         "no native payload for rocm8-py312 (native trees: rocm7-py310, rocm7-py312); PD (Mooncake) and kvd GPU-direct L3 (hipFile) will be unavailable"
     );
     for (value, code) in [("0", 0), ("", 0), ("mooncake", 69), ("1", 69), ("all", 69)] {
-        let out = plan(&img, &ov, &["python3", "-m", "infera.server"], &[("INFERA_REQUIRE_NATIVE", value)]);
+        let out = plan(
+            &img,
+            &ov,
+            &["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[("INFERA_REQUIRE_NATIVE", value)],
+        );
         assert_eq!(out.code, code, "INFERA_REQUIRE_NATIVE={value}: {}", out.stderr);
         if code == 69 {
             assert!(out.stderr.contains("capability `mooncake`"), "{}", out.stderr);
@@ -106,7 +116,7 @@ fn capabilities_are_what_the_files_hold() {
     let ov = infera_payload();
     // CAPABILITIES says hipfile, but its module is gone: not provided, and said why.
     ov.chmod("overlay/native/rocm7-py312", 0o755).rm("overlay/native/rocm7-py312/hipfile");
-    let j = plan(&img, &ov, &["python3", "-m", "infera.server"], &[]).json();
+    let j = plan(&img, &ov, &["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[]).json();
     let row = j["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "hipfile").unwrap().clone();
     assert_eq!(row["provided"], false);
     assert_eq!(
@@ -115,7 +125,7 @@ fn capabilities_are_what_the_files_hold() {
     );
     // A bad word in CAPABILITIES is a bad payload (65), naming the file.
     ov.file("overlay/native/rocm7-py312/CAPABILITIES", "mooncake ../hipfile\n");
-    plan(&img, &ov, &["python3", "-m", "infera.server"], &[])
+    plan(&img, &ov, &["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[])
         .assert(65, "native/rocm7-py312/CAPABILITIES`: capability `../hipfile`");
 }
 

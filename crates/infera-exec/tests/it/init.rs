@@ -63,10 +63,14 @@ fn forwards_signals_and_exits_with_the_childs_code() {
         (nix::sys::signal::SIGHUP, 1),
         (nix::sys::signal::SIGUSR1, 10),
     ] {
-        let mut child =
-            launcher(&img, &ov, &["server", "--init"], &[("INFERA_STANDIN_WAIT", "20"), ("INFERA_STANDIN_EXIT", "7")])
-                .spawn()
-                .unwrap();
+        let mut child = launcher(
+            &img,
+            &ov,
+            &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+            &[("INFERA_STANDIN_WAIT", "20"), ("INFERA_STANDIN_EXIT", "7")],
+        )
+        .spawn()
+        .unwrap();
         let lines = read_until(&mut child, "INFERA-STANDIN ");
         let report: serde_json::Value =
             serde_json::from_str(lines.last().unwrap().trim_start_matches("INFERA-STANDIN ")).unwrap();
@@ -83,7 +87,9 @@ fn exits_128_plus_signal_when_the_child_dies_of_it() {
     let img = vllm_image(None);
     img.exe("/usr/bin/python3.12", "#!/bin/sh\necho started\nexec sleep 30\n");
     let ov = shipped_overlay();
-    let mut child = launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap();
+    let mut child = launcher(&img, &ov, &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[])
+        .spawn()
+        .unwrap();
     read_until(&mut child, "started");
     assert!(child_execed(child.id(), "sleep"), "the child never became `sleep 30`");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
@@ -102,7 +108,9 @@ fn real_time_signals_are_forwarded_and_deaths_by_them_are_128_plus_n() {
     let rtmax = nix::libc::SIGRTMAX();
     let rtmin3 = nix::libc::SIGRTMIN() + 3;
     // A child killed by SIGRTMAX.
-    let mut child = launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap();
+    let mut child = launcher(&img, &ov, &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[])
+        .spawn()
+        .unwrap();
     read_until(&mut child, "started");
     let kids = children_of(child.id());
     assert_eq!(kids.len(), 1, "{kids:?}");
@@ -111,7 +119,9 @@ fn real_time_signals_are_forwarded_and_deaths_by_them_are_128_plus_n() {
     let (code, _, err) = finish(child);
     assert_eq!(code, 128 + rtmax, "{err}");
     // SIGRTMIN+3 sent to init reaches the child.
-    let mut child = launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap();
+    let mut child = launcher(&img, &ov, &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[])
+        .spawn()
+        .unwrap();
     read_until(&mut child, "started");
     assert!(child_execed(child.id(), "sleep"), "the child never became `sleep 30`");
     // SAFETY: kill(2) on the launcher this test started.
@@ -126,8 +136,14 @@ fn grace_period_then_sigkill() {
     // A child that ignores SIGTERM.
     img.exe("/usr/bin/python3.12", "#!/bin/sh\ntrap '' TERM\necho started\nwhile :; do sleep 0.1; done\n");
     let ov = shipped_overlay();
-    let mut child =
-        launcher(&img, &ov, &["server", "--init", "--init-group", "--init-grace", "0.5"], &[]).spawn().unwrap();
+    let mut child = launcher(
+        &img,
+        &ov,
+        &["server", "--init", "--init-group", "--init-grace", "0.5", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
+        &[],
+    )
+    .spawn()
+    .unwrap();
     read_until(&mut child, "started");
     let t = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
@@ -154,7 +170,7 @@ fn reaps_100_orphaned_grandchildren() {
     let mut child = launcher(
         &img,
         &ov,
-        &["server", "--init"],
+        &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
         &[("INFERA_STANDIN_ORPHANS", "100"), ("INFERA_STANDIN_WAIT", "30"), ("INFERA_STANDIN_EXIT", "5")],
     )
     .spawn()
@@ -185,7 +201,9 @@ fn orphans_are_reparented_to_init_not_lost() {
         "#!/bin/sh\n( for i in $(seq 100); do sleep 1 & done )\necho started\nsleep 3\nexit 4\n",
     );
     let ov = shipped_overlay();
-    let mut child = launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap();
+    let mut child = launcher(&img, &ov, &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[])
+        .spawn()
+        .unwrap();
     let init = child.id();
     read_until(&mut child, "started");
     let kids = children_of(init);
@@ -200,15 +218,23 @@ fn exec_failures_give_126_and_127_in_init_mode() {
     let img = vllm_image(None);
     // The interpreter's `#!` names a directory: execve fails with EACCES in the child.
     img.exe("/usr/bin/python3.12", "#!/usr\n");
-    let (code, _, err) = finish(launcher(&img, &ov, &["server", "--init"], &[]).spawn().unwrap());
+    let (code, _, err) = finish(
+        launcher(&img, &ov, &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[])
+            .spawn()
+            .unwrap(),
+    );
     assert_eq!(code, 126, "{err}");
     assert!(err.contains("execve"), "{err}");
     // The same failure without --init: the launcher's own execve.
-    let (code, _, err) = finish(launcher(&img, &ov, &["server"], &[]).spawn().unwrap());
+    let (code, _, err) =
+        finish(launcher(&img, &ov, &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[]).spawn().unwrap());
     assert_eq!(code, 126, "{err}");
     assert!(err.contains("error[exec-failed]: execve") && err.contains("Permission denied"), "{err}");
     img.exe("/usr/bin/python3.12", "#!/nonexistent/interpreter\n");
-    for mode in [&["server", "--init"][..], &["server"][..]] {
+    for mode in [
+        &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"][..],
+        &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"][..],
+    ] {
         let (code, _, err) = finish(launcher(&img, &ov, mode, &[]).spawn().unwrap());
         assert_eq!(code, 127, "{mode:?}: {err}");
         assert!(err.contains("error[exec-not-found]: execve") && err.contains("No such file"), "{mode:?}: {err}");
@@ -228,10 +254,17 @@ fn drop_caps_leaves_only_the_kept_set() {
     let img = vllm_image(None);
     img.exe("/usr/bin/python3.12", "#!/bin/sh\nexec grep -E '^(Cap|NoNewPrivs)' /proc/self/status\n");
     let ov = shipped_overlay();
-    let out = infera(&["server", "--drop-caps", "net_bind_service,CAP_KILL", "--no-new-privs"])
-        .root(&img)
-        .overlay(&ov.overlay())
-        .run();
+    let out = infera(&[
+        "server",
+        "--drop-caps",
+        "net_bind_service,CAP_KILL",
+        "--no-new-privs",
+        "--",
+        "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+    ])
+    .root(&img)
+    .overlay(&ov.overlay())
+    .run();
     assert_eq!(out.code, 0, "{}", out.stderr);
     let field = |name: &str| -> u64 {
         let v =
@@ -246,13 +279,22 @@ fn drop_caps_leaves_only_the_kept_set() {
     assert_eq!(field("CapAmb:"), 0);
     assert!(out.stdout.contains("NoNewPrivs:\t1"), "{}", out.stdout);
     // The plan says so, and a bad name is a usage error before anything runs.
-    let j = infera(&["server", "--dry-run", "--output", "json", "--drop-caps", "kill"])
-        .root(&img)
-        .overlay(&ov.overlay())
-        .run()
-        .json();
+    let j = infera(&[
+        "server",
+        "--dry-run",
+        "--output",
+        "json",
+        "--drop-caps",
+        "kill",
+        "--",
+        "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+    ])
+    .root(&img)
+    .overlay(&ov.overlay())
+    .run()
+    .json();
     assert_eq!(j["exec"]["privileges"]["keep_caps"], serde_json::json!(["CAP_KILL"]));
-    infera(&["server", "--drop-caps", "cap_flying"])
+    infera(&["server", "--drop-caps", "cap_flying", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()
@@ -304,7 +346,19 @@ fn as_pid_1_of_a_pid_namespace_signals_are_forwarded_and_deaths_are_128_plus_n()
     // (who gets the signal, which signal, the exit expected)
     for (to_init, sig, want) in [(true, 15, 143), (true, rt, 128 + rt), (false, rt, 128 + rt), (false, 9, 137)] {
         let mut unshare = Command::new("unshare");
-        unshare.args(["--pid", "--fork", "--mount-proc", "--kill-child", BIN, "server", "--init"]).env_clear();
+        unshare
+            .args([
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--kill-child",
+                BIN,
+                "server",
+                "--init",
+                "--",
+                "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+            ])
+            .env_clear();
         for (k, v) in launcher(&img, &ov, &[], &[]).get_envs() {
             if let Some(v) = v {
                 unshare.env(k, v);

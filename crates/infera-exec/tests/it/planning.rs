@@ -247,16 +247,20 @@ fn unreadable_config_is_a_warning_not_a_refusal() {
 #[test]
 fn server_needs_no_gpu_and_passes_args_through() {
     let (img, ov) = vllm8();
-    let out =
-        infera(&["server", "--dry-run", "--output", "json", "--", "--port", "8000", "--tensor-parallel-size", "99"])
-            .root(&img)
-            .overlay(&ov.overlay())
-            .env("INFERA_GPUS", "not-a-number")
-            .run();
+    let router = |args: &[&str]| {
+        let mut all = vec!["server", "--dry-run", "--output", "json", "--"];
+        all.extend(args);
+        infera(&all).root(&img).overlay(&ov.overlay()).env("INFERA_GPUS", "not-a-number").run()
+    };
+    let out = router(&["--router-tokenizer-path=/models/kimi-k3", "--port", "8000", "--router-pol", "kv-aware"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let j = out.json();
-    assert_eq!(argv(&j), ["--port", "8000", "--tensor-parallel-size", "99"]);
+    assert_eq!(argv(&j), ["--router-tokenizer-path=/models/kimi-k3", "--port", "8000", "--router-pol", "kv-aware"]);
     assert_eq!(j["exec"]["argv"][2], "infera.server");
+    assert_eq!(j["exec"]["added_args"], serde_json::json!([]));
+    // An engine's option is not the router's: its parser would exit 2 as the pod starts.
+    router(&["--router-tokenizer-path=/m", "--tensor-parallel-size", "8"])
+        .assert(2, "error[router-arg-unknown]: `--tensor-parallel-size` (arg 2) is not an option of infera.server");
 }
 
 #[test]

@@ -77,7 +77,14 @@ fn in_private_tmp(run: Run, fixtures: &[&Path], plant: &str) -> Run {
     );
     script.push_str(plant);
     script.push_str("\nexec \"$@\"\n");
-    let dirs: Vec<String> = fixtures.iter().map(|p| p.display().to_string()).collect();
+    // The launcher (and the checkout) stay visible when the checkout itself is under /tmp.
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let mut dirs: Vec<String> = fixtures.iter().map(|p| p.display().to_string()).collect();
+    for d in [repo(), bin_dir.to_path_buf()] {
+        if d.starts_with("/tmp") && !dirs.iter().any(|x| d.starts_with(x)) {
+            dirs.push(d.display().to_string());
+        }
+    }
     let args: Vec<OsString> = vec!["--mount".into(), "sh".into(), "-c".into(), script.into(), "sh".into()];
     let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
     run.env("FIXTURES", dirs.join(" ")).under("unshare", &args)

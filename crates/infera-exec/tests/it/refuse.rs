@@ -227,17 +227,26 @@ fn missing_overlay_and_interpreter() {
 fn forced_family_warns() {
     let img = vllm_image(None);
     let ov = shipped_overlay();
-    let out = infera(&["server", "--dry-run", "--family", "rocm7-py310", "--output", "json"])
-        .root(&img)
-        .overlay(&ov.overlay())
-        .run();
+    let out = infera(&[
+        "server",
+        "--dry-run",
+        "--family",
+        "rocm7-py310",
+        "--output",
+        "json",
+        "--",
+        "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+    ])
+    .root(&img)
+    .overlay(&ov.overlay())
+    .run();
     assert_eq!(out.code, 0, "{}", out.stderr);
     let j = out.json();
     assert_eq!(j["family"], "rocm7-py310");
     assert!(j["findings"]
         .to_string()
         .contains("tree rocm7-py310 (python 3.10, HIP ABI 7) forced by --family although this image has python 3.12"));
-    infera(&["server", "--dry-run", "--family", "nope"])
+    infera(&["server", "--dry-run", "--family", "nope", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()

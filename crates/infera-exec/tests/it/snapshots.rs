@@ -1,14 +1,15 @@
 //! Snapshots of the dry run, text and JSON, over image kinds × roles × common args: every
 //! message and every planned argument is pinned, so a change to any of them shows up as a
 //! reviewed snapshot diff (`INSTA_UPDATE=always cargo nextest run snapshots` rewrites them;
-//! `git diff tests/it/snapshots` is the review).
+//! `git diff crates/infera-exec/tests/it/snapshots` is the review).
 
 use crate::support::*;
 
-/// (name, launcher args, extra environment). `{model}` is the engine's model option.
+/// (name, launcher args, extra environment). `{model}`, `{tp}` and `{seqs}` are the engine's
+/// spellings of the model, the tensor parallel size and the concurrent sequences.
 type Case = (&'static str, &'static [&'static str], &'static [(&'static str, &'static str)]);
 const CASES: &[Case] = &[
-    ("worker", &["worker", "--dry-run", "--", "{model}", "/models/kimi-k3", "--max-num-seqs", "128"], &[]),
+    ("worker", &["worker", "--dry-run", "--", "{model}", "/models/kimi-k3", "{seqs}", "128"], &[]),
     (
         "worker-kv-fp8",
         &["worker", "--dry-run", "--", "{model}", "/models/kimi-k3", "--kv-cache-dtype", "fp8_e4m3"],
@@ -25,15 +26,31 @@ const CASES: &[Case] = &[
         &[("INFERA_GPUS", "8"), ("LWS_LEADER_ADDRESS", "10.1.2.3"), ("LWS_GROUP_SIZE", "2"), ("LWS_WORKER_INDEX", "1")],
     ),
     ("worker-missing-model", &["worker", "--dry-run", "--", "{model}", "/models/absent"], &[]),
-    ("server", &["server", "--dry-run", "--", "--port", "8000", "--policy", "cache_aware"], &[]),
+    (
+        "server",
+        &[
+            "server",
+            "--dry-run",
+            "--",
+            "--router-tokenizer-path=Qwen/Qwen3-0.6B",
+            "--port",
+            "8000",
+            "--router-policy",
+            "cache_aware",
+        ],
+        &[],
+    ),
     ("check-hipfile", &["check", "--require", "hipfile"], &[]),
 ];
 
 fn snapshot(kind: &str, engine: &str) {
     let img = image(kind);
     let ov = shipped_overlay();
-    let (model, tp) =
-        if engine == "sglang" { ("--model-path", "--tp-size") } else { ("--model", "--tensor-parallel-size") };
+    let (model, tp, seqs) = if engine == "sglang" {
+        ("--model-path", "--tp-size", "--max-running-requests")
+    } else {
+        ("--model", "--tensor-parallel-size", "--max-num-seqs")
+    };
     for (name, args, env) in CASES {
         let args: Vec<&str> = args
             .iter()
@@ -42,6 +59,8 @@ fn snapshot(kind: &str, engine: &str) {
                     model
                 } else if *a == "{tp}" {
                     tp
+                } else if *a == "{seqs}" {
+                    seqs
                 } else {
                     a
                 }

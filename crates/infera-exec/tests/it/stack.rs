@@ -133,3 +133,42 @@ fn every_example_container_and_rank_plans_what_the_real_parsers_accept() {
         assert!(text.contains(must), "no `{must}` in:\n{text}");
     }
 }
+
+/// The option lists the launcher judges infera's own parsers by (the router's and each
+/// wrapper's own options, `crates/infera-exec/src/engines/options/infera.*.txt`) are those
+/// parsers', read from the real modules by `scripts/infera-option-names.py`; the sglang
+/// wrapper imports sglang, here the stand-in whose parser is sglang 0.5.23's recorded one.
+#[test]
+fn the_recorded_infera_option_lists_are_the_real_parsers() {
+    let r = repo();
+    let trees = Command::new(r.join("scripts/build-infera-trees")).output().unwrap();
+    assert!(trees.status.success(), "{}", String::from_utf8_lossy(&trees.stderr));
+    let trees = std::path::PathBuf::from(String::from_utf8(trees.stdout).unwrap().trim());
+    // The stand-in sglang package as an image lays it out (its `_standin` module beside it).
+    let engines = tempfile::tempdir().unwrap();
+    let sgl = engines.path().join("sglang");
+    let cp = Command::new("cp").arg("-r").arg(r.join("examples/standin/engines/sglang")).arg(&sgl).status().unwrap();
+    assert!(cp.success());
+    std::fs::copy(r.join("examples/standin/engines/standin_engine.py"), sgl.join("_standin.py")).unwrap();
+    for (module, tree, minor) in [
+        ("infera.server", "py312", "3.12"),
+        ("infera.engine.vllm", "py312", "3.12"),
+        ("infera.engine.sglang", "py310", "3.10"),
+    ] {
+        let path = format!("{}:{}", engines.path().display(), trees.join(tree).display());
+        let out = Command::new(crate::support::real_python(minor))
+            .arg(r.join("scripts/infera-option-names.py"))
+            .arg(module)
+            .env("PYTHONPATH", path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{module}: {}", String::from_utf8_lossy(&out.stderr));
+        let recorded =
+            std::fs::read_to_string(r.join(format!("crates/infera-exec/src/engines/options/{module}.txt"))).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            recorded,
+            "{module}: the recorded list differs from the parser's"
+        );
+    }
+}

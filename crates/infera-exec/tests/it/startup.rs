@@ -297,7 +297,11 @@ fn without_a_link_for_the_pabi_the_image_copy_is_replaced_as_the_stack_does() {
     // The real run puts the host's bytes in place (atomically), then execs.
     let host = std::fs::read(img.p("/host-libionic/libionic.so")).unwrap();
     assert_ne!(std::fs::read(&target).unwrap(), host);
-    let out = infera(&["server"]).root(&img).overlay(&ov.overlay()).env("INFERA_LOG", "info").run();
+    let out = infera(&["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_LOG", "info")
+        .run();
     assert_eq!(out.code, 99, "the fixture interpreter ran: {}", out.stderr);
     assert_eq!(std::fs::read(&target).unwrap(), host);
     assert!(out.stderr.contains("[replaced] `/usr/lib/x86_64-linux-gnu/libionic.so.1.0.54.0`"), "{}", out.stderr);

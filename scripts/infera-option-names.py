@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Print the long option strings of infera's parsers, from the real modules: the router's
+(infera.server) or an engine wrapper's own (infera.engine.vllm|sglang), one per line, sorted:
+the lists crates/infera-exec/src/engines/options/infera.*.txt record.
+
+    PYTHONPATH=<infera tree>[:<engine>] python infera-option-names.py infera.server|infera.engine.vllm|infera.engine.sglang
+
+Each module's parse function is called with argparse's parse methods replaced: the first
+parser asked to parse is the module's own (a wrapper hands what it does not know to the
+engine's parser afterwards), and its option strings are printed instead.
+"""
+import argparse
+import sys
+
+
+class Captured(Exception):
+    pass
+
+
+def capture(parser):
+    raise Captured(sorted(s for s in parser._option_string_actions if s.startswith("--") and s != "--help"))
+
+
+which = sys.argv[1]
+# The first parser a module parses with is its own (a wrapper hands the rest to the engine's).
+argparse.ArgumentParser.parse_args = lambda self, *a, **k: capture(self)
+argparse.ArgumentParser.parse_known_args = lambda self, *a, **k: capture(self)
+try:
+    if which == "infera.server":
+        from infera.server.args import parse_server_args as parse
+    elif which == "infera.engine.vllm":
+        from infera.engine.vllm.args import parse_vllm_args as parse
+    else:
+        from infera.engine.sglang.args import parse_sglang_args as parse
+    parse([])
+except Captured as c:
+    print("\n".join(c.args[0]))
+else:
+    sys.exit("no parser was asked to parse")
