@@ -204,7 +204,7 @@ pub struct CommonArgs {
     #[arg(long, env = ev::INFERA_EXEC_CHDIR, value_name = "DIR", value_parser = clap::value_parser!(OsString))]
     pub chdir: Option<OsString>,
     /// Output format of the plan (dry run, check, refusals).
-    #[arg(long, env = ev::INFERA_OUTPUT, value_enum, default_value = "text")]
+    #[arg(short = 'o', long, env = ev::INFERA_OUTPUT, value_enum, default_value = "text")]
     pub output: Output,
     /// Drop every Linux capability but these before exec (comma-separated; `none` keeps nothing).
     #[arg(long, env = ev::INFERA_DROP_CAPS, value_delimiter = ',', value_name = "CAP[,CAP]")]
@@ -559,14 +559,15 @@ fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::
     let word = at.and_then(|i| argv[i + 2].to_str()).map(|w| w.split('=').next().unwrap_or(w));
     let engine_option = word.is_some_and(|w| crate::engines::OptionList::all().any(|list| list.names().contains(&w)));
     let slip = match (role, at, owners.is_empty() && (engine_option || !similar)) {
-        (Some((name, _)), Some(i), true) => {
-            let text = |a: &[OsString]| a.iter().map(|a| crate::report::shell_quote(a)).collect::<Vec<_>>().join(" ");
+        (Some(("server", _)), Some(_), true)
+            if word.is_some_and(|w| engine_option && !crate::router_args::is_option(w)) =>
+        {
+            let w = word.unwrap_or_default();
+            Some(format!("`{w}` is an engine's option, not the router's: give it to the workers (`infera-exec worker -- {w} ...`)"))
+        }
+        (Some((name, sub)), Some(i), true) => {
             let whose = if name == "server" { "the router's" } else { "the engine's" };
-            Some(format!(
-                "{whose} args go after `--`: infera-exec {} -- {}",
-                text(&argv[1..i + 2]),
-                text(&argv[i + 2..])
-            ))
+            Some(format!("{whose} args go after `--`: {}", moved_after_dashes(argv, i + 2, sub)))
         }
         _ => None,
     };
@@ -596,6 +597,37 @@ fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::
         n.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
     }
     n
+}
+
+/// The command line with the launcher's options before one `--` and everything else after it:
+/// `worker --dry-run --tensor-parallel-size 8 -- --model m` becomes `worker --dry-run --
+/// --tensor-parallel-size 8 --model m`. `at`: the first arg that is not the launcher's.
+fn moved_after_dashes(argv: &[OsString], at: usize, sub: &clap::Command) -> String {
+    let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    let (mut ours, mut theirs): (Vec<&OsString>, Vec<&OsString>) = (argv[1..at].iter().collect(), Vec::new());
+    let mut i = at;
+    while i < end {
+        let a = argv[i].to_string_lossy();
+        let name = a.split('=').next().unwrap_or_default();
+        let arg = sub.get_arguments().find(|x| {
+            x.get_long().is_some_and(|l| name.strip_prefix("--") == Some(l))
+                || x.get_short().is_some_and(|s| name.strip_prefix('-') == Some(s.encode_utf8(&mut [0; 4])))
+        });
+        match arg {
+            Some(x) => {
+                ours.push(&argv[i]);
+                if x.get_action().takes_values() && !a.contains('=') && i + 1 < end {
+                    i += 1;
+                    ours.push(&argv[i]);
+                }
+            }
+            None => theirs.push(&argv[i]),
+        }
+        i += 1;
+    }
+    theirs.extend(argv.get(end + 1..).unwrap_or_default());
+    let text = |a: &[&OsString]| a.iter().map(|a| crate::report::shell_quote(a)).collect::<Vec<_>>().join(" ");
+    format!("infera-exec {} -- {}", text(&ours), text(&theirs))
 }
 
 /// clap names the option whose value it rejects (`invalid value 'x' for '--engine <ENGINE>'`);
@@ -668,9 +700,11 @@ pub fn wants_json(argv: &[OsString], env: &crate::envvars::Env) -> bool {
         if a == b"--" {
             break;
         }
-        if let Some(v) = a.strip_prefix(b"--output=") {
+        if let Some(v) = a.strip_prefix(b"--output=").or_else(|| a.strip_prefix(b"-o=")) {
             out = Some(v);
-        } else if a == b"--output" {
+        } else if let Some(v) = a.strip_prefix(b"-o").filter(|v| !v.is_empty() && !v.starts_with(b"=")) {
+            out = Some(v); // `-ojson`
+        } else if a == b"--output" || a == b"-o" {
             out = argv.get(i + 1).map(|v| v.as_bytes());
             i += 1;
         } else if let Some(name) = a.strip_prefix(b"--") {

@@ -18,14 +18,14 @@ pub enum UsageError {
     #[refuse(
         code = "drop-caps-invalid",
         exit = Usage,
-        hint = "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK"
+        hint = cap_hint(name)
     )]
     DropCaps { said: String, name: String },
     #[error("{said} names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
     #[refuse(code = "allow-unknown", exit = Usage, hint_opt = crate::suggest::did_you_mean(name, rules.iter().map(String::as_str)))]
     AllowUnknown { said: String, name: String, rules: Vec<String> },
     #[error("{}=`{value}`: expected size, digest or off", crate::envvars::INFERA_VERIFY)]
-    #[refuse(code = "verify-invalid", exit = Usage)]
+    #[refuse(code = "verify-invalid", exit = Usage, hint = crate::suggest::did_you_mean(value, ["size", "digest", "off"]).unwrap_or_else(|| "set size or digest, or unset it".to_string()))]
     Verify { value: String },
     #[error("argument {index} after `--` contains a NUL byte")]
     #[refuse(code = "arg-nul", exit = Usage, hint = "an execve argument cannot hold NUL; fix the pod spec's args")]
@@ -79,4 +79,12 @@ pub enum UsageError {
     #[error("{var}=`{value}` {why}")]
     #[refuse(code = "leader-address-invalid", exit = Usage, hint = "give the leader's DNS name (`leader-0.group.namespace`) or its IP address")]
     LeaderInvalid { var: String, value: String, why: String },
+}
+
+/// The capability meant by a name that is none, in capabilities(7)'s lower-case spelling.
+fn cap_hint(name: &str) -> String {
+    let bare = |s: &str| s.to_ascii_lowercase().trim_start_matches("cap_").to_string();
+    let names: Vec<String> = caps::all().iter().map(|c| bare(&c.to_string())).collect();
+    crate::suggest::did_you_mean(&bare(name), names.iter().map(String::as_str))
+        .unwrap_or_else(|| "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK".to_string())
 }

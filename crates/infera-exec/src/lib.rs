@@ -62,7 +62,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
             }
             let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
             // clap's tip (a similar option, or where an engine's args go) is the hint.
-            let hint = text.lines().find_map(|l| l.trim().strip_prefix("tip: ")).map(str::to_string);
+            let hint = text.lines().find_map(|l| l.trim().strip_prefix("hint: ")).map(str::to_string);
             let r = Refusal { code: "usage".into(), message: first, hint, exit: Exit::Usage };
             if json() {
                 // The parser's message, as the `error` object every JSON answer carries.

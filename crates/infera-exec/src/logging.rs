@@ -33,7 +33,7 @@ pub enum LogError {
     )]
     Filter { value: String, reason: String },
     #[error("{}=`{value}`: expected text or json", ev::INFERA_LOG_FORMAT)]
-    #[refuse(code = "log-format-invalid", exit = Usage, hint = "unset it for text lines, or set json")]
+    #[refuse(code = "log-format-invalid", exit = Usage, hint = crate::suggest::did_you_mean(value, ["text", "json"]).unwrap_or_else(|| "unset it for text lines, or set json".to_string()))]
     Format { value: String },
 }
 

@@ -12,7 +12,7 @@ const IN_PLACE: &[Doc] = &[
         code: "usage",
         exit: Exit::Usage,
         message: "the command line or a variable does not parse (clap's message: an unknown option, a value that is not one of the choices)",
-        hint: Some("the option or value to write instead, when there is one (`tip:` in the text)"),
+        hint: Some("the option or value to write instead, when there is one"),
     },
     Doc {
         code: "output-failed",

@@ -29,6 +29,12 @@ pub enum RouterArgsError {
     TokenizerMissing,
 }
 
+/// Whether the router's parser has this long option (exactly, or as an unambiguous prefix).
+pub fn is_option(name: &str) -> bool {
+    let names: Vec<&str> = OPTIONS.lines().collect();
+    names.iter().filter(|n| n.starts_with(name)).count() == 1 || names.contains(&name)
+}
+
 /// What the launcher needs from the router's args.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterArgs {

@@ -6,7 +6,16 @@ pub use infera_core::term::{escape_all, safe};
 /// clap's message for a usage error, with the values it echoes escaped (clap prints them
 /// as given: a newline in `--engine` would start a line of its own). Its own format kept.
 pub fn clap_error(e: &clap::Error) -> String {
-    let mut text = e.render().to_string();
+    // One label for what to do, as every refusal says it: clap's `tip:` is our `hint:`.
+    let mut text = e.render().to_string().replace("\n  tip: ", "\n  hint: ");
+    // clap names no accepted spelling of a boolean: say them.
+    if text.contains("value was not a boolean") && !text.contains("\n  hint: ") {
+        text = text.replacen(
+            "value was not a boolean\n",
+            "value was not a boolean\n\n  hint: give true or false (also 1/0, yes/no, on/off)\n",
+            1,
+        );
+    }
     for (_, value) in e.context() {
         let values: Vec<&str> = match value {
             clap::error::ContextValue::String(s) => vec![s.as_str()],

@@ -18,7 +18,7 @@ pub const MAX_BYTES: usize = 4096;
 pub fn message(r: &Refusal) -> String {
     let mut s = format!("infera-exec refused [{}] (exit {}): {}", r.code, r.exit.code(), crate::term::safe(&r.message));
     if let Some(h) = &r.hint {
-        s.push_str("\nfix: ");
+        s.push_str("\nhint: ");
         s.push_str(&crate::term::safe(h));
     }
     s.push('\n');
@@ -65,7 +65,7 @@ mod tests {
     fn short_complete_bounded() {
         assert_eq!(
             message(&refusal("fp8 KV with MLA crashes")),
-            "infera-exec refused [kv-cache-fp8-mla] (exit 78): fp8 KV with MLA crashes\nfix: drop it\n"
+            "infera-exec refused [kv-cache-fp8-mla] (exit 78): fp8 KV with MLA crashes\nhint: drop it\n"
         );
         let long = message(&refusal(&"é".repeat(5000)));
         assert!(long.len() <= MAX_BYTES && long.ends_with("...\n"), "{}", long.len());
@@ -82,7 +82,7 @@ mod tests {
         write(&refusal("x"), &env(&log));
         assert_eq!(
             std::fs::read_to_string(&log).unwrap(),
-            "infera-exec refused [kv-cache-fp8-mla] (exit 78): x\nfix: drop it\n"
+            "infera-exec refused [kv-cache-fp8-mla] (exit 78): x\nhint: drop it\n"
         );
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&log, &link).unwrap();

@@ -30,7 +30,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         stderr_of(&["worker", "--dryrun"]),
         (
             2,
-            "error: unexpected argument '--dryrun' found\n\n  tip: a similar argument exists: '--dry-run'\n\n\
+            "error: unexpected argument '--dryrun' found\n\n  hint: a similar argument exists: '--dry-run'\n\n\
              Usage: infera-exec worker --dry-run [-- <ARGS>...]\n\nFor more information, try '--help'.\n"
                 .into()
         )
@@ -40,7 +40,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         stderr_of(&["--dryrun", "python3", "-m", "infera.engine.vllm"]),
         (
             2,
-            "error: unexpected argument '--dryrun' found\n\n  tip: a similar argument exists: '--dry-run'\n\n\
+            "error: unexpected argument '--dryrun' found\n\n  hint: a similar argument exists: '--dry-run'\n\n\
              Usage: infera-exec [OPTIONS] PROGRAM [ARGS]...\n\nFor more information, try '--help'.\n"
                 .into()
         )
@@ -49,7 +49,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         stderr_of(&["server", "--engine", "vllm"]),
         (
             2,
-            "error: unexpected argument '--engine' found\n\n  tip: `--engine` is an option of worker and check, not of \
+            "error: unexpected argument '--engine' found\n\n  hint: `--engine` is an option of worker and check, not of \
              `server`; the router runs no engine\n\nUsage: infera-exec server [OPTIONS] [-- <ARGS>...]\n\n\
              For more information, try '--help'.\n"
                 .into()
@@ -59,7 +59,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         stderr_of(&["check", "--init"]),
         (
             2,
-            "error: unexpected argument '--init' found\n\n  tip: `--init` is an option of worker and server, not of \
+            "error: unexpected argument '--init' found\n\n  hint: `--init` is an option of worker and server, not of \
              `check`; check execs nothing\n\nUsage: infera-exec check [OPTIONS] [-- <ARGS>...]\n\n\
              For more information, try '--help'.\n"
                 .into()
@@ -70,7 +70,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         (
             2,
             "error: `wroker` is not a subcommand, and a PROGRAM this close to `worker` is taken for a typo\n\n  \
-             tip: did you mean `infera-exec worker`? A program of that name runs as `infera-exec -- wroker ...`\n\n\
+             hint: did you mean `infera-exec worker`? A program of that name runs as `infera-exec -- wroker ...`\n\n\
              Usage: infera-exec [OPTIONS] PROGRAM [ARGS]...\n\nFor more information, try '--help'.\n"
                 .into()
         )
@@ -81,7 +81,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         stderr_of(&["worker", "--dry-run", "--model", "/models/x"]),
         (
             2,
-            "error: unexpected argument '--model' found\n\n  tip: the engine's args go after `--`: \
+            "error: unexpected argument '--model' found\n\n  hint: the engine's args go after `--`: \
              infera-exec worker --dry-run -- --model /models/x\n\n\
              Usage: infera-exec worker [OPTIONS] [-- <ARGS>...]\n\nFor more information, try '--help'.\n"
                 .into()
@@ -89,7 +89,10 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
     );
     let (code, err) = stderr_of(&["server", "--max-model-len", "4096"]);
     assert_eq!(code, 2);
-    assert!(err.contains("tip: the router's args go after `--`: infera-exec server -- --max-model-len 4096"), "{err}");
+    assert!(
+        err.contains("hint: `--max-model-len` is an engine's option, not the router's: give it to the workers (`infera-exec worker -- --max-model-len ...`)"),
+        "{err}"
+    );
     // The JSON answer carries the tip as its hint.
     let out = infera(&["worker", "--output", "json", "-tp", "2"]).run();
     assert_eq!(out.code, 2);
@@ -104,7 +107,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         (
             2,
             "error: invalid value 'vlm' for INFERA_ENGINE (the variable of '--engine <ENGINE>')\n  \
-             [possible values: auto, vllm, sglang]\n\n  tip: a similar value exists: 'vllm'\n\n\
+             [possible values: auto, vllm, sglang]\n\n  hint: a similar value exists: 'vllm'\n\n\
              For more information, try '--help'.\n"
         )
     );
@@ -203,7 +206,7 @@ fn refusals_reach_the_termination_message() {
     let first = out.stderr.lines().find(|l| l.starts_with("error[kv-fp8-mla]")).unwrap();
     let message = first.trim_start_matches("error[kv-fp8-mla]: ");
     let hint = out.stderr.lines().find_map(|l| l.strip_prefix("hint: ")).unwrap();
-    assert_eq!(written, format!("infera-exec refused [kv-fp8-mla] (exit 78): {message}\nfix: {hint}\n"));
+    assert_eq!(written, format!("infera-exec refused [kv-fp8-mla] (exit 78): {message}\nhint: {hint}\n"));
     assert!(written.len() <= 4096);
 
     // A usage error is written too.
@@ -211,7 +214,7 @@ fn refusals_reach_the_termination_message() {
     assert_eq!(out.code, 2);
     assert_eq!(
         std::fs::read_to_string(&log).unwrap(),
-        "infera-exec refused [usage] (exit 2): unexpected argument '--dryrun' found\nfix: a similar argument exists: '--dry-run'\n"
+        "infera-exec refused [usage] (exit 2): unexpected argument '--dryrun' found\nhint: a similar argument exists: '--dry-run'\n"
     );
 
     // Absent: not created. A symlink: not followed. A directory: left alone. A success
@@ -736,4 +739,68 @@ fn engine_config_file_is_read_and_its_settings_are_not_overridden() {
             ": no defaults added (one could override what the file sets); the rules read the command line only"
         ));
     }
+}
+
+/// A hint that is a command works when pasted: each slip's hint, run as the shell would run
+/// it (with this launcher for `infera-exec`), plans what the slip meant.
+#[test]
+fn hints_that_are_commands_work_when_pasted() {
+    let img = vllm_image(None);
+    img.file("/models/kimi-k3/config.json", include_str!("../../../../examples/models/kimi-k3/config.json"));
+    let ov = shipped_overlay();
+    let slips: [&[&str]; 5] = [
+        &["worker", "--dry-run", "--tensor-parallel-size", "4", "--", "--model", "/models/kimi-k3"],
+        &["worker", "--tensor-parallel-size", "4", "--dry-run", "--output", "json", "--", "--model", "/models/kimi-k3"],
+        &["worker", "--dry-run", "--model", "/models/kimi-k3", "--tensor-parallel-size", "4"],
+        &["worker", "-tp", "4", "--dry-run", "--engine", "vllm", "--", "--model", "/models/kimi-k3"],
+        &["server", "--dry-run", "--router-tokenizer-path", "/models/kimi-k3"],
+    ];
+    for slip in slips {
+        let out = infera(slip).root(&img).overlay(&ov.overlay()).env("INFERA_GPUS", "8").run();
+        assert_eq!(out.code, 2, "{slip:?}: {}", out.stderr);
+        let hint = out.stderr.lines().find_map(|l| l.trim().strip_prefix("hint: ")).unwrap_or_default();
+        let command = hint.split_once(": infera-exec ").map(|(_, c)| c).unwrap_or_else(|| panic!("{slip:?}: {hint}"));
+        let pasted = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec \"$BIN\" {command}"))
+            .env("BIN", BIN)
+            .env("INFERA_ROOT", img.path())
+            .env("INFERA_OVERLAY", ov.overlay())
+            .env("INFERA_GPUS", "8")
+            .env("INFERA_OUTPUT", "json")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&pasted.stderr);
+        assert_eq!(pasted.status.code(), Some(0), "{slip:?} → `{command}`: {stderr}");
+        let plan: serde_json::Value = serde_json::from_slice(&pasted.stdout).unwrap();
+        let argv: Vec<&str> = plan["exec"]["argv"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+        let wanted: &[&str] = if slip[0] == "server" {
+            &["--router-tokenizer-path", "/models/kimi-k3"]
+        } else {
+            &["--model", "/models/kimi-k3"]
+        };
+        assert!(argv.windows(2).any(|w| w == wanted), "{command}: {argv:?}");
+        if slip[0] == "worker" {
+            let tp = if slip.contains(&"-tp") { ["-tp", "4"] } else { ["--tensor-parallel-size", "4"] };
+            assert!(argv.windows(2).any(|w| w == tp), "{command}: {argv:?}");
+            assert_eq!(
+                plan["exec"]["added_args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|a| a.as_str() == Some("--tensor-parallel-size"))
+                    .count(),
+                0,
+                "{command}: TP is the user's"
+            );
+        }
+    }
+    // kubectl's reflex: `-o json` is `--output json`.
+    let out = infera(&["worker", "--dry-run", "-o", "json", "--", "--model", "/models/kimi-k3"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_GPUS", "8")
+        .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.json()["role"], "worker");
 }
