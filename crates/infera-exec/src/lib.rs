@@ -321,7 +321,12 @@ fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
             Ok(j) => j + "\n",
             Err(e) => return refuse(&error::internal(&format!("the plan cannot be written as JSON: {e}")), env),
         },
-        Output::Text => term::safe(&report::text(plan, req.role == Role::Check)).into_owned(),
+        Output::Text => {
+            // On one terminal the refusal is said once, on stderr with its hint.
+            use std::io::IsTerminal;
+            let one_terminal = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+            term::safe(&report::text(plan, req.role == Role::Check, !one_terminal)).into_owned()
+        }
     };
     match (&plan.error, emit(&text)) {
         (Some(e), _) => refuse(e, env),

@@ -49,7 +49,9 @@ pub fn shell_quote(s: &OsStr) -> String {
     }
 }
 
-pub fn text(plan: &Plan, check: bool) -> String {
+/// `refusal_row`: the refusal as the plan's last row (left out where stderr, which says it
+/// with its hint, is the same terminal).
+pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
     let mut o = String::new();
     let f = &plan.facts;
     w!(o, "infera-exec {} plan{}", plan.role, if plan.error.is_some() { " (refused)" } else { "" });
@@ -78,7 +80,7 @@ pub fn text(plan: &Plan, check: bool) -> String {
         };
         w!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
     }
-    if let Some(e) = &plan.error {
+    if let Some(e) = plan.error.as_ref().filter(|_| refusal_row) {
         w!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
     }
     o
@@ -106,12 +108,25 @@ fn image_section(o: &mut String, f: &crate::facts::FactsView) {
 
 /// This process and the node (root `/` only): memlock, capability sets, devices, driver.
 fn host_section(o: &mut String, h: &crate::facts::host::Host) {
-    let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(",") };
+    // A set is summarised when it is all of them or another set (the JSON has each in full).
+    let mut every: Vec<String> = caps::all().iter().map(ToString::to_string).collect();
+    every.sort();
+    let list = |v: &[String], same: Option<(&str, &[String])>| {
+        let missing: Vec<&str> = every.iter().filter(|c| !v.contains(c)).map(String::as_str).collect();
+        match (v.len(), same) {
+            (0, _) => "none".to_string(),
+            (_, Some((name, other))) if v == other => format!("= {name}"),
+            _ if missing.is_empty() => format!("all {}", v.len()),
+            (n, _) if missing.len() <= 5 => format!("all but {} ({n} of {})", missing.join(","), every.len()),
+            _ => v.join(","),
+        }
+    };
     let memlock = h.memlock.map_or_else(|| "unlimited".to_string(), |b| format!("{} KiB", b / 1024));
     w!(o, "  memlock   {memlock}");
-    w!(o, "  caps      effective {}", list(&h.caps.effective));
-    w!(o, "            bounding  {}", list(&h.caps.bounding));
-    w!(o, "            ambient   {}", list(&h.caps.ambient));
+    let c = &h.caps;
+    w!(o, "  caps      effective {}", list(&c.effective, None));
+    w!(o, "            bounding  {}", list(&c.bounding, Some(("effective", &c.effective))));
+    w!(o, "            ambient   {}", list(&c.ambient, None));
     let d = &h.devices;
     let groups: Vec<String> = d.groups.iter().map(u32::to_string).collect();
     w!(

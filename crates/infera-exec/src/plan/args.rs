@@ -46,12 +46,12 @@ pub enum ArgsError {
         "`{written}` (arg {index}) is ambiguous for {engine} {version}'s parser: it could be {}; the engine exits 2 with `ambiguous option`",
         candidates.join(", ")
     )]
-    #[refuse(code = "arg-ambiguous", exit = Usage, hint = "write the option in full")]
+    #[refuse(code = "arg-ambiguous", exit = Usage, hint = format!("write the option you mean in full: {}", candidates.join(" or ")))]
     Ambiguous { written: String, index: usize, engine: &'static str, version: String, candidates: Vec<&'static str> },
     #[error(
         "`{written}` (arg {index}) is not an option of {module}: its parser takes no abbreviations (allow_abbrev=False) and exits 2 with `unrecognized arguments`; you meant {full}"
     )]
-    #[refuse(code = "arg-abbreviation-refused", exit = Usage, hint = "write the option in full")]
+    #[refuse(code = "arg-abbreviation-refused", exit = Usage, hint = format!("write {full}"))]
     WrapperAbbrev { written: String, index: usize, module: &'static str, full: String },
     #[error(
         "`{written}` (arg {index}) is not an option of {module}: it parses vLLM's options with a plain argparse parser, which reads no `{form}` form (only `vllm serve` does), and exits 2 with `unrecognized arguments`"

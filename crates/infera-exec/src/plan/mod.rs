@@ -234,10 +234,11 @@ fn engine_args(
     p.findings.extend(a.findings.iter().cloned());
     let read = a.read.clone()?;
     let version = inp.facts.engine(a.engine).map(|i| i.version.as_str());
-    args::abbreviations(a.engine, version, a.list, &read.parsed, &mut p.findings)?;
+    // The wrapper's refusals first: an abbreviation it refuses is not also "read as" one.
     if let Some(e) = wrapped {
         args::wrapper_dialect(e, e.info().module, &inp.req.args, a.list, &read.parsed)?;
     }
+    args::abbreviations(a.engine, version, a.list, &read.parsed, &mut p.findings)?;
     let unreadable = args::unknown_options(a.engine, version, a.list, &inp.req.args, &mut p.findings)?;
     Ok((read, unreadable))
 }

@@ -804,3 +804,38 @@ fn hints_that_are_commands_work_when_pasted() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.json()["role"], "worker");
 }
+
+/// On one terminal a refusal is said once (on stderr, with its hint), not also as the plan's
+/// last row; piped, the plan keeps its row for whoever reads stdout alone. The capability
+/// sets are summarised in text: no capability named twice.
+#[test]
+fn a_refusal_is_said_once_on_a_terminal() {
+    let img = vllm_image(None);
+    img.file("/models/kimi-k3/config.json", include_str!("../../../../examples/models/kimi-k3/config.json"));
+    let ov = shipped_overlay();
+    let args = "worker --dry-run -- --model /models/kimi-k3 --kv-cache-dtype fp8";
+    let on_a_terminal = std::process::Command::new("script")
+        .args(["-qec", &format!("\"$BIN\" {args}"), "/dev/null"])
+        .env("BIN", BIN)
+        .env("INFERA_ROOT", img.path())
+        .env("INFERA_OVERLAY", ov.overlay())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&on_a_terminal.stdout);
+    assert_eq!(on_a_terminal.status.code(), Some(78), "{said}");
+    assert_eq!(said.matches("fp8 KV cache (fp8) on the MLA model").count(), 1, "{said}");
+    assert!(said.contains("error[kv-fp8-mla]") && !said.contains("  refused   [kv-fp8-mla]"), "{said}");
+    let piped = infera(&args.split(' ').collect::<Vec<_>>()).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(piped.code, 78);
+    assert!(piped.stdout.contains("  refused   [kv-fp8-mla] exit 78: fp8 KV cache"), "{}", piped.stdout);
+    assert!(piped.stderr.starts_with("error[kv-fp8-mla]"), "{}", piped.stderr);
+    // The process's capability sets, at the host's root.
+    let check = infera(&["check", "--root", "/", "--", "--model", "/m"]).overlay(&ov.overlay()).run();
+    let caps: Vec<&str> = check.stdout.lines().skip_while(|l| !l.starts_with("  caps ")).take(3).collect();
+    assert!(caps[1].trim_start().starts_with("bounding"), "{caps:?}");
+    let names: Vec<&str> = caps.iter().flat_map(|l| l.split([' ', ','])).filter(|w| w.starts_with("CAP_")).collect();
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(names.len(), unique.len(), "a capability named twice: {caps:?}");
+}
