@@ -22,19 +22,39 @@ pub const SMALL_FILE_LIMIT: u64 = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
     host: PathBuf,
+    /// Container paths read from other host directories (a pod's volumes), longest first.
+    volumes: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Place {
+    /// The host's own `/`, with nothing mapped: plain `std::fs` reads it.
     pub fn is_host_root(&self) -> bool {
-        self.host == Path::new("/")
+        self.host == Path::new("/") && self.volumes.is_empty()
     }
 
-    /// Where a container path lives on this host (no symlink resolution).
+    /// Where a container path lives on this host (no symlink resolution): under the volume
+    /// that holds it, else under the root.
     pub fn host(&self, cpath: &Path) -> PathBuf {
-        let mut p = self.host.clone();
-        p.extend(cpath.components().filter(|c| matches!(c, Component::Normal(_))));
+        let parts = normal(cpath);
+        let (mut p, rest) = self
+            .volumes
+            .iter()
+            .map(|(at, dir)| (normal(at), dir))
+            .find(|(at, _)| parts.starts_with(at))
+            .map_or((self.host.clone(), &parts[..]), |(at, dir)| (dir.clone(), &parts[at.len()..]));
+        p.extend(rest);
         p
     }
+}
+
+/// The names of a path, without `/`, `.` and `..`.
+fn normal(p: &Path) -> Vec<&OsStr> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The reader of an image's files.
@@ -141,11 +161,20 @@ pub enum RootError {
         hint = "raise the container's limit of open files (`ulimit -n`, `--ulimit nofile=1024:1024`, the runtime's default): the launcher needs a few dozen"
     )]
     NoDescriptors { dir: PathBuf, reason: String },
+    #[error("--volume {}={}: `{}` is not a directory of this host", at.display(), dir.display(), dir.display())]
+    #[refuse(code = "volume-missing", exit = Missing, hint = "give the local directory that holds what the pod mounts at that path (the model's files)")]
+    VolumeMissing { at: PathBuf, dir: PathBuf },
 }
 
 impl Root {
     pub fn new(host: impl Into<PathBuf>) -> Self {
-        Root { place: Place { host: host.into() } }
+        Root { place: Place { host: host.into(), volumes: Vec::new() } }
+    }
+
+    /// A root with container paths read from other directories (`--volume PATH=DIR`).
+    pub fn with_volumes(host: impl Into<PathBuf>, mut volumes: Vec<(PathBuf, PathBuf)>) -> Self {
+        volumes.sort_by_key(|(at, _)| std::cmp::Reverse(at.components().count()));
+        Root { place: Place { host: host.into(), volumes } }
     }
 
     pub fn place(&self) -> &Place {
@@ -155,6 +184,11 @@ impl Root {
     /// The root is a directory this process can read: otherwise every fact would be
     /// "missing" for a reason that is not the image's.
     pub fn check(&self) -> Result<(), RootError> {
+        for (at, dir) in &self.place.volumes {
+            if !fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+                return Err(RootError::VolumeMissing { at: at.clone(), dir: dir.clone() });
+            }
+        }
         let dir = &self.place.host;
         match fs::read_dir(dir) {
             Ok(_) => Ok(()),
@@ -607,6 +641,29 @@ mod tests {
         }
         assert_eq!(root.resolve(Path::new("/opt/rocmlib/../.info")).unwrap(), Path::new("/opt/rocm-7.0.0/.info"));
         assert_eq!(root.resolve(Path::new("/opt/up/alternatives")).unwrap(), Path::new("/etc/alternatives"));
+    }
+
+    #[test]
+    fn volumes_hold_their_paths_and_nothing_beside_them() {
+        let r = Root::with_volumes(
+            "/srv/img",
+            vec![("/models".into(), "/data/m".into()), ("/models/big".into(), "/nvme/big".into())],
+        );
+        assert!(!r.is_host_root());
+        for (c, want) in [
+            ("/models", "/data/m"),
+            ("/models/kimi/config.json", "/data/m/kimi/config.json"),
+            ("/models/big/x", "/nvme/big/x"),
+            ("/models/./big", "/nvme/big"),
+            ("/modelsx/a", "/srv/img/modelsx/a"),
+            ("/usr/lib", "/srv/img/usr/lib"),
+        ] {
+            assert_eq!(r.host(Path::new(c)), Path::new(want), "{c}");
+        }
+        assert!(
+            Root::with_volumes("/", vec![("/m".into(), "/tmp".into())]).place().host(Path::new("/m"))
+                == Path::new("/tmp")
+        );
     }
 
     #[test]

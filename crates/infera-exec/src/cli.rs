@@ -183,6 +183,10 @@ pub struct CommonArgs {
     /// (`podman image inspect` JSON, an OCI image config, or KEY=VALUE lines) or one KEY=VALUE.
     #[arg(long, env = ev::INFERA_IMAGE_ENV, value_name = "FILE|KEY=VALUE")]
     pub image_env: Vec<OsString>,
+    /// With --root: read the container path PATH from the local directory DIR (a pod's volume,
+    /// the model's files copied here), repeatable, e.g. /models=/data/models.
+    #[arg(long, env = ev::INFERA_VOLUME, value_delimiter = ',', value_name = "PATH=DIR", value_parser = clap::value_parser!(OsString))]
+    pub volume: Vec<OsString>,
     /// The image's interpreter to run (default: the one the command names, else python3 on PATH).
     #[arg(long, env = ev::INFERA_PYTHON, value_name = "PYTHON")]
     pub python: Option<OsString>,

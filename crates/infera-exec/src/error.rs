@@ -27,6 +27,9 @@ pub enum UsageError {
     #[error("{}=`{value}`: expected size, digest or off", crate::envvars::INFERA_VERIFY)]
     #[refuse(code = "verify-invalid", exit = Usage, hint = crate::suggest::did_you_mean(value, ["size", "digest", "off"]).unwrap_or_else(|| "set size or digest, or unset it".to_string()))]
     Verify { value: String },
+    #[error("{said} `{value}`: expected PATH=DIR, an absolute container path (not `/`) and a local directory")]
+    #[refuse(code = "volume-invalid", exit = Usage, hint = "e.g. --volume /models=/data/models (the model's files, read where the pod mounts them)")]
+    Volume { said: String, value: String },
     #[error("argument {index} after `--` contains a NUL byte")]
     #[refuse(code = "arg-nul", exit = Usage, hint = "an execve argument cannot hold NUL; fix the pod spec's args")]
     ArgNul { index: usize },

@@ -234,7 +234,9 @@ fn prepare(req: &Request, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
     let image_env = imageenv::resolve(&req.image_env, &req.root, &req.image_env_said)?;
     let mut env = env.clone();
     env.extend(image_env);
-    let root = rootfs::Root::new(std::path::absolute(&req.root).unwrap_or_else(|_| req.root.clone()));
+    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
+    let root = rootfs::Root::with_volumes(abs(&req.root), volumes);
     root.check()?;
     Ok((env, root))
 }

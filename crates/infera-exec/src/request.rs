@@ -82,6 +82,8 @@ pub struct Request {
     /// The args after the module or program (`--` ARGS of the subcommands).
     pub args: Vec<OsString>,
     pub root: PathBuf,
+    /// Container paths read from local directories instead (`--volume PATH=DIR`).
+    pub volumes: Vec<(PathBuf, PathBuf)>,
     /// `--image-env` as given (files or KEY=VALUE: the image's own environment, over the
     /// launcher's, with --root) and how the user named it; read at launch.
     pub image_env: Vec<OsString>,
@@ -240,6 +242,22 @@ pub fn parse_caps(list: &[String], said: &str) -> Result<Vec<caps::Capability>, 
     Ok(keep)
 }
 
+/// `--volume PATH=DIR`: an absolute container path and a directory of this host.
+fn volumes(given: &[OsString], said: &str) -> Result<Vec<(PathBuf, PathBuf)>, UsageError> {
+    let mut out = Vec::new();
+    for v in given.iter().filter(|v| !v.is_empty()) {
+        let b = v.as_bytes();
+        let split = b.iter().position(|c| *c == b'=').map(|i| (&b[..i], &b[i + 1..]));
+        match split.map(|(p, d)| (PathBuf::from(OsStr::from_bytes(p)), PathBuf::from(OsStr::from_bytes(d)))) {
+            Some((path, dir)) if path.is_absolute() && path != Path::new("/") && !dir.as_os_str().is_empty() => {
+                out.push((path, dir));
+            }
+            _ => return Err(UsageError::Volume { said: said.to_string(), value: v.to_string_lossy().into_owned() }),
+        }
+    }
+    Ok(out)
+}
+
 /// `INFERA_REQUIRE_NATIVE` as the Infera stack reads it: (names, everything?).
 pub fn parse_require_native(value: Option<&str>) -> (Vec<String>, bool) {
     let v = value.unwrap_or("").trim();
@@ -322,6 +340,7 @@ impl Request {
             Some(dir) => return Err(UsageError::ChdirRelative { said: o.said("chdir"), dir }),
         };
         let (require, require_all_native) = required(&o);
+        let volumes = volumes(&c.volume, &o.said("volume"))?;
         let image_env_said = o.said("image-env");
         let wait_model =
             (o.exec.wait_model > 0).then(|| ModelWait { seconds: o.exec.wait_model, said: o.said("wait-model") });
@@ -336,6 +355,7 @@ impl Request {
             allow,
             args,
             root: c.root,
+            volumes,
             image_env: c.image_env,
             image_env_said,
             overlay: c.overlay,

@@ -222,6 +222,16 @@ fn tp_default(
             findings.push(Finding::info("tp-default", format!("added {flag} {size}: {why}")));
             Some(size)
         }
+        (None, None) => {
+            findings.push(Finding::warn(
+                "tp-default-unknown-gpus",
+                format!(
+                    "no {} added: the GPUs this container may use are unknown here (no visible-devices variable, KFD topology or render nodes); in a pod they are its amd.com/gpu devices — set INFERA_GPUS=N to plan with N",
+                    e.flag(Opt::TensorParallelSize)
+                ),
+            ));
+            user_tp
+        }
         (Some(o), _) if o != Opt::TensorParallelSize => {
             findings.push(Finding::info(
                 "tp-default-skipped",
@@ -362,6 +372,11 @@ pub fn abbreviations(
     Ok(())
 }
 
+/// The directory a pod would mount for a model path: its first component (`/models`).
+fn volume_of(path: &std::path::Path) -> PathBuf {
+    path.components().take(2).collect()
+}
+
 /// How the model wait went, for a model still missing: with --wait-model a real run refuses
 /// only once the wait is over.
 pub fn waited(req: &Request) -> String {
@@ -390,7 +405,11 @@ pub fn tokenizer(
     }
     findings.push(Finding::warn(
         "model-unreadable",
-        format!("`{}` (--router-tokenizer-path) is not in the image root (a volume in the pod?)", path.display()),
+        format!(
+            "`{}` (--router-tokenizer-path) is not in the image root (a volume in the pod?); give its files with --volume {}=DIR",
+            path.display(),
+            volume_of(path).display()
+        ),
     ));
     Ok(())
 }
@@ -649,7 +668,11 @@ fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a 
         Some(ModelFacts::Missing { path, .. }) => {
             findings.push(Finding::warn(
                 "model-unreadable",
-                format!("`{}` is not in the image root (a volume in the pod?): model rules skipped", path.display()),
+                format!(
+                    "`{}` is not in the image root (a volume in the pod?): model rules skipped; give its files with --volume {}=DIR to run them",
+                    path.display(),
+                    volume_of(path).display()
+                ),
             ));
             Ok(None)
         }

@@ -163,6 +163,14 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     if let Some(Err(e)) = inp.router {
         return Err(e.clone().into());
     }
+    if req.dry_run && !facts.root.is_host_root() && req.image_env.is_empty() {
+        p.findings.push(crate::finding::Finding::warn(
+            "host-environment",
+            "--root without --image-env: the environment planned with is this shell's, not the image's (its PATH, \
+             ROCM_PATH, ... are not applied, and this shell's variables are kept as if the pod set them); give the \
+             image's with --image-env (a `podman image inspect IMAGE` file, or KEY=VALUE)",
+        ));
+    }
     // The node's environment first: it does not depend on the image or the tree.
     if req.role.runs_engine() {
         node::check(req.engine, facts, inp.env, &mut p.findings)?;

@@ -180,6 +180,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         allow: Vec::new(),
         args: args.iter().map(OsString::from).collect(),
         root: "/image".into(),
+        volumes: Vec::new(),
         image_env: Vec::new(),
         image_env_said: "--image-env".into(),
         overlay: Some("/opt/infera".into()),

@@ -839,3 +839,53 @@ fn a_refusal_is_said_once_on_a_terminal() {
     unique.dedup();
     assert_eq!(names.len(), unique.len(), "a capability named twice: {caps:?}");
 }
+
+/// A dry run on an unpacked image says where it differs from the pod: GPUs unknown (no TP
+/// added, and INFERA_GPUS named), this shell's environment in place of the image's, a model
+/// that is only a pod's volume — whose files `--volume` brings in, so the model's rules run.
+#[test]
+fn the_dry_run_says_where_it_differs_from_the_pod() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["worker", "--dry-run", "--root"];
+        let root = img.path().display().to_string();
+        args.push(&root);
+        args.extend(extra);
+        args.extend(["--", "--model", "/models/kimi-k3", "--kv-cache-dtype", "fp8"]);
+        let mut c = std::process::Command::new(BIN);
+        c.args(&args).env_clear().env("PATH", "/usr/bin:/bin").env("INFERA_OVERLAY", ov.overlay());
+        let o = c.output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    for said in [
+        "warn      [tp-default-unknown-gpus] no --tensor-parallel-size added: the GPUs this container may use are unknown here",
+        "set INFERA_GPUS=N to plan with N",
+        "warn      [host-environment] --root without --image-env",
+        "warn      [model-unreadable] `/models/kimi-k3` is not in the image root (a volume in the pod?): model rules skipped; give its files with --volume /models=DIR to run them",
+    ] {
+        assert!(out.contains(said), "{said:?} not in\n{out}");
+    }
+    // The image's environment and the model's files: the MLA rule runs, and refuses fp8.
+    let models = tempfile::tempdir().unwrap();
+    std::fs::create_dir(models.path().join("kimi-k3")).unwrap();
+    std::fs::copy(repo().join("examples/models/kimi-k3/config.json"), models.path().join("kimi-k3/config.json"))
+        .unwrap();
+    let volume = format!("/models={}", models.path().display());
+    let (code, out, err) = run(&["--image-env", "PATH=/usr/local/bin:/usr/bin:/bin", "--volume", &volume]);
+    assert_eq!(code, Some(78), "{out}\n{err}");
+    assert!(err.starts_with("error[kv-fp8-mla]: fp8 KV cache (fp8) on the MLA model /models/kimi-k3"), "{err}");
+    assert!(!out.contains("host-environment") && !out.contains("model-unreadable"), "{out}");
+    // A volume that is no directory here, or no absolute path, is said as such.
+    let (code, _, err) = run(&["--volume", "/models=/nonexistent-dir"]);
+    assert_eq!((code, err.lines().next().unwrap_or_default()), (Some(66), "error[volume-missing]: --volume /models=/nonexistent-dir: `/nonexistent-dir` is not a directory of this host"));
+    let (code, _, err) = run(&["--volume", "models"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.starts_with("error[volume-invalid]: --volume `models`: expected PATH=DIR"), "{err}");
+}
