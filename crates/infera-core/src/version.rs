@@ -6,9 +6,23 @@ use std::str::FromStr;
 
 pub use pep440_rs::Version;
 
-/// A version as an installed package records it; None when it is not PEP 440.
+/// A version as an installed package records it; None when it is not PEP 440, or when it
+/// is setuptools-scm's stand-in for a release it could not find (`untagged`).
 pub fn parse(s: &str) -> Option<Version> {
-    Version::from_str(s.trim()).ok()
+    Version::from_str(s.trim()).ok().filter(|v| !is_untagged(v))
+}
+
+/// setuptools-scm's version for a checkout without release tags (a shallow clone in an
+/// image build): `0.1.dev<commits>+g<hash>` — not a release 0.1, an unknown one. vLLM's
+/// version comes from setuptools-scm, and a running vLLM on MI355X reported `0.1.dev19253`
+/// (the Infera snapshot's infera/common/engine_metrics.py). Returns the commit when named.
+pub fn untagged(s: &str) -> Option<&str> {
+    let v = Version::from_str(s.trim()).ok()?;
+    is_untagged(&v).then(|| s.split_once("+g").map_or("", |(_, h)| h.split('.').next().unwrap_or("")))
+}
+
+fn is_untagged(v: &Version) -> bool {
+    v.release() == [0, 1] && v.dev().is_some() && v.pre().is_none() && v.post().is_none()
 }
 
 /// A version bound that cannot be read.
@@ -62,6 +76,16 @@ mod tests {
         assert!(matches!(Spec::parse("0.10"), Err(SpecError::NoOperator { .. })));
         assert!(matches!(Spec::parse(">=abc"), Err(SpecError::Invalid { .. })));
         assert!(parse("abc").is_none());
+    }
+
+    #[test]
+    fn setuptools_scms_untagged_version_is_unknown() {
+        assert!(parse("0.1.dev19253+g5f76ae224").is_none());
+        assert!(parse("0.1.dev19253").is_none());
+        assert_eq!(untagged("0.1.dev19253+g5f76ae224.rocm700"), Some("5f76ae224"));
+        assert_eq!(untagged("0.1.dev19253"), Some(""));
+        assert_eq!(untagged("0.11.1.dev0+g1"), None);
+        assert!(parse("0.1.0").is_some() && parse("0.1.1.dev3").is_some());
     }
 
     /// PEP 440 (and pip): an exclusive upper bound excludes that release's pre-releases.

@@ -73,7 +73,7 @@ const SERVER_ENVIRONMENT: &str = concat!(
                   exit_codes!())
 )]
 pub struct Cli {
-    /// Print the version, the commit it was built from and the overlay's families.
+    /// Print the version, the commit it was built from and the support matrix: the overlay's trees and what each runs, and the images this release was judged on.
     #[arg(short = 'V', long)]
     pub version: bool,
     #[command(subcommand)]

@@ -23,6 +23,7 @@ pub mod router_args;
 pub mod rules;
 pub mod spec;
 pub mod suggest;
+pub mod support;
 pub mod term;
 pub mod termination;
 
@@ -103,34 +104,17 @@ fn version_text(env: &Env) -> String {
     let dir = envvars::get_nonempty(env, envvars::INFERA_OVERLAY)
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| overlay::discover(std::env::current_exe().ok().as_deref()));
-    let trees = match overlay::load(&dir, &overlay::LoadOptions::default()) {
+    let head = format!("infera-exec {} (commit {})\n", env!("CARGO_PKG_VERSION"), env!("INFERA_COMMIT"));
+    match overlay::load(&dir, &overlay::LoadOptions::default()) {
         Ok(ov) => {
-            let fams: Vec<String> = ov
-                .trees
-                .iter()
-                .map(|t| {
-                    let engines: Vec<&str> = t.manifest.engines.keys().map(String::as_str).collect();
-                    if engines.is_empty() {
-                        t.family.clone()
-                    } else {
-                        format!("{} ({})", t.family, engines.join(", "))
-                    }
-                })
-                .collect();
-            if fams.is_empty() {
-                "no trees".to_string()
-            } else {
-                fams.join(", ")
-            }
+            let trees: Vec<_> = ov.trees.iter().map(|t| &t.manifest).collect();
+            let none = if trees.is_empty() { " no trees" } else { "" };
+            format!("{head}overlay {}:{none}\n{}", dir.display(), support::text(&trees))
         }
-        Err(e) => format!("none ({})", Refusal::from(e).message),
-    };
-    format!(
-        "infera-exec {} (commit {})\noverlay {}: {trees}\n",
-        env!("CARGO_PKG_VERSION"),
-        env!("INFERA_COMMIT"),
-        dir.display()
-    )
+        Err(e) => {
+            format!("{head}overlay {}: none ({})\n{}", dir.display(), Refusal::from(e).message, support::text(&[]))
+        }
+    }
 }
 
 fn print_json_error(r: &Refusal) {

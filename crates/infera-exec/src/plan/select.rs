@@ -62,7 +62,7 @@ pub enum SelectError {
     #[refuse(
         code = "engine-version",
         exit = Unsupported,
-        hint = "use an overlay release that supports this engine version, or the engine image the overlay was released with; or set INFERA_ALLOW=engine-version to run it anyway"
+        hint = "use an image the overlay supports (its support matrix: `infera-exec --version`) or an overlay release that supports this engine version; or set INFERA_ALLOW=engine-version to run it anyway"
     )]
     EngineVersion { engine: &'static str, version: String, record: PathBuf, family: String, spec: String },
     #[error("tree {family} has no [server] module")]
@@ -250,19 +250,27 @@ pub fn engine_module<'t>(
                     format!("allowed by INFERA_ALLOW/--allow: {e}; the tree was not built against this version"),
                 ));
             }
-            (Ok(_), None) => findings.push(Finding::warn(
-                "engine-version-unknown",
-                format!(
-                    "cannot read the version `{}` of {} (`{}`); the tree's bound {spec} was not checked",
-                    inst.version,
-                    engine.name(),
-                    inst.record.display()
-                ),
-            )),
+            (Ok(_), None) => {
+                findings.push(Finding::warn("engine-version-unknown", unknown_version(engine, inst, spec)))
+            }
             _ => {}
         }
     }
     Ok(&entry.module)
+}
+
+fn unknown_version(engine: Engine, inst: &crate::facts::site::EngineInstall, spec: &str) -> String {
+    let (name, v, at) = (engine.name(), &inst.version, inst.record.display());
+    match crate::version::untagged(v) {
+        Some(commit) => format!(
+            "{name} {v} (`{at}`) is setuptools-scm's version for a build from a checkout without release tags{}: \
+             its release cannot be read, so the tree's bound {spec} was not checked (and options the newest \
+             recorded option list does not know are warnings); check the image's {name} commit against the \
+             support matrix (`infera-exec --version`)",
+            if commit.is_empty() { String::new() } else { format!(" (commit {commit})") }
+        ),
+        None => format!("cannot read the version `{v}` of {name} (`{at}`); the tree's bound {spec} was not checked"),
+    }
 }
 
 pub fn server_module(tree: &Tree) -> Result<&str, SelectError> {

@@ -582,3 +582,29 @@ fn vllm_rocm10_image_that_ships_mooncake_runs_the_router_and_a_worker() {
         "{w}"
     );
 }
+
+/// The support matrix (README, `--version`) holds: each image of manifests/images.toml with a
+/// layout goes through `check` on that layout and gets the verdict its row says — the tree,
+/// or the refusal — and a row's note that names a finding is that finding.
+#[test]
+fn the_support_matrix_verdicts_hold_on_their_layouts() {
+    let ov = shipped_overlay();
+    let images = infera_exec::support::images();
+    let checked: Vec<_> = images.iter().filter_map(|i| i.layout.as_deref().map(|l| (i, l))).collect();
+    assert!(checked.len() >= 8, "{}", checked.len());
+    for (row, layout) in checked {
+        let img = image(layout);
+        let engine = row.engine.split([' ', ',']).next().unwrap();
+        let out = infera(&["check", "--output", "json", "--engine", engine]).root(&img).overlay(&ov.overlay()).run();
+        let j = out.json();
+        let got = match j["error"]["code"].as_str() {
+            Some(code) => format!("refused: {code}"),
+            None => j["family"].as_str().unwrap_or("none").to_string(),
+        };
+        assert_eq!(got, row.verdict, "{} ({layout}): exit {} {}", row.name, out.code, out.stderr);
+        assert_eq!(out.code, if got.starts_with("refused") { 69 } else { 0 }, "{}", row.name);
+        if let Some(code) = row.note.as_deref().and_then(|n| n.split_once(" warning")).map(|(c, _)| c) {
+            assert!(j["findings"].to_string().contains(&format!("\"{code}\"")), "{}: {}", row.name, j["findings"]);
+        }
+    }
+}

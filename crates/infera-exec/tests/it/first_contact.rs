@@ -168,18 +168,27 @@ fn version_names_the_commit_and_the_overlays_families() {
         .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_string())
         .unwrap_or_else(|| "unknown".into());
     assert_eq!(out.code, 0);
-    assert_eq!(
-        out.stdout,
-        format!(
-            "infera-exec {} (commit {commit})\noverlay {}: rocm7-py310 (sglang), rocm7-py312 (sglang, vllm)\n",
-            env!("CARGO_PKG_VERSION"),
-            ov.overlay().display()
-        )
+    // The support matrix: each tree of the overlay at hand with what it runs, then the images
+    // this release was judged on (manifests/images.toml, checked in detect.rs).
+    let head = format!(
+        "infera-exec {} (commit {commit})\noverlay {}:\n\
+         \x20 rocm7-py310   CPython 3.10, HIP ABI 7: sglang >=0.4.6.post5, <0.6; router\n\
+         \x20               capabilities: kvd, mooncake\n\
+         \x20 rocm7-py312   CPython 3.12, HIP ABI 7: sglang >=0.4.6.post5, <0.6; vllm >=0.9, <0.29; router\n\
+         \x20               capabilities: hipfile, kvd, mooncake\n\
+         images this release was judged on (verdict: the tree selected, or the refusal):\n\
+         \x20 vllm/vllm-openai-rocm:kimi-k3\n\
+         \x20     vllm, a build of commit g5f76ae224: its version reads 0.1.devN (untagged); CPython 3.12; ROCm 7.x (not recorded) → rocm7-py312\n",
+        env!("CARGO_PKG_VERSION"),
+        ov.overlay().display()
     );
+    assert!(out.stdout.starts_with(&head), "{}", out.stdout);
+    assert!(out.stdout.contains("vllm 0.33.0; CPython 3.12; ROCm 10.0.0 (HIP 7.15) → refused: engine-version\n"));
     let out = infera(&["-V"]).env("INFERA_OVERLAY", "/nonexistent").run();
     assert_eq!(out.code, 0);
     assert!(
-        out.stdout.ends_with("\noverlay /nonexistent: none (the overlay directory `/nonexistent` does not exist)\n"),
+        out.stdout
+            .contains("\noverlay /nonexistent: none (the overlay directory `/nonexistent` does not exist)\nimages"),
         "{}",
         out.stdout
     );
@@ -449,8 +458,8 @@ fn allow_engine_version_runs_a_newer_engine_knowingly() {
         out.stderr,
         format!(
             "error[engine-version]: the image has vllm 0.34.1 (`{record}`) but tree rocm7-py312 supports vllm >=0.9, \
-             <0.29\nhint: use an overlay release that supports this engine version, or the engine image the overlay \
-             was released with; or set INFERA_ALLOW=engine-version to run it anyway\n"
+             <0.29\nhint: use an image the overlay supports (its support matrix: `infera-exec --version`) or an overlay \
+             release that supports this engine version; or set INFERA_ALLOW=engine-version to run it anyway\n"
         )
     );
     for allow in [&["--allow", "engine-version"][..], &["--allow=kv-fp8-mla,engine-version"]] {
