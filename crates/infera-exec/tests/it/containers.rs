@@ -321,9 +321,16 @@ fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
         );
         assert!(job.contains("  ttlSecondsAfterFinished: 3600\n"), "{job}");
         // The Job and the router follow the GPU worker to the node the RWO cache binds on.
-        let follow = "          requiredDuringSchedulingIgnoredDuringExecution:\n          - labelSelector:\n              matchLabels:\n                app.kubernetes.io/name: kimi-k3-server\n            topologyKey: kubernetes.io/hostname\n";
-        assert!(job.contains(follow), "{job}");
-        assert!(router.contains(follow), "{router}");
+        let follow = |labels: &str| {
+            format!(
+                "          requiredDuringSchedulingIgnoredDuringExecution:\n          - labelSelector:\n              \
+                 matchLabels:\n{labels}            topologyKey: kubernetes.io/hostname\n"
+            )
+        };
+        let worker = "                app.kubernetes.io/component: worker\n                app.kubernetes.io/instance: kimi-k3\n";
+        assert!(job.contains(&follow(worker)), "{job}");
+        assert!(server.contains("app.kubernetes.io/component: worker\n        app.kubernetes.io/instance: kimi-k3\n"));
+        assert!(router.contains(&follow("                app.kubernetes.io/name: kimi-k3-server\n")), "{router}");
         assert!(
             job.contains("app.kubernetes.io/component: model-download\n        app.kubernetes.io/instance: kimi-k3\n"),
             "{job}"
@@ -455,14 +462,15 @@ fn kube_play_runs_the_worker_pod_spec() {
     images();
     let spec = document(&kustomize("initcontainer"), "Deployment", "kimi-k3-server");
     let spec = spec
-        .replace("docker.io/vllm/vllm-openai-rocm:kimi-k3", VLLM)
+        .replace("vllm/vllm-openai-rocm:kimi-k3", VLLM)
         .replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
     // The init container (removed by podman once it succeeded) copied the overlay: the
     // worker found and imported it from the emptyDir mounted at /opt/infera.
     let r = kube_play(&spec, "kimi-k3-server-worker");
     assert_eq!(r["pid"], 1);
     assert_eq!(r["standin"], "infera.engine.vllm");
-    assert_eq!(r["env"]["MC_FORCE_TCP"], "1");
+    // One worker moves no KV: no Mooncake required, none forced over TCP.
+    assert_eq!(r["env"]["MC_FORCE_TCP"], serde_json::Value::Null);
     // No GPUs in this pod: no TP default; Kimi-K3 is MLA: kv auto; the spec's args first.
     let want = [
         "--model",
@@ -499,7 +507,7 @@ fn kube_play_runs_the_router_pod_spec_as_non_root() {
     let spec = document(&kustomize("initcontainer"), "Deployment", "kimi-k3-router");
     assert!(spec.contains("runAsUser: 1000"), "{spec}");
     let spec = spec
-        .replace("docker.io/vllm/vllm-openai-rocm:kimi-k3", VLLM)
+        .replace("vllm/vllm-openai-rocm:kimi-k3", VLLM)
         .replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
     let r = kube_play(&spec, "kimi-k3-router-router");
     assert_eq!(r["standin"], "infera.server");
@@ -1086,8 +1094,8 @@ fn the_host_libionic_is_reached_through_the_payloads_link() {
     let _ = out(podman(&["volume", "rm", "-f", &vol]));
 }
 
-/// The stack's pod spec form (initContainer copy into an emptyDir at /overlay, the command
-/// form) run by `podman kube play`.
+/// The stack's pod spec form (the overlay image installing itself into an emptyDir at
+/// /overlay, the command form) run by `podman kube play`.
 #[test]
 fn kube_play_runs_the_stack_form_pod_spec() {
     images();
@@ -1095,7 +1103,7 @@ fn kube_play_runs_the_stack_form_pod_spec() {
     // The example's image (ROCm 7.12, vLLM 0.16) as its stand-in: a ROCm >= 7.2 vLLM image.
     let image = "rocm/vllm:rocm7.12.0_gfx950-dcgpu_ubuntu24.04_py3.12_pytorch_2.9.1_vllm_0.16.0";
     assert!(spec.contains(image), "the example names its image");
-    let spec = spec.replace(image, VLLM72).replace("registry.example.com/infera/payload:0.1.0", PAYLOAD);
+    let spec = spec.replace(image, VLLM72).replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
     // As written the pod requires hipFile. Its ROCm is one hipFile runs on, so what is
     // missing is only what a GPU node has: /dev/kfd (the stack's reason for setting it).
     let mut c = podman(&[
@@ -1118,7 +1126,184 @@ fn kube_play_runs_the_stack_form_pod_spec() {
     let r = kube_play(&spec, "kimi-k3-stack-worker-main");
     assert_eq!(r["pid"], 1);
     assert_eq!(r["standin"], "infera.engine.vllm");
-    assert_eq!(r["env"]["PYTHONPATH"], "/overlay/native/rocm7-py312:/overlay/py312");
+    // The overlay image installed itself into the emptyDir (no shell in it): its trees layout.
+    assert_eq!(
+        r["env"]["PYTHONPATH"],
+        "/overlay/trees/rocm7-py312/site-packages:/overlay/trees/rocm7-py312/capabilities/hipfile"
+    );
     assert_eq!(r["cwd"], "/");
     assert_eq!(r["tree_writable"], false);
+}
+
+/// The README's way to get the overlay image: `scripts/build-overlay-image` from a clone gives
+/// one image with the real infera package, which as an initContainer installs itself into
+/// an empty volume (`infera-exec install`, no shell in a FROM scratch image), and from which
+/// a stock engine image runs the launcher. (The name is a private one here: the test must not
+/// retag what a user built under the examples' name.)
+#[test]
+fn the_overlay_image_from_a_clone_installs_itself_and_runs() {
+    images();
+    let name = "localhost/infera/overlay:clone-test";
+    let archive = tempfile::tempdir().unwrap();
+    let tar = archive.path().join("overlay.tar");
+    let built = Command::new("flock")
+        .arg(repo().join("target/e2e.lock"))
+        .arg(repo().join("scripts/build-overlay-image"))
+        .args(["--tag", name, "--save", tar.to_str().unwrap()])
+        .env("CONTAINERS_CONF", conf())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&built.stdout);
+    assert!(built.status.success(), "{stdout}{}", String::from_utf8_lossy(&built.stderr));
+    assert!(
+        stdout.contains(&format!("built {name} (rocm7-py310 rocm7-py312; Mooncake and hipFile are stand-ins)")),
+        "{stdout}"
+    );
+    assert!(std::fs::metadata(&tar).unwrap().len() > 1 << 20, "the archive holds the image");
+    let labels = out(podman(&["image", "inspect", "--format", "{{json .Labels}}", name]));
+    let l: serde_json::Value = serde_json::from_str(&labels.stdout).unwrap();
+    assert_eq!(l["ai.infera.overlay.version"], env!("CARGO_PKG_VERSION"));
+    // The real infera package, not the stand-in tree of the other container tests.
+    let root = out(podman(&["image", "mount", name]));
+    assert_eq!(root.code, 0, "{}", root.stderr);
+    let site = PathBuf::from(root.stdout.trim()).join("trees/rocm7-py312/site-packages");
+    for f in ["infera/server/args.py", "infera/engine/vllm/args.py", "infera/kvd/__init__.py"] {
+        assert!(site.join(f).is_file(), "{f} in the image");
+    }
+    let _ = out(podman(&["image", "unmount", name]));
+
+    // The initContainer of the examples: the image's own launcher copies the overlay.
+    let vol = "infera-clone-test";
+    let _ = out(podman(&["volume", "rm", "-f", vol]));
+    assert_eq!(out(podman(&["volume", "create", vol])).code, 0);
+    let inst = out(podman(&["run", "--rm", "-v", &format!("{vol}:/overlay"), name, "install", "/overlay"]));
+    assert_eq!(inst.code, 0, "{}{}", inst.stdout, inst.stderr);
+    assert!(inst.stdout.starts_with("installed the overlay into /overlay ("), "{}", inst.stdout);
+    assert!(inst.stdout.ends_with("files); trees match their records\n"), "{}", inst.stdout);
+    // The engine container: the stock image with that volume read-only at /overlay.
+    let models = repo().join("examples/models");
+    let mut c = podman(&["run", "--rm", "-v", &format!("{vol}:/overlay:ro")]);
+    c.args(["-v", &format!("{}:/models:ro", models.display()), "-e", GPUS8, VLLM72]);
+    c.args(["/overlay/bin/infera-exec", "check", "--", "--model", "/models/kimi-k3"]);
+    let o = out(c);
+    let _ = out(podman(&["volume", "rm", "-f", vol]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("tree      rocm7-py312 (/overlay/trees/rocm7-py312)"), "{}", o.stdout);
+    assert!(o.stdout.contains("added     --tensor-parallel-size 8"), "{}", o.stdout);
+}
+
+/// What a kustomize output's pods name and what it defines: claimed PVCs and their access
+/// modes, ServiceAccounts named and defined (JSON, by a walk over every document).
+fn unit_facts(text: &str) -> serde_json::Value {
+    const WALK: &str = r#"
+import json, sys, yaml
+claims, sas, pvcs, defined_sas, kinds = set(), set(), {}, set(), []
+def walk(x):
+    if isinstance(x, dict):
+        pvc = x.get("persistentVolumeClaim")
+        if isinstance(pvc, dict): claims.add(pvc["claimName"])
+        if isinstance(x.get("serviceAccountName"), str): sas.add(x["serviceAccountName"])
+        for v in x.values(): walk(v)
+    elif isinstance(x, list):
+        for v in x: walk(v)
+for d in yaml.safe_load_all(sys.stdin):
+    if not d: continue
+    kinds.append(d["kind"])
+    if d["kind"] == "PersistentVolumeClaim": pvcs[d["metadata"]["name"]] = d["spec"]["accessModes"]
+    elif d["kind"] == "ServiceAccount": defined_sas.add(d["metadata"]["name"])
+    else: walk(d)
+print(json.dumps({"claims": sorted(claims), "sas": sorted(sas), "pvcs": pvcs, "defined_sas": sorted(defined_sas), "kinds": kinds}))
+"#;
+    let mut c =
+        Command::new("python3").args(["-c", WALK]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    use std::io::Write;
+    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = c.wait_with_output().unwrap();
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Every scenario of examples/k8s/README.md's index deploys as a unit: `kubectl kustomize` of
+/// its directory validates (the real CRDs, Kubernetes 1.33 strict), defines every PVC and
+/// ServiceAccount its pods name (the operator's InferaDeployment brings its own accounts),
+/// the multi-node groups' model volume is ReadWriteMany by construction, and a kustomize
+/// `images:` rename reaches every place an image is named, image volumes included.
+#[test]
+fn every_k8s_scenario_deploys_as_a_unit() {
+    let k8s = repo().join("examples/k8s");
+    let index = std::fs::read_to_string(k8s.join("README.md")).unwrap();
+    let dirs: Vec<&str> = index
+        .split("kubectl apply -k ")
+        .skip(1)
+        .map(|rest| rest.split(|c: char| c == '`' || c.is_whitespace()).next().unwrap())
+        .collect();
+    assert_eq!(
+        dirs,
+        [
+            "overlays/initcontainer",
+            "overlays/image-volume",
+            "stack-form",
+            "inferadeployment",
+            "lws/vllm",
+            "lws/sglang",
+            "lws/pd"
+        ]
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&k8s, tmp.path().join("k8s")).unwrap();
+    for dir in dirs {
+        let built = out({
+            let mut c = Command::new("kubectl");
+            c.arg("kustomize").arg(k8s.join(dir));
+            c
+        });
+        assert_eq!(built.code, 0, "{dir}: {}", built.stderr);
+        let file = tmp.path().join(dir.replace('/', "-") + ".yaml");
+        std::fs::write(&file, &built.stdout).unwrap();
+        let valid = out({
+            let mut c = Command::new(repo().join("tests/k8s/validate-lws"));
+            c.arg(&file);
+            c
+        });
+        assert_eq!(valid.code, 0, "{dir}: {}{}", valid.stdout, valid.stderr);
+
+        let f = unit_facts(&built.stdout);
+        for claim in f["claims"].as_array().unwrap() {
+            let modes = &f["pvcs"][claim.as_str().unwrap()];
+            assert!(modes.is_array(), "{dir}: PVC {claim} is named but not defined");
+            if dir.starts_with("lws/") {
+                assert_eq!(modes, &serde_json::json!(["ReadWriteMany"]), "{dir}: {claim} is read from several nodes");
+            }
+        }
+        if dir != "inferadeployment" {
+            for sa in f["sas"].as_array().unwrap() {
+                assert!(f["defined_sas"].as_array().unwrap().contains(sa), "{dir}: ServiceAccount {sa} is not defined");
+            }
+        }
+        assert!(f["kinds"].as_array().unwrap().contains(&"Job".into()), "{dir}: the model download comes with it");
+
+        // A rename as a user writes it, beside the scenario.
+        let user = tmp.path().join(format!("user-{}", dir.replace('/', "-")));
+        std::fs::create_dir(&user).unwrap();
+        std::fs::write(
+            user.join("kustomization.yaml"),
+            format!(
+                "resources: [../k8s/{dir}]\nimages:\n  - {{name: registry.example.com/infera/overlay, newName: my.registry/infera/overlay}}\n  \
+                 - {{name: vllm/vllm-openai-rocm, newName: my.registry/vllm-openai-rocm}}\n  \
+                 - {{name: lmsysorg/sglang, newName: my.registry/sglang}}\n"
+            ),
+        )
+        .unwrap();
+        let renamed = out({
+            let mut c = Command::new("kubectl");
+            c.arg("kustomize").arg(&user);
+            c
+        });
+        assert_eq!(renamed.code, 0, "{dir}: {}", renamed.stderr);
+        let names = built.stdout.matches("registry.example.com/infera/overlay:0.1.0").count();
+        assert!(names > 0, "{dir} names the overlay image");
+        assert_eq!(renamed.stdout.matches("my.registry/infera/overlay:0.1.0").count(), names, "{dir}");
+        for old in ["registry.example.com/", "vllm/vllm-openai-rocm:", "lmsysorg/sglang:"] {
+            assert!(!renamed.stdout.contains(old), "{dir}: `{old}` left after the rename");
+        }
+    }
 }
