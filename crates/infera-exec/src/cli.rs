@@ -49,14 +49,16 @@ pub const ENVIRONMENT: &str = concat!(
     INFERA_DEFAULT_KV_FP8=0     do not add --kv-cache-dtype fp8_e4m3 to non-MLA models\n",
     common_environment!(),
     "  LWS_GROUP_SIZE, LWS_WORKER_INDEX, LWS_LEADER_ADDRESS  a LeaderWorkerSet pod's group (see --nnodes)\n\
-    Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), INFERA_ARGS_DIGEST (multi-node ranks)."
+    Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), INFERA_ARGS_DIGEST (multi-node ranks).\n\n",
+    exit_codes!()
 );
 
 /// The router's: no GPUs, no KV dtype, no group.
 const SERVER_ENVIRONMENT: &str = concat!(
     "Environment (besides each option's [env: ...]):\n",
     common_environment!(),
-    "Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from)."
+    "Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from).\n\n",
+    exit_codes!()
 );
 
 #[derive(Debug, Parser)]
@@ -92,6 +94,7 @@ pub enum Command {
     #[command(after_help = ENVIRONMENT)]
     Check(CheckArgs),
     /// Copy this overlay into DEST (the initContainer fallback for clusters without image volumes).
+    #[command(after_help = EXIT_CODES)]
     Install {
         /// Where to put the overlay (an emptyDir mount).
         dest: PathBuf,
@@ -100,7 +103,7 @@ pub enum Command {
         from: Option<PathBuf>,
     },
     /// Build-side tools for the overlay's manifests and integrity records.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = EXIT_CODES)]
     Manifest(ManifestCommand),
 }
 

@@ -1307,3 +1307,59 @@ fn every_k8s_scenario_deploys_as_a_unit() {
         }
     }
 }
+
+/// docs/walkthrough.md's commands, run as written where they can run here: the overlay image
+/// built from the clone, the engine image asked before any GPU (a stand-in of the same layout
+/// for `docker.io/vllm/vllm-openai-rocm:kimi-k3`, the example model for /data/models), the
+/// slip refused, the push (to an OCI layout for the registry), the kustomization built (the
+/// apply and what follows need a cluster: the quickstart runs them on this machine's stack).
+#[test]
+fn walkthrough_commands_run_as_written() {
+    images();
+    let doc = std::fs::read_to_string(repo().join("docs/walkthrough.md")).unwrap();
+    let blocks: Vec<&str> = doc.split("```sh\n").skip(1).map(|b| b.split("```").next().unwrap().trim()).collect();
+    assert_eq!(blocks.len(), 7, "{blocks:?}");
+    let pushed = tempfile::tempdir().unwrap();
+    let here = |cmd: &str| {
+        cmd.replace("docker.io/vllm/vllm-openai-rocm:kimi-k3", VLLM72)
+            .replace("/data/models", repo().join("examples/models").to_str().unwrap())
+            .replace("docker://my.registry/infera/overlay:0.1.0", &format!("oci:{}:0.1.0", pushed.path().display()))
+            .replace(" | kubectl apply -f -", "")
+    };
+    let sh = |cmd: &str| {
+        let mut c = Command::new("flock");
+        c.arg(repo().join("target/e2e.lock"))
+            .args(["sh", "-c", cmd])
+            .current_dir(repo())
+            .env("CONTAINERS_CONF", conf());
+        out(c)
+    };
+    let build = sh(&here(blocks[0]));
+    assert_eq!(build.code, 0, "{}", build.stderr);
+    assert!(build.stdout.starts_with("built registry.example.com/infera/overlay:0.1.0 (rocm7-py310 rocm7-py312; "));
+    let version = "podman run --rm registry.example.com/infera/overlay:0.1.0 --version";
+    assert!(doc.contains(&format!("`{version}`")));
+    let v = sh(version);
+    assert_eq!(v.code, 0, "{}", v.stderr);
+    assert!(v.stdout.contains("\n  vllm/vllm-openai-rocm:kimi-k3\n"), "{}", v.stdout);
+
+    let check = sh(&here(blocks[1]));
+    assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
+    for line in doc.split("```text\n").nth(1).unwrap().split("```").next().unwrap().lines() {
+        assert!(check.stdout.contains(line), "`{line}` not in:\n{}", check.stdout);
+    }
+    assert!(check.stdout.contains("[gpus-not-present]"), "{}", check.stdout);
+    let slip = sh(&here(blocks[2]));
+    assert_eq!(slip.code, 78, "{}{}", slip.stdout, slip.stderr);
+    assert!(slip.stderr.contains("error[kv-fp8-mla]") && slip.stderr.contains("\nhint: "), "{}", slip.stderr);
+    let typo = sh(&here(blocks[2]).replace("--kv-cache-dtype fp8", "--max-nums-seqs 128"));
+    assert_eq!(typo.code, 2, "{}", typo.stderr);
+    assert!(typo.stderr.contains("--max-num-seqs"), "{}", typo.stderr);
+
+    let push = sh(&here(blocks[3]));
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    assert!(pushed.path().join("index.json").is_file());
+    let kustomize = sh(&here(blocks[4]));
+    assert_eq!(kustomize.code, 0, "{}", kustomize.stderr);
+    assert!(kustomize.stdout.contains("name: kimi-k3-server"));
+}

@@ -574,10 +574,16 @@ fn check_says_whether_this_uid_can_open_the_gpu_devices() {
 #[test]
 fn docs_link_only_files_in_the_repository() {
     let mut checked = 0;
-    let mut docs = vec!["README.md", "overlay-layout/README.md", "BENCHMARKS.md", "tests/bad-inputs/README.md"]
-        .into_iter()
-        .map(String::from)
-        .collect::<Vec<_>>();
+    let mut docs = vec![
+        "README.md",
+        "overlay-layout/README.md",
+        "BENCHMARKS.md",
+        "tests/bad-inputs/README.md",
+        "examples/k8s/README.md",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect::<Vec<_>>();
     for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
         docs.push(format!("docs/{}", entry.unwrap().file_name().to_string_lossy()));
     }
