@@ -68,6 +68,7 @@ pub struct Root {
 pub struct Stat {
     kind: Kind,
     mode: u32,
+    size: u64,
 }
 
 /// What a file is, from its mode (or a directory entry's `d_type`).
@@ -118,7 +119,11 @@ impl Kind {
 impl Stat {
     fn of(m: &fs::Metadata) -> Stat {
         use std::os::unix::fs::MetadataExt;
-        Stat { kind: Kind::of_mode(m.mode()), mode: m.mode() }
+        Stat { kind: Kind::of_mode(m.mode()), mode: m.mode(), size: m.len() }
+    }
+    /// `st_size`.
+    pub fn size(&self) -> u64 {
+        self.size
     }
     /// `st_mode`: the type and the permission bits.
     pub fn mode(&self) -> u32 {

@@ -121,6 +121,11 @@ pub const HIP_PATH: &str = "HIP_PATH";
 pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
 pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// The GPU version HIP's runtime reports instead of the real one (`9.4.2`).
+pub const HSA_OVERRIDE_GFX_VERSION: &str = "HSA_OVERRIDE_GFX_VERSION";
+/// aiter's kernels forced on (vLLM's switch; sglang's images set theirs in ENV).
+pub const VLLM_ROCM_USE_AITER: &str = "VLLM_ROCM_USE_AITER";
+pub const SGLANG_USE_AITER: &str = "SGLANG_USE_AITER";
 
 /// libibverbs: providers to load first, by name or path prefix (`:`/`;` separated);
 /// `IBV_DRIVERS` is read only when `RDMAV_DRIVERS` is unset.

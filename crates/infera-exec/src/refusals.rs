@@ -45,6 +45,8 @@ pub fn all() -> Vec<Doc> {
         crate::plan::safety::SafetyError::REFUSALS,
         crate::plan::caps::CapError::REFUSALS,
         crate::plan::node::NodeError::REFUSALS,
+        crate::plan::gpu::GpuError::REFUSALS,
+        crate::plan::memory::MemoryError::REFUSALS,
         crate::plan::args::ArgsError::REFUSALS,
         crate::plan::ranks::RankError::REFUSALS,
         crate::plan::pd::PdError::REFUSALS,

@@ -102,6 +102,20 @@ fn image_section(o: &mut String, f: &crate::facts::FactsView) {
     if let Some(t) = f.torch {
         w!(o, "  torch     {} (hip {})", t.version.as_deref().unwrap_or("?"), t.hip.as_deref().unwrap_or("none"));
     }
+    for lib in f.gpu_code {
+        let code = match &lib.targets {
+            Ok(c) if c.bundles == 0 => c.processors.iter().cloned().collect::<Vec<_>>().join(", "),
+            Ok(c) => format!(
+                "{} ({} bundle{}{})",
+                c.processors.iter().cloned().collect::<Vec<_>>().join(", "),
+                c.bundles,
+                if c.bundles == 1 { "" } else { "s" },
+                if c.sampled { " read, more not" } else { "" }
+            ),
+            Err(e) => format!("unreadable: {e}"),
+        };
+        w!(o, "  gpu code  {:<10} {code} (`{}`)", lib.package, lib.path.display());
+    }
     let gpus = f.gpus.map_or_else(|| "unknown".to_string(), |g| g.to_string());
     w!(o, "  gpus      {gpus} ({})", f.gpus_source);
 }
@@ -151,7 +165,11 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
             .iter()
             .map(|g| {
                 let render = g.render_minor.map(|m| format!(" renderD{m}")).unwrap_or_default();
-                format!("node {} {}{render}", g.node, g.gfx.as_deref().unwrap_or("gfx?"))
+                let vram = g.vram.map(|b| format!(" {}", crate::plan::memory::gib(b))).unwrap_or_default();
+                let part: Vec<&str> =
+                    [g.compute_partition.as_deref(), g.memory_partition.as_deref()].into_iter().flatten().collect();
+                let part = if part.is_empty() { String::new() } else { format!(" {}", part.join("/")) };
+                format!("node {} {}{render}{vram}{part}", g.node, g.gfx.as_deref().unwrap_or("gfx?"))
             })
             .collect();
         w!(o, "  gpu arch  {}", list.join(", "));
@@ -163,6 +181,14 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
         (None, false) => format!("no amdgpu driver loaded on this node (no /sys/module/amdgpu; kernel {kernel})"),
     };
     w!(o, "  driver    {driver}");
+    if let Some(s) = h.shm {
+        w!(
+            o,
+            "  shm       /dev/shm {} ({} free)",
+            crate::plan::memory::gib(s.size),
+            crate::plan::memory::gib(s.available)
+        );
+    }
 }
 
 /// Each capability: requested, provided, usable, which copy the child imports, and why.

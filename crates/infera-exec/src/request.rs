@@ -120,6 +120,10 @@ pub const REQUIRE_FLAG: &str = "--require";
 /// `--allow engine-version`: run an engine version no tree is built for, knowingly.
 pub const ENGINE_VERSION: &str = "engine-version";
 
+/// Refusals besides the rules' that `--allow` may override: judgements a user can know better
+/// (an engine version, a GPU override, memory arithmetic), never a missing file or device.
+pub const ALLOWABLE: &[&str] = &[ENGINE_VERSION, "gfx-override", "weights-exceed-vram", "kv-cache-no-room"];
+
 pub use crate::error::{UsageError, MAX_GRACE_SECONDS};
 
 /// The group from the launcher's options, else LeaderWorkerSet's variables.
@@ -203,10 +207,10 @@ fn allowed(o: &Options) -> Result<Vec<String>, UsageError> {
     let allow = clean(o.common.allow.clone());
     // (The rules are parsed only when something names one.)
     if let Some(name) =
-        allow.iter().find(|x| !crate::rules::codes().contains(&x.as_str()) && x.as_str() != ENGINE_VERSION)
+        allow.iter().find(|x| !crate::rules::codes().contains(&x.as_str()) && !ALLOWABLE.contains(&x.as_str()))
     {
         let mut rules: Vec<String> = crate::rules::codes().iter().map(|r| r.to_string()).collect();
-        rules.push(ENGINE_VERSION.to_string());
+        rules.extend(ALLOWABLE.iter().map(|c| c.to_string()));
         return Err(UsageError::AllowUnknown { said: o.said("allow"), name: name.clone(), rules });
     }
     Ok(allow)

@@ -67,6 +67,10 @@ canonical_options! {
     /// The fraction of a GPU's memory the engine takes for weights and KV cache (vLLM
     /// `--gpu-memory-utilization`, sglang `--mem-fraction-static`).
     MemFraction,
+    /// On-the-fly quantization of the weights as they load (`--quantization`).
+    Quantization,
+    /// The dtype the weights are cast to as they load (`--dtype`).
+    Dtype,
 }
 
 /// How an option is spelled in one engine.

@@ -75,5 +75,7 @@ fn spell(o: Opt) -> Option<Spelling> {
         Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
         Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
         Opt::MemFraction => Some(Value(&["--mem-fraction-static"])),
+        Opt::Quantization => Some(Value(&["--quantization"])),
+        Opt::Dtype => Some(Value(&["--dtype"])),
     }
 }

@@ -30,6 +30,13 @@ pub struct Gpu {
     /// `gfx942` from `gfx_target_version 90402`.
     pub gfx: Option<String>,
     pub render_minor: Option<u32>,
+    /// Its memory in bytes: the KFD topology's frame-buffer banks (heap_type 1 or 2), else
+    /// the driver's `mem_info_vram_total`.
+    pub vram: Option<u64>,
+    /// `current_compute_partition` (SPX, DPX, QPX, CPX) and `current_memory_partition` (NPS1,
+    /// NPS4) of its device, where the driver has them (MI300 and later).
+    pub compute_partition: Option<String>,
+    pub memory_partition: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -44,6 +51,8 @@ pub struct Devices {
     pub driver: Option<String>,
     /// The kernel release (`/proc/sys/kernel/osrelease`), which names the in-tree driver.
     pub kernel: Option<String>,
+    /// `/proc/sys/kernel/numa_balancing` (1: on, which AMD says can hang GPU work).
+    pub numa_balancing: Option<u32>,
 }
 
 impl Devices {
@@ -151,10 +160,19 @@ pub fn gather(root: &Root) -> Devices {
         if prop("simd_count ").unwrap_or(0) == 0 {
             continue; // a CPU node
         }
+        let render_minor = prop("drm_render_minor ").and_then(|m| u32::try_from(m).ok());
+        let device = render_minor.map(|m| PathBuf::from(format!("/sys/class/drm/renderD{m}/device")));
+        let sys = |name: &str| {
+            let d = device.as_ref()?;
+            root.read_small_string(&d.join(name)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+        };
         gpus.push(Gpu {
             node,
             gfx: prop("gfx_target_version ").and_then(gfx_name),
-            render_minor: prop("drm_render_minor ").and_then(|m| u32::try_from(m).ok()),
+            render_minor,
+            vram: vram(root, &topo.join(&n)).or_else(|| sys("mem_info_vram_total")?.parse().ok()),
+            compute_partition: sys("current_compute_partition"),
+            memory_partition: sys("current_memory_partition"),
         });
     }
     gpus.sort_by_key(|g| g.node);
@@ -168,7 +186,23 @@ pub fn gather(root: &Root) -> Devices {
         driver_loaded: root.metadata(Path::new("/sys/module/amdgpu")).is_ok(),
         driver: line("/sys/module/amdgpu/version"),
         kernel: line("/proc/sys/kernel/osrelease"),
+        numa_balancing: line("/proc/sys/kernel/numa_balancing").and_then(|v| v.parse().ok()),
     }
+}
+
+/// The frame-buffer memory of a KFD node: `size_in_bytes` of its banks with `heap_type` 1
+/// (public) or 2 (private); None when it lists none (an APU shares system memory).
+fn vram(root: &Root, node: &Path) -> Option<u64> {
+    let banks = node.join("mem_banks");
+    let mut total = None;
+    for b in root.list(&banks) {
+        let Ok(text) = root.read_small_string(&banks.join(&b).join("properties")) else { continue };
+        let prop = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
+        if matches!(prop("heap_type "), Some(1 | 2)) {
+            total = Some(total.unwrap_or(0) + prop("size_in_bytes ").unwrap_or(0));
+        }
+    }
+    total.filter(|t| *t > 0)
 }
 
 #[cfg(test)]

@@ -20,6 +20,21 @@ pub struct Host {
     pub render_nodes: usize,
     /// Whether this uid can open them, the GPUs' architecture, the driver.
     pub devices: super::devices::Devices,
+    /// `/dev/shm`: the engine's shared-memory queues and RCCL's transport live there.
+    pub shm: Option<Shm>,
+}
+
+/// A filesystem's size as statvfs gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Shm {
+    pub size: u64,
+    pub available: u64,
+}
+
+fn shm() -> Option<Shm> {
+    let s = nix::sys::statvfs::statvfs("/dev/shm").ok()?;
+    let block = s.fragment_size();
+    Some(Shm { size: s.blocks() * block, available: s.blocks_available() * block })
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -71,6 +86,7 @@ pub fn gather(root: &Root) -> Option<Host> {
     rdma.sort();
     Some(Host {
         devices: super::devices::gather(root),
+        shm: shm(),
         pid1: std::process::id() == 1,
         memlock,
         caps: cap_sets(),

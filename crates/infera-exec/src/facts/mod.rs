@@ -5,6 +5,8 @@ pub use infera_core::{exe, pyassign};
 
 pub mod devices;
 pub mod engine_config;
+pub mod fatbin;
+pub mod gpu_code;
 pub mod gpus;
 pub mod host;
 pub mod ionic;
@@ -40,6 +42,8 @@ pub struct Facts {
     pub torch: Option<Torch>,
     pub rocm: Result<Rocm, RocmError>,
     pub engines: Vec<EngineInstall>,
+    /// The GPU targets of torch's, the engines' and their kernels' libraries.
+    pub gpu_code: Vec<gpu_code::GpuLib>,
     pub gpus: Result<Gpus, GpuError>,
     /// The running process and the node's devices (root `/` only).
     pub host: Option<host::Host>,
@@ -107,6 +111,8 @@ impl Facts {
         let rocm = rocm::detect(root, &places, torch.as_ref(), &mut findings);
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
         let engines = site::engines(root, &site_dirs, minor, w.engine);
+        let found: Vec<crate::engines::Engine> = engines.iter().map(|e| e.engine).collect();
+        let gpu_code = gpu_code::gather(root, &site_dirs, &found);
         let gpus = gpus::detect(root, env, &mut findings);
         let host = host::gather(root);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(root, &p.executable));
@@ -126,6 +132,7 @@ impl Facts {
             torch,
             rocm,
             engines,
+            gpu_code,
             gpus,
             host,
             interpreter_file,
@@ -163,6 +170,7 @@ impl Facts {
             },
             torch: self.torch.as_ref(),
             engines: &self.engines,
+            gpu_code: &self.gpu_code,
             gpus: self.gpus.as_ref().ok().and_then(|g| g.count),
             gpus_source: match &self.gpus {
                 Ok(g) => g.source.to_string(),
@@ -203,6 +211,8 @@ pub struct FactsView<'a> {
     pub rocm: Option<&'a Rocm>,
     pub torch: Option<&'a Torch>,
     pub engines: &'a [EngineInstall],
+    /// The GPU targets of the image's GPU libraries.
+    pub gpu_code: &'a [gpu_code::GpuLib],
     pub gpus: Option<u32>,
     pub gpus_source: String,
     pub models: Vec<&'a model::ModelFacts>,

@@ -33,6 +33,20 @@ pub struct Model {
     pub model_type_unusable: Option<String>,
     /// Why each trait was recognised, for messages.
     pub evidence: Vec<String>,
+    /// `quantization_config.quant_method`: the checkpoint is stored quantized.
+    pub quantization: Option<String>,
+    /// `torch_dtype` (or `dtype`): what the weights are stored as.
+    pub dtype: Option<String>,
+    /// The checkpoint's size, when the directory says it.
+    pub weights: Option<Weights>,
+}
+
+/// The bytes the weights load: what the checkpoint index says, else the files' sizes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Weights {
+    pub bytes: u64,
+    /// `metadata.total_size of model.safetensors.index.json`, `the size of 3 *.safetensors files`.
+    pub source: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -128,9 +142,46 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
     };
     let config = dir.join("config.json");
     match root.read_file(&config, READ_LIMIT) {
-        Ok(bytes) => from_config(&shown, &config, &bytes),
+        Ok(bytes) => match from_config(&shown, &config, &bytes) {
+            ModelFacts::Known(mut m) => {
+                m.weights = weights(root, &dir);
+                ModelFacts::Known(m)
+            }
+            other => other,
+        },
         Err(e) => unreadable(ModelProblem::Io { config, reason: rootfs::io_reason(&e) }),
     }
+}
+
+/// The checkpoint's size: an index's `metadata.total_size` (what transformers and the
+/// engines write beside sharded weights), else the weight files' sizes.
+fn weights(root: &Root, dir: &Path) -> Option<Weights> {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        metadata: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        total_size: f64,
+    }
+    for name in ["model.safetensors.index.json", "pytorch_model.bin.index.json"] {
+        let Ok(bytes) = root.read_file(&dir.join(name), READ_LIMIT) else { continue };
+        if let Ok(i) = serde_json::from_slice::<Index>(&bytes).map(|i| i.metadata.total_size) {
+            if i.is_finite() && i > 0.0 {
+                return Some(Weights { bytes: i as u64, source: format!("metadata.total_size of {name}") });
+            }
+        }
+    }
+    let files: Vec<u64> = root
+        .list(dir)
+        .into_iter()
+        .filter(|n| n.to_string_lossy().ends_with(".safetensors"))
+        .filter_map(|n| root.metadata(&dir.join(n)).ok().filter(|m| m.is_file()).map(|m| m.size()))
+        .collect();
+    (!files.is_empty()).then(|| Weights {
+        bytes: files.iter().sum(),
+        source: format!("the size of {} *.safetensors file{}", files.len(), if files.len() == 1 { "" } else { "s" }),
+    })
 }
 
 /// A config.json is a few KB (one with a long list of quantized layers, a few MB); a larger
@@ -349,6 +400,9 @@ fn classify(reference: &str, config: PathBuf, top: &serde_json::Map<String, Valu
         evidence.push(format!("hybrid: {k} present"));
     }
     let heads = field("num_attention_heads");
+    let quantization = field("quantization_config")
+        .map(|q| q.get("quant_method").and_then(Value::as_str).unwrap_or("unnamed").to_string());
+    let dtype = field("torch_dtype").or_else(|| field("dtype")).and_then(Value::as_str).map(str::to_string);
     Model {
         reference: reference.to_string(),
         config,
@@ -365,6 +419,9 @@ fn classify(reference: &str, config: PathBuf, top: &serde_json::Map<String, Valu
             .find(|v| !v.is_string() && !v.is_null())
             .map(shown),
         evidence,
+        quantization,
+        dtype,
+        weights: None,
     }
 }
 

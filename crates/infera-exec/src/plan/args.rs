@@ -112,8 +112,18 @@ struct Effective<'a> {
     model: Option<&'a Model>,
 }
 
-/// The args to append (in order) after the user's, or the refusal.
-pub fn apply(ctx: &Ctx, findings: &mut Vec<Finding>) -> Result<Vec<OsString>, Refusal> {
+/// What the engine will run with, as far as the node's checks need it.
+pub struct Applied<'a> {
+    /// The args to append (in order) after the user's.
+    pub added: Vec<OsString>,
+    /// Tensor and pipeline parallel sizes (None: the engine's default, 1).
+    pub tp: Option<u64>,
+    pub pp: Option<u64>,
+    pub model: Option<&'a Model>,
+}
+
+/// The args to append after the user's and what they make the engine run with, or the refusal.
+pub fn apply<'a>(ctx: &Ctx<'a>, findings: &mut Vec<Finding>) -> Result<Applied<'a>, Refusal> {
     let rules = crate::rules::shipped();
     let gpus = ctx.facts.gpus.as_ref().map_err(Clone::clone)?.count;
     let ints = Ints::read(ctx, findings)?;
@@ -139,11 +149,12 @@ pub fn apply(ctx: &Ctx, findings: &mut Vec<Finding>) -> Result<Vec<OsString>, Re
             ..eff
         }
     };
+    let pp = multi.as_ref().and_then(|m| m.pp).or(ints.pp);
     if let Some(m) = multi {
         eff.nnodes = m.nnodes;
     }
     check_rules(ctx, rules, &eff, findings)?;
-    Ok(added)
+    Ok(Applied { added, tp: eff.tp, pp, model })
 }
 
 /// Append the defaults the user did not set; what the engine will then run with.
@@ -635,7 +646,7 @@ impl Ints {
     }
 }
 
-fn model_of<'a>(ctx: &'a Ctx, findings: &mut Vec<Finding>) -> Result<Option<&'a Model>, Refusal> {
+fn model_of<'a>(ctx: &Ctx<'a>, findings: &mut Vec<Finding>) -> Result<Option<&'a Model>, Refusal> {
     let Some(Setting::Value(reference)) = ctx.parsed.get(Opt::Model) else {
         findings.push(Finding::info("model-unknown", "no model in the args: model rules skipped"));
         return Ok(None);

@@ -5,6 +5,8 @@
 pub(crate) mod args;
 pub(crate) mod caps;
 mod env;
+pub(crate) mod gpu;
+pub(crate) mod memory;
 pub(crate) mod node;
 pub mod pd;
 pub(crate) mod program;
@@ -206,6 +208,9 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     if req.role.runs_engine() {
         gpu_presence(facts, &mut p.findings);
         node::devices(facts)?;
+        if let Some(e) = engine {
+            gpu::check(facts, e, inp.env, &req.allow, &mut p.findings)?;
+        }
     }
     safety::shadowing(tree, site, &copies)?;
     let mut added = match engine {
@@ -220,7 +225,11 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
                 env: inp.env,
                 defaults: st.args.defaults,
             };
-            args::apply(&ctx, &mut p.findings)?
+            let applied = args::apply(&ctx, &mut p.findings)?;
+            if req.role.runs_engine() {
+                memory::check(facts, e, &parsed, &applied, &req.allow, &mut p.findings)?;
+            }
+            applied.added
         }
         None => Vec::new(),
     };

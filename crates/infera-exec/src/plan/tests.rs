@@ -53,6 +53,9 @@ fn kimi() -> ModelFacts {
         heads_unusable: None,
         model_type_unusable: None,
         evidence: vec!["MLA: model_type kimi_k3 with kv_lora_rank 512".into()],
+        quantization: None,
+        dtype: None,
+        weights: None,
     })
 }
 
@@ -106,6 +109,7 @@ fn image_facts() -> Facts {
             version: "0.11.0".into(),
             record: PathBuf::from(SITE).join("vllm-0.11.0.dist-info"),
         }],
+        gpu_code: Vec::new(),
         gpus: Ok(Gpus {
             count: Some(8),
             source: GpuSource::VisibleDevices {

@@ -86,6 +86,7 @@ mod tests {
             kfd,
             render_nodes: 0,
             devices: Default::default(),
+            shm: None,
         }
     }
 

@@ -9,6 +9,7 @@ mod containers;
 mod detect;
 mod exec;
 mod first_contact;
+mod gpu_code;
 mod hardening;
 mod infera_layout;
 mod init;
