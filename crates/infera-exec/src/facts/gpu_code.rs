@@ -62,7 +62,7 @@ fn code(t: &Targets) -> Code {
 
 /// The GPU libraries of torch, of each engine installed, of flash-attn and aiter, in the
 /// site directories.
-pub fn gather(root: &Root, site_dirs: &[PathBuf], engines: &[Engine]) -> Vec<GpuLib> {
+pub fn gather(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), engines: &[Engine]) -> Vec<GpuLib> {
     let mut aiter = Vec::new();
     let mut files: Vec<(&'static str, PathBuf, bool)> = Vec::new();
     for site in site_dirs {
@@ -76,8 +76,13 @@ pub fn gather(root: &Root, site_dirs: &[PathBuf], engines: &[Engine]) -> Vec<Gpu
         if engines.contains(&Engine::Sglang) {
             files.extend(so_files(root, &site.join("sgl_kernel")).into_iter().map(|p| ("sglang", p, true)));
         }
-        let flash = root.list(site).into_iter().filter(|n| n.to_string_lossy().starts_with("flash_attn_2_cuda"));
-        files.extend(flash.map(|n| ("flash-attn", site.join(n), false)));
+        // Named by the interpreter's ABI tag: looked up, never listed (a site directory can
+        // hold thousands of entries).
+        let (major, minor) = minor;
+        files.extend(
+            found(&format!("flash_attn_2_cuda.cpython-{major}{minor}-x86_64-linux-gnu.so"))
+                .map(|p| ("flash-attn", p, false)),
+        );
         let hsa = site.join("aiter/hsa");
         let gpus: BTreeSet<String> = root
             .list(&hsa)

@@ -112,7 +112,7 @@ impl Facts {
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
         let engines = site::engines(root, &site_dirs, minor, w.engine);
         let found: Vec<crate::engines::Engine> = engines.iter().map(|e| e.engine).collect();
-        let gpu_code = gpu_code::gather(root, &site_dirs, &found);
+        let gpu_code = gpu_code::gather(root, &site_dirs, minor, &found);
         let gpus = gpus::detect(root, env, &mut findings);
         let host = host::gather(root);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(root, &p.executable));

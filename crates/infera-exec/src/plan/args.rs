@@ -440,6 +440,10 @@ pub fn unknown_options(
     let Some(list) = exact.or_else(|| crate::engines::nearest_option_list(e, version)) else { return Ok(Vec::new()) };
     let names = list.names();
     let mut unreadable = Vec::new();
+    // Past a few unknown options the args are not this list's engine version: the rest are
+    // named once, without a guess each (a guess is a similarity search over every option).
+    const ONE_BY_ONE: usize = 8;
+    let (mut shown, mut more) = (0usize, Vec::new());
     for (i, a) in args.iter().enumerate().take_while(|(_, a)| a.as_bytes() != b"--") {
         let raw = a.as_bytes();
         if !raw.starts_with(b"--") || raw.len() < 3 {
@@ -453,6 +457,11 @@ pub fn unknown_options(
         if names.get(from).is_some_and(|n| n.starts_with(head)) || e.spelling_of(head).is_some() {
             continue; // the option, or a prefix the abbreviation checks judge
         }
+        if exact.is_none() && shown == ONE_BY_ONE {
+            more.push(head.to_string());
+            continue;
+        }
+        shown += 1;
         let (whose, fix, opt) = meant(e, head, names);
         let version = version.unwrap_or("?").to_string();
         if exact.is_some() {
@@ -476,6 +485,20 @@ pub fn unknown_options(
             ),
         ));
         unreadable.extend(opt);
+    }
+    if !more.is_empty() {
+        findings.push(Finding::warn(
+            "arg-unknown-unchecked",
+            format!(
+                "{} more options that {} {} does not have: {}; with this many the args are read as another version's, \
+                 and none of the engine defaults (TP, KV cache dtype, …) is added",
+                more.len(),
+                e.name(),
+                list.recorded,
+                more.join(" ")
+            ),
+        ));
+        unreadable.extend(Opt::ALL);
     }
     Ok(unreadable)
 }

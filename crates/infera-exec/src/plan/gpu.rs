@@ -108,7 +108,50 @@ pub fn check(
         library(lib, lib.required || (lib.package == "aiter" && aiter_forced), &target, findings)?;
     }
     settings(h, &node, findings);
+    if let (Some(driver), Ok(Some(r))) = (&h.devices.driver, facts.rocm.as_ref().map(|r| r.release.as_ref())) {
+        driver_window(driver, (r.major, r.minor), &r.version, findings);
+    }
     Ok(())
+}
+
+/// The kernel driver builds AMD documents with the ROCm user-space releases tested on them
+/// (ROCm promises ±2 releases between the driver and the user space). Only the rows with a
+/// source are here; another driver version is not judged.
+/// A driver version prefix, the ROCm releases (major, minor) tested with it, the source.
+type DriverRow = (&'static str, &'static [(u32, u32)], &'static str);
+
+const DRIVERS: &[DriverRow] = &[
+    (
+        "30.30.",
+        &[(6, 3), (6, 4), (7, 0), (7, 1), (7, 2)],
+        "AMD GPU Driver (amdgpu) 30.30 compatibility matrix, ROCm/amdgpu-docs",
+    ),
+    (
+        "6.16.",
+        &[(6, 4), (7, 0), (7, 1), (7, 2)],
+        "ROCm 7.1's amdgpu-dkms (6.16.6 with ROCm 7.1.1, ROCm/legacy-rocm-build#5624), ±2 releases",
+    ),
+    (
+        "6.7.",
+        &[(6, 0), (6, 1), (6, 2), (6, 3)],
+        "ROCm 6.2's amdgpu-dkms (ROCm/legacy-rocm-build#3701); KMD 6.2.x in ROCm 6.3's user and kernel-space support matrix",
+    ),
+];
+
+fn driver_window(driver: &str, image: (u32, u32), version: &str, findings: &mut Vec<Finding>) {
+    let Some((_, tested, source)) = DRIVERS.iter().find(|(prefix, _, _)| driver.starts_with(prefix)) else { return };
+    if !tested.contains(&image) {
+        let list: Vec<String> = tested.iter().map(|(a, b)| format!("{a}.{b}")).collect();
+        findings.push(Finding::warn(
+            "driver-window",
+            format!(
+                "the node's amdgpu driver {driver} is tested with ROCm {} user space ({source}), not with this \
+                 image's ROCm {version}: expect failures AMD does not test for; use an image of a ROCm in that window, \
+                 or a node with a matching driver",
+                list.join(", ")
+            ),
+        ));
+    }
 }
 
 fn shown(gpus: &BTreeSet<String>) -> String {

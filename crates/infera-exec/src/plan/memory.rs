@@ -138,65 +138,43 @@ fn weights(
 ) -> Result<(), Refusal> {
     let Some(m) = applied.model else { return Ok(()) };
     let Some(w) = &m.weights else { return Ok(()) };
-    let skip = |why: String| {
-        Finding::info(
-            "weights-unchecked",
-            format!("the weights of {} are not held to the GPUs' memory: {why}", m.reference),
-        )
-    };
-    let Some(vram) = vram else {
-        findings.push(skip(
-            "the KFD topology gives no GPU memory (none allocated, or an APU sharing system memory)".into(),
-        ));
-        return Ok(());
-    };
-    if let (Some(q), None) = (parsed.value(Opt::Quantization), &m.quantization) {
-        findings.push(skip(format!("--quantization {q} quantizes them as they load")));
-        return Ok(());
-    }
-    if let Some(d) = parsed.value(Opt::Dtype).filter(|d| *d != "auto" && m.dtype.as_deref().is_some_and(|md| md != *d))
-    {
-        findings.push(skip(format!("--dtype {d} casts them from {} as they load", m.dtype.as_deref().unwrap_or(""))));
-        return Ok(());
-    }
-    let per_gpu = w.bytes / (tp * pp);
-    let base = |e: MemoryError, code: &str, findings: &mut Vec<Finding>| {
-        if allow.iter().any(|a| a == code) {
-            findings.push(Finding::warn(code, format!("allowed by INFERA_ALLOW/--allow: {e}")));
-            Ok(())
-        } else {
-            Err(Refusal::from(e))
+    let vram = match (vram, not_a_bound(parsed, m)) {
+        (Some(v), None) => v,
+        (v, why) => {
+            let why = why.or(v.is_none().then(|| {
+                "the KFD topology gives no GPU memory (none allocated, or an APU sharing system memory)".to_string()
+            }));
+            let msg =
+                format!("the weights of {} are not held to the GPUs' memory: {}", m.reference, why.unwrap_or_default());
+            findings.push(Finding::info("weights-unchecked", msg));
+            return Ok(());
         }
     };
-    if per_gpu > vram {
-        let e = MemoryError::WeightsExceedVram {
-            model: m.reference.clone(),
-            bytes: gib(w.bytes),
-            from: w.source.clone(),
-            tp,
-            pp,
-            per_gpu: gib(per_gpu),
-            vram: gib(vram),
-            gpu: "KFD topology".into(),
-            need: w.bytes.div_ceil(vram),
-        };
-        return base(e, "weights-exceed-vram", findings);
-    }
-    let (option, fraction) = match (engine, parsed.value(Opt::MemFraction).map(str::parse::<f64>)) {
-        (Engine::Vllm, Some(Ok(f))) => ("--gpu-memory-utilization", f),
-        (Engine::Vllm, None) => ("--gpu-memory-utilization", 0.9),
-        (Engine::Sglang, Some(Ok(f))) => ("--mem-fraction-static", f),
-        _ => return Ok(()), // sglang sizes its own share from the GPU when unset
+    let per_gpu = w.bytes / (tp * pp);
+    let allowed = |e: MemoryError, code: &str, findings: &mut Vec<Finding>| {
+        if !allow.iter().any(|a| a == code) {
+            return Err(Refusal::from(e));
+        }
+        findings.push(Finding::warn(code, format!("allowed by INFERA_ALLOW/--allow: {e}")));
+        Ok(())
     };
+    let (model, from) = (m.reference.clone(), w.source.clone());
+    if per_gpu > vram {
+        let (bytes, per_gpu, need) = (gib(w.bytes), gib(per_gpu), w.bytes.div_ceil(vram));
+        let gpu = "KFD topology".to_string();
+        let e = MemoryError::WeightsExceedVram { model, bytes, from, tp, pp, per_gpu, vram: gib(vram), gpu, need };
+        return allowed(e, "weights-exceed-vram", findings);
+    }
+    let Some((option, fraction)) = share_option(engine, parsed) else { return Ok(()) };
     let budget = (vram as f64 * fraction) as u64;
     let share = per_gpu as f64 / budget.max(1) as f64;
     if per_gpu >= budget {
         let e = MemoryError::NoKvRoom {
-            model: m.reference.clone(),
+            model,
             per_gpu: gib(per_gpu),
             tp,
             pp,
-            from: w.source.clone(),
+            from,
             share: format!("{:.0}%", share * 100.0),
             budget: gib(budget),
             option,
@@ -207,20 +185,38 @@ fn weights(
                 Engine::Sglang => "sglang fails with `Not enough memory. Please try to increase --mem-fraction-static`",
             },
         };
-        return base(e, "kv-cache-no-room", findings);
+        return allowed(e, "kv-cache-no-room", findings);
     }
     if share > 0.9 {
-        findings.push(Finding::warn(
-            "kv-cache-small",
-            format!(
-                "the weights of {} take {} per GPU, {:.0}% of the {} {option} {fraction} gives the engine: the KV cache \
-                 gets the rest, which holds few sequences",
-                m.reference,
-                gib(per_gpu),
-                share * 100.0,
-                gib(budget)
-            ),
-        ));
+        let msg = format!(
+            "the weights of {model} take {} per GPU, {:.0}% of the {} {option} {fraction} gives the engine: the KV \
+             cache gets the rest, which holds few sequences",
+            gib(per_gpu),
+            share * 100.0,
+            gib(budget)
+        );
+        findings.push(Finding::warn("kv-cache-small", msg));
     }
     Ok(())
+}
+
+/// Why the checkpoint's size is no bound on what loads: quantized or cast as it loads.
+fn not_a_bound(parsed: &Parsed, m: &crate::facts::model::Model) -> Option<String> {
+    if let (Some(q), None) = (parsed.value(Opt::Quantization), &m.quantization) {
+        return Some(format!("--quantization {q} quantizes them as they load"));
+    }
+    let stored = m.dtype.as_deref()?;
+    let d = parsed.value(Opt::Dtype).filter(|d| *d != "auto" && *d != stored)?;
+    Some(format!("--dtype {d} casts them from {stored} as they load"))
+}
+
+/// The engine's share of a GPU's memory and the option that sets it: vLLM's default 0.9;
+/// None for sglang without `--mem-fraction-static` (it sizes its share from the GPU).
+fn share_option(engine: Engine, parsed: &Parsed) -> Option<(&'static str, f64)> {
+    match (engine, parsed.value(Opt::MemFraction).map(str::parse::<f64>)) {
+        (Engine::Vllm, Some(Ok(f))) => Some(("--gpu-memory-utilization", f)),
+        (Engine::Vllm, None) => Some(("--gpu-memory-utilization", 0.9)),
+        (Engine::Sglang, Some(Ok(f))) => Some(("--mem-fraction-static", f)),
+        _ => None,
+    }
 }

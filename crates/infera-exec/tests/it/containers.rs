@@ -1197,9 +1197,17 @@ fn the_overlay_image_from_a_clone_installs_itself_and_runs() {
 fn unit_facts(text: &str) -> serde_json::Value {
     const WALK: &str = r#"
 import json, sys, yaml
-claims, sas, pvcs, defined_sas, kinds = set(), set(), {}, set(), []
+claims, sas, pvcs, defined_sas, kinds, shm = set(), set(), {}, set(), [], []
+def pod(spec):
+    vols = {v["name"]: v for v in spec.get("volumes", [])}
+    for c in spec.get("containers", []):
+        gpus = int(c.get("resources", {}).get("limits", {}).get("amd.com/gpu", 0))
+        mount = next((m for m in c.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"), None)
+        ed = (vols.get(mount["name"], {}) if mount else {}).get("emptyDir") or {}
+        shm.append([c["name"], gpus, ed.get("medium"), ed.get("sizeLimit")])
 def walk(x):
     if isinstance(x, dict):
+        if isinstance(x.get("containers"), list): pod(x)
         pvc = x.get("persistentVolumeClaim")
         if isinstance(pvc, dict): claims.add(pvc["claimName"])
         if isinstance(x.get("serviceAccountName"), str): sas.add(x["serviceAccountName"])
@@ -1212,7 +1220,7 @@ for d in yaml.safe_load_all(sys.stdin):
     if d["kind"] == "PersistentVolumeClaim": pvcs[d["metadata"]["name"]] = d["spec"]["accessModes"]
     elif d["kind"] == "ServiceAccount": defined_sas.add(d["metadata"]["name"])
     else: walk(d)
-print(json.dumps({"claims": sorted(claims), "sas": sorted(sas), "pvcs": pvcs, "defined_sas": sorted(defined_sas), "kinds": kinds}))
+print(json.dumps({"claims": sorted(claims), "sas": sorted(sas), "pvcs": pvcs, "defined_sas": sorted(defined_sas), "kinds": kinds, "shm": shm}))
 "#;
     let mut c =
         Command::new("python3").args(["-c", WALK]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
@@ -1280,6 +1288,20 @@ fn every_k8s_scenario_deploys_as_a_unit() {
             }
         }
         assert!(f["kinds"].as_array().unwrap().contains(&"Job".into()), "{dir}: the model download comes with it");
+        // Every GPU container of more than one GPU has a memory-backed /dev/shm of at least the
+        // preflight's estimate (128 MiB a rank): the 64 MiB default would be refused.
+        let mut gpu_pods = 0;
+        for c in f["shm"].as_array().unwrap() {
+            let gpus = c[1].as_u64().unwrap();
+            if gpus > 1 {
+                gpu_pods += 1;
+                assert_eq!(c[2], "Memory", "{dir}: {c}: /dev/shm is an emptyDir of medium Memory");
+                let gi: u64 =
+                    c[3].as_str().and_then(|s| s.strip_suffix("Gi")).and_then(|n| n.parse().ok()).unwrap_or(0);
+                assert!(gi << 30 >= gpus * (128 << 20), "{dir}: {c}: sizeLimit");
+            }
+        }
+        assert!(gpu_pods > 0, "{dir}: a GPU pod");
 
         // A rename as a user writes it, beside the scenario.
         let user = tmp.path().join(format!("user-{}", dir.replace('/', "-")));

@@ -10,7 +10,7 @@ use infera_exec::facts::fatbin;
 
 use crate::support::*;
 
-fn rocm_binaries() -> PathBuf {
+pub fn rocm_binaries() -> PathBuf {
     let o = Command::new(repo().join("scripts/fetch-rocm-binaries")).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     PathBuf::from(String::from_utf8(o.stdout).unwrap().trim()).join("unpacked")

@@ -17,6 +17,7 @@ mod multinode;
 mod payload;
 mod planning;
 mod planted;
+mod preflight;
 mod refuse;
 mod snapshots;
 mod stack;

@@ -1,0 +1,349 @@
+//! Node preflight on node fixtures: the launcher runs as PID 1's program does, at root `/`,
+//! in a chroot of a vLLM 0.28 image in a private mount namespace whose /dev (device nodes by
+//! mknod), /sys (a KFD topology: GPUs, their memory banks, partitions), /dev/shm (a tmpfs of
+//! a given size) and /proc/sys/kernel/numa_balancing are the node's. The image's HIP
+//! libraries are real ELF files (gcc, then objcopy adds `.hip_fatbin`) or a real ROCm
+//! binary from PyPI.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::*;
+
+const KIMI: &str = include_str!("../../../../examples/models/kimi-k3/config.json");
+const HOST: &str = "host-x86_64-unknown-linux-gnu-";
+/// An MI300X's memory bank (KFD `size_in_bytes`).
+const MI300X: u64 = 206141652992;
+
+fn id(gfx: &str) -> String {
+    format!("hipv4-amdgcn-amd-amdhsa--{gfx}")
+}
+
+/// A plain offload bundle of these targets (and the host entry), 16 bytes of code each.
+fn plain(targets: &[&str]) -> Vec<u8> {
+    let ids: Vec<String> = std::iter::once(HOST.to_string()).chain(targets.iter().map(|t| id(t))).collect();
+    let table: usize = 32 + ids.iter().map(|i| 24 + i.len()).sum::<usize>();
+    let mut b = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
+    b.extend((ids.len() as u64).to_le_bytes());
+    for (k, i) in ids.iter().enumerate() {
+        b.extend(((table + 16 * k) as u64).to_le_bytes());
+        b.extend(16u64.to_le_bytes());
+        b.extend((i.len() as u64).to_le_bytes());
+        b.extend(i.as_bytes());
+    }
+    b.extend(std::iter::repeat_n(0xc0u8, 16 * ids.len()));
+    b.resize(b.len().next_multiple_of(4096), 0); // bundles are 4 KiB aligned in the section
+    b
+}
+
+/// A CCOB v2 (zlib) bundle of a plain one.
+fn ccob_v2(inner: &[u8]) -> Vec<u8> {
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(inner).unwrap();
+    let body = z.finish().unwrap();
+    let mut b = b"CCOB".to_vec();
+    b.extend(2u16.to_le_bytes());
+    b.extend(0u16.to_le_bytes());
+    b.extend(((24 + body.len()) as u32).to_le_bytes());
+    b.extend((inner.len() as u32).to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    b.extend(body);
+    b.resize(b.len().next_multiple_of(4096), 0);
+    b
+}
+
+/// A shared library whose `.hip_fatbin` holds these bundles.
+fn hip_library(dir: &Path, name: &str, bundles: &[Vec<u8>]) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, "int infera_test_symbol(void) { return 0; }\n").unwrap();
+    let so = dir.join(format!("{name}.so"));
+    let st = Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&so).arg(&c).status().unwrap();
+    assert!(st.success());
+    let bin = dir.join(format!("{name}.fatbin"));
+    std::fs::write(&bin, bundles.concat()).unwrap();
+    let st = Command::new("objcopy")
+        .arg(format!("--add-section=.hip_fatbin={}", bin.display()))
+        .arg("--set-section-flags=.hip_fatbin=alloc,readonly")
+        .arg(&so)
+        .status()
+        .unwrap();
+    assert!(st.success(), "objcopy");
+    so
+}
+
+/// The node: GPUs of one processor (`gfx_target_version`), their memory, partitions,
+/// NUMA balancing and /dev/shm's size.
+struct Node {
+    gfx: u64,
+    gpus: u32,
+    vram: u64,
+    partition: Option<(&'static str, &'static str)>,
+    numa_balancing: Option<&'static str>,
+    shm: &'static str,
+    /// `/sys/module/amdgpu/version` (a DKMS driver).
+    driver: Option<&'static str>,
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Node { gfx: 90402, gpus: 8, vram: MI300X, partition: None, numa_balancing: None, shm: "16g", driver: None }
+    }
+}
+
+/// The vLLM 0.28 image with Kimi-K3's config (and, when given, its checkpoint size), torch's
+/// and vLLM's HIP libraries as given.
+fn image_with(torch: &Path, vllm: Option<&Path>, checkpoint: Option<u64>) -> Fx {
+    let img = image("vllm-0.28");
+    img.file("/models/kimi-k3/config.json", KIMI);
+    if let Some(bytes) = checkpoint {
+        let index = format!("{{\"metadata\": {{\"total_size\": {bytes}}}, \"weight_map\": {{}}}}");
+        img.file("/models/kimi-k3/model.safetensors.index.json", index);
+    }
+    img.dir(&format!("{VLLM_SITE}/torch/lib"));
+    std::fs::copy(torch, img.p(&format!("{VLLM_SITE}/torch/lib/libtorch_hip.so"))).unwrap();
+    if let Some(v) = vllm {
+        std::fs::copy(v, img.p(&format!("{VLLM_SITE}/vllm/_C.abi3.so"))).unwrap();
+    }
+    img
+}
+
+/// Run the launcher on `node` with the image as its root, as root in a chroot.
+fn on_node(node: &Node, img: &Fx, env: &[&str], args: &[&str]) -> Out {
+    let ov = shipped_overlay();
+    let cp = Command::new("cp").arg("-a").arg(ov.overlay()).arg(img.p("/opt/infera")).status().unwrap();
+    assert!(cp.success());
+    std::fs::copy(BIN, img.p("/infera-exec")).unwrap();
+    let script = r#"set -e
+R="$1"; GFX="$2"; N="$3"; VRAM="$4"; PART="$5"; NUMA="$6"; SHM="$7"; DRIVER="$8"; shift 8
+mkdir -p "$R/dev" "$R/sys" "$R/proc"
+mount -t tmpfs -o mode=755 dev "$R/dev"
+mknod -m 0666 "$R/dev/null" c 1 3
+mknod -m 0666 "$R/dev/kfd" c 238 0
+mkdir "$R/dev/dri" "$R/dev/shm"
+mount -t tmpfs -o "size=$SHM" shm "$R/dev/shm"
+mount -t tmpfs -o mode=755 sys "$R/sys"
+T="$R/sys/class/kfd/kfd/topology/nodes"
+mkdir -p "$T/0"
+printf 'cpu_cores_count 64\nsimd_count 0\ngfx_target_version 0\n' > "$T/0/properties"
+i=1
+while [ $i -le "$N" ]; do
+  m=$((127 + i))
+  mknod -m 0666 "$R/dev/dri/renderD$m" c 226 $m
+  mkdir -p "$T/$i/mem_banks/0" "$R/sys/class/drm/renderD$m/device"
+  printf 'cpu_cores_count 0\nsimd_count 1216\ngfx_target_version %s\ndrm_render_minor %s\n' "$GFX" "$m" > "$T/$i/properties"
+  printf 'heap_type 1\nsize_in_bytes %s\nflags 0\n' "$VRAM" > "$T/$i/mem_banks/0/properties"
+  if [ -n "$PART" ]; then
+    echo "${PART%/*}" > "$R/sys/class/drm/renderD$m/device/current_compute_partition"
+    echo "${PART#*/}" > "$R/sys/class/drm/renderD$m/device/current_memory_partition"
+  fi
+  i=$((i + 1))
+done
+if [ -n "$DRIVER" ]; then mkdir -p "$R/sys/module/amdgpu" && echo "$DRIVER" > "$R/sys/module/amdgpu/version"; fi
+mount --bind /proc "$R/proc"
+if [ -n "$NUMA" ]; then
+  echo "$NUMA" > "$R/dev/numa_balancing"
+  mount --bind "$R/dev/numa_balancing" "$R/proc/sys/kernel/numa_balancing"
+fi
+exec chroot "$R" /infera-exec "$@"
+"#;
+    let part = node.partition.map(|(c, m)| format!("{c}/{m}")).unwrap_or_default();
+    let mut run = Command::new("unshare");
+    run.args(["-m", "--propagation", "private", "sh", "-c", script, "sh"]).arg(img.path());
+    run.args([node.gfx.to_string(), node.gpus.to_string(), node.vram.to_string(), part]);
+    run.args([node.numa_balancing.unwrap_or(""), node.shm, node.driver.unwrap_or("")]).args(args);
+    run.env_clear()
+        .env("PATH", img.env_path.clone().unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()))
+        .env("INFERA_OVERLAY", "/opt/infera");
+    for e in env {
+        let (k, v) = e.split_once('=').unwrap();
+        run.env(k, v);
+    }
+    let o = run.output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+const CHECK: &[&str] = &["check", "--", "--model", "/models/kimi-k3"];
+const WORKER: &[&str] = &["worker", "--dry-run", "--", "--model", "/models/kimi-k3"];
+
+/// torch built for gfx90a and gfx942: planned on an MI300X node, refused on an MI355X one,
+/// with the library, its targets and the node's GPUs named; a generic target covers both.
+#[test]
+fn gpu_code_for_the_nodes_gpus_or_a_refusal_that_names_both() {
+    let t = tempfile::tempdir().unwrap();
+    let torch = hip_library(t.path(), "torch", &[plain(&["gfx90a", "gfx942:sramecc+:xnack-"])]);
+    let vllm = hip_library(t.path(), "vllm", &[plain(&["gfx942", "gfx950"])]);
+    let img = image_with(&torch, Some(&vllm), None);
+    let ok = on_node(&Node::default(), &img, &[], CHECK);
+    assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
+    let site = VLLM_SITE;
+    for line in [
+        format!("  gpu code  torch      gfx90a, gfx942 (1 bundle) (`{site}/torch/lib/libtorch_hip.so`)"),
+        format!("  gpu code  vllm       gfx942, gfx950 (1 bundle) (`{site}/vllm/_C.abi3.so`)"),
+        "  gpu arch  node 1 gfx942 renderD128 192.0 GiB, node 2 gfx942 renderD129 192.0 GiB,".to_string(),
+        "  shm       /dev/shm 16.0 GiB (16.0 GiB free)".to_string(),
+    ] {
+        assert!(ok.stdout.contains(&line), "`{line}` not in:\n{}", ok.stdout);
+    }
+    let mi355 = Node { gfx: 90500, ..Node::default() };
+    let refused = on_node(&mi355, &img, &[], WORKER);
+    assert_eq!(refused.code, 69, "{}{}", refused.stdout, refused.stderr);
+    assert_eq!(
+        refused.stderr,
+        format!(
+            "error[gpu-code-missing]: torch's `{site}/torch/lib/libtorch_hip.so` has GPU code for gfx90a, gfx942 but \
+             this node's GPUs are gfx950 (KFD topology): the engine would fail at its first kernel with `HIP error: \
+             invalid device function`\nhint: use an image built for the node's GPUs (AMD's rocm/vllm tags name them, \
+             e.g. `_gfx950-` for MI355X, `_gfx942-` for MI300X), or schedule the pod on a node whose GPUs it has code \
+             for (a nodeSelector on the GPU family label)\n"
+        )
+    );
+    // gfx9-4-generic runs on gfx950 (and gfx942); gfx90a is in no family.
+    let generic = hip_library(t.path(), "generic", &[plain(&["gfx9-4-generic"])]);
+    let img = image_with(&generic, Some(&vllm), None);
+    assert_eq!(on_node(&mi355, &img, &[], CHECK).code, 0);
+    let mi250 = Node { gfx: 90010, ..Node::default() };
+    let o = on_node(&mi250, &img, &[], CHECK);
+    assert_eq!(o.code, 69, "{}", o.stderr);
+    assert!(o.stderr.contains("has GPU code for gfx9-4-generic but this node's GPUs are gfx90a"), "{}", o.stderr);
+}
+
+/// A real ROCm binary (gafime-rocm 0.4.7's libgafime_rocm.so, 13 targets) as torch's library:
+/// an MI300X node is planned, an MI100 (gfx908, not among them) refused.
+#[test]
+fn a_real_rocm_binary_against_the_node() {
+    let lib = crate::gpu_code::rocm_binaries().join("gafime_rocm/libgafime_rocm.so");
+    let img = image_with(&lib, None, None);
+    let ok = on_node(&Node::default(), &img, &[], CHECK);
+    assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
+    assert!(ok.stdout.contains("  gpu code  torch      gfx1030, gfx1031, gfx1032, gfx1100, gfx1101, gfx1102, gfx1150, gfx1151, gfx1200, gfx1201, gfx90a, gfx942, gfx950 (1 bundle)"), "{}", ok.stdout);
+    let mi100 = Node { gfx: 90008, ..Node::default() };
+    let o = on_node(&mi100, &img, &[], CHECK);
+    assert_eq!(o.code, 69, "{}", o.stderr);
+    assert!(o.stderr.starts_with("error[gpu-code-missing]: torch's "), "{}", o.stderr);
+    assert!(o.stderr.contains("gfx942, gfx950 but this node's GPUs are gfx908"), "{}", o.stderr);
+}
+
+/// Two bundles with different target sets (a CCOB v2 zlib one and a plain one): the GPU in
+/// only one of them is a warning, not a refusal; an optional library (flash-attn) without
+/// code for the node is a warning.
+#[test]
+fn partial_and_optional_gpu_code_are_warnings() {
+    let t = tempfile::tempdir().unwrap();
+    let torch = hip_library(t.path(), "torch", &[ccob_v2(&plain(&["gfx942", "gfx950"])), plain(&["gfx942"])]);
+    let flash = hip_library(t.path(), "flash", &[plain(&["gfx90a"])]);
+    let img = image_with(&torch, None, None);
+    std::fs::copy(&flash, img.p(&format!("{VLLM_SITE}/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so"))).unwrap();
+    let mi355 = Node { gfx: 90500, ..Node::default() };
+    let o = on_node(&mi355, &img, &[], CHECK);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("  gpu code  torch      gfx942, gfx950 (2 bundles)"), "{}", o.stdout);
+    assert!(o.stdout.contains("[gpu-code-partial] torch's "), "{}", o.stdout);
+    assert!(o.stdout.contains("only some of its 2 bundles have code for gfx950"), "{}", o.stdout);
+    assert!(o.stdout.contains("[gpu-code-optional-missing] flash-attn's "), "{}", o.stdout);
+}
+
+/// HSA_OVERRIDE_GFX_VERSION naming another GPU: refused where the image has code for the
+/// real one, a warning (the code held to the override) where it has not.
+#[test]
+fn a_gfx_override_against_the_node() {
+    let t = tempfile::tempdir().unwrap();
+    let both = hip_library(t.path(), "both", &[plain(&["gfx942", "gfx950"])]);
+    let img = image_with(&both, None, None);
+    let mi355 = Node { gfx: 90500, ..Node::default() };
+    let o = on_node(&mi355, &img, &["HSA_OVERRIDE_GFX_VERSION=9.4.2"], WORKER);
+    assert_eq!(o.code, 78, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.starts_with(
+            "error[gfx-override]: HSA_OVERRIDE_GFX_VERSION=9.4.2 makes HIP treat this node's gfx950 GPUs as gfx942, \
+             though the image has code for gfx950"
+        ),
+        "{}",
+        o.stderr
+    );
+    let old = hip_library(t.path(), "old", &[plain(&["gfx942"])]);
+    let img = image_with(&old, None, None);
+    let o = on_node(&mi355, &img, &["HSA_OVERRIDE_GFX_VERSION=9.4.2"], WORKER);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains(
+            "[gfx-override] HSA_OVERRIDE_GFX_VERSION=9.4.2: this node's gfx950 GPUs run code built for gfx942"
+        ),
+        "{}",
+        o.stdout
+    );
+}
+
+/// Kimi-K3's ~1.5 TB on 8 MI300X: loads but leaves no KV room at vLLM's default 0.9 (every
+/// number in the message); 0.95 is tight (a warning); TP 4 cannot load at all.
+#[test]
+fn the_weights_against_the_gpus_memory() {
+    let t = tempfile::tempdir().unwrap();
+    let torch = hip_library(t.path(), "torch", &[plain(&["gfx942"])]);
+    let img = image_with(&torch, None, Some(1_500_000_000_000));
+    let o = on_node(&Node::default(), &img, &[], WORKER);
+    assert_eq!(o.code, 78, "{}{}", o.stdout, o.stderr);
+    assert_eq!(
+        o.stderr.lines().next().unwrap(),
+        "error[kv-cache-no-room]: the weights of /models/kimi-k3 take 174.6 GiB per GPU (TP 8 × PP 1, \
+         metadata.total_size of model.safetensors.index.json), 101% of the 172.8 GiB that --gpu-memory-utilization \
+         0.9 gives the engine of a GPU's 192.0 GiB: no room is left for the KV cache, and vLLM fails with `No \
+         available memory for the cache blocks` after the whole load"
+    );
+    let mut args = WORKER.to_vec();
+    args.extend(["--gpu-memory-utilization", "0.95"]);
+    let o = on_node(&Node::default(), &img, &[], &args);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("[kv-cache-small] the weights of /models/kimi-k3 take 174.6 GiB per GPU, 96% of"),
+        "{}",
+        o.stdout
+    );
+    let o = on_node(&Node::default(), &img, &["HIP_VISIBLE_DEVICES=0,1,2,3"], WORKER);
+    assert_eq!(o.code, 78, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.starts_with("error[weights-exceed-vram]: the weights of /models/kimi-k3 are 1397.0 GiB (metadata.total_size of model.safetensors.index.json); over TP 4 × PP 1 that is 349.2 GiB per GPU, more than a GPU's 192.0 GiB"), "{}", o.stderr);
+    assert!(o.stderr.contains("\nhint: spread the weights over more GPUs (at least 8 at this size"), "{}", o.stderr);
+    // Allowed knowingly: a warning, and the plan.
+    let o =
+        on_node(&Node::default(), &img, &["HIP_VISIBLE_DEVICES=0,1,2,3", "INFERA_ALLOW=weights-exceed-vram"], WORKER);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // On-the-fly quantization: the checkpoint size is no bound, and it says so.
+    let mut args = WORKER.to_vec();
+    args.extend(["--quantization", "fp8"]);
+    let o = on_node(&Node::default(), &img, &["HIP_VISIBLE_DEVICES=0,1,2,3"], &args);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("[weights-unchecked] the weights of /models/kimi-k3 are not held to the GPUs' memory: --quantization fp8 quantizes them as they load"), "{}", o.stdout);
+}
+
+/// Partitioned GPUs (CPX/NPS4), NUMA balancing on, a driver outside the image's ROCm window:
+/// warnings naming the node setting.
+#[test]
+fn node_settings_that_shrink_or_hang_gpus() {
+    let t = tempfile::tempdir().unwrap();
+    let torch = hip_library(t.path(), "torch", &[plain(&["gfx942"])]);
+    let img = image_with(&torch, None, None);
+    let node =
+        Node { partition: Some(("CPX", "NPS4")), numa_balancing: Some("1"), driver: Some("6.7.0"), ..Node::default() };
+    let o = on_node(&node, &img, &[], CHECK);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("node 1 gfx942 renderD128 192.0 GiB CPX/NPS4"), "{}", o.stdout);
+    assert!(o.stdout.contains("[gpu-partitioned] the node's gfx942 GPUs are partitioned (CPX/NPS4"), "{}", o.stdout);
+    assert!(o.stdout.contains("[numa-balancing] /proc/sys/kernel/numa_balancing is 1"), "{}", o.stdout);
+    // The image is ROCm 7.2.3; a ROCm 6.2 DKMS driver is tested with 6.0-6.3 user space.
+    assert!(
+        o.stdout.contains(
+            "[driver-window] the node's amdgpu driver 6.7.0 is tested with ROCm 6.0, 6.1, 6.2, 6.3 user space"
+        ),
+        "{}",
+        o.stdout
+    );
+    let quiet = Node { numa_balancing: Some("0"), driver: Some("30.30.3"), ..Node::default() };
+    let quiet = on_node(&quiet, &img, &[], CHECK);
+    for code in ["numa-balancing", "gpu-partitioned", "driver-window"] {
+        assert!(!quiet.stdout.contains(code), "{code}: {}", quiet.stdout);
+    }
+}
