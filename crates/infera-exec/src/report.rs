@@ -116,6 +116,17 @@ fn image_section(o: &mut String, f: &crate::facts::FactsView) {
         };
         w!(o, "  gpu code  {:<10} {code} (`{}`)", lib.package, lib.path.display());
     }
+    for m in f.models.iter().filter_map(|m| match m {
+        crate::facts::model::ModelFacts::Known(m) => Some(m),
+        _ => None,
+    }) {
+        let size = m.weights.as_ref().map(|w| format!("{} ({})", crate::plan::memory::gib(w.bytes), w.source));
+        let fs = m.filesystem.as_ref().map(|f| format!("on {} ({})", f.fstype, f.mount_point.display()));
+        if size.is_some() || fs.is_some() {
+            let parts: Vec<String> = [size, fs].into_iter().flatten().collect();
+            w!(o, "  model     {}: {}", m.reference, parts.join(" "));
+        }
+    }
     let gpus = f.gpus.map_or_else(|| "unknown".to_string(), |g| g.to_string());
     w!(o, "  gpus      {gpus} ({})", f.gpus_source);
 }
@@ -181,6 +192,15 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
         (None, false) => format!("no amdgpu driver loaded on this node (no /sys/module/amdgpu; kernel {kernel})"),
     };
     w!(o, "  driver    {driver}");
+    if let Some(m) = &h.memory {
+        let gib = crate::plan::memory::gib;
+        let pod = match m.limit {
+            Some(l) => format!("limit {}, {} used ({})", gib(l), gib(m.usage.unwrap_or(0)), m.source),
+            None => format!("no limit ({})", m.source),
+        };
+        let node = m.host_available.map_or_else(|| "unknown".to_string(), gib);
+        w!(o, "  memory    pod {pod}; node MemAvailable {node}");
+    }
     if let Some(s) = h.shm {
         w!(
             o,

@@ -71,6 +71,10 @@ canonical_options! {
     Quantization,
     /// The dtype the weights are cast to as they load (`--dtype`).
     Dtype,
+    /// vLLM's weight-load strategy (`lazy`, `eager`, `prefetch`).
+    SafetensorsLoadStrategy,
+    /// sglang's background read of the checkpoint ahead of its loader.
+    PrefetchCheckpoints,
 }
 
 /// How an option is spelled in one engine.

@@ -77,5 +77,7 @@ fn spell(o: Opt) -> Option<Spelling> {
         Opt::MemFraction => Some(Value(&["--mem-fraction-static"])),
         Opt::Quantization => Some(Value(&["--quantization"])),
         Opt::Dtype => Some(Value(&["--dtype"])),
+        Opt::SafetensorsLoadStrategy => None,
+        Opt::PrefetchCheckpoints => Some(OnFlag("--weight-loader-prefetch-checkpoints")),
     }
 }

@@ -131,5 +131,7 @@ fn spell(o: Opt) -> Option<Spelling> {
         Opt::MemFraction => Some(Value(&["--gpu-memory-utilization"])),
         Opt::Quantization => Some(Value(&["--quantization"])),
         Opt::Dtype => Some(Value(&["--dtype"])),
+        Opt::SafetensorsLoadStrategy => Some(Value(&["--safetensors-load-strategy"])),
+        Opt::PrefetchCheckpoints => None,
     }
 }

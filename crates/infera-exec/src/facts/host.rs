@@ -22,6 +22,8 @@ pub struct Host {
     pub devices: super::devices::Devices,
     /// `/dev/shm`: the engine's shared-memory queues and RCCL's transport live there.
     pub shm: Option<Shm>,
+    /// The pod's memory limit and use, and the node's available memory.
+    pub memory: Option<super::storage::PodMemory>,
 }
 
 /// A filesystem's size as statvfs gives it.
@@ -87,6 +89,7 @@ pub fn gather(root: &Root) -> Option<Host> {
     Some(Host {
         devices: super::devices::gather(root),
         shm: shm(),
+        memory: Some(super::storage::pod_memory(|p| root.read_small_string(p).ok())),
         pid1: std::process::id() == 1,
         memlock,
         caps: cap_sets(),

@@ -15,6 +15,7 @@ pub mod net;
 pub mod python;
 pub mod rocm;
 pub mod site;
+pub mod storage;
 pub mod torch;
 
 use std::collections::{BTreeMap, BTreeSet};

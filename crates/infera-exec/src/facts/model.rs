@@ -39,6 +39,8 @@ pub struct Model {
     pub dtype: Option<String>,
     /// The checkpoint's size, when the directory says it.
     pub weights: Option<Weights>,
+    /// The filesystem the model directory is on (root `/` only: the pod's mounts).
+    pub filesystem: Option<super::storage::Filesystem>,
 }
 
 /// The bytes the weights load: what the checkpoint index says, else the files' sizes.
@@ -52,7 +54,7 @@ pub struct Weights {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "kebab-case")]
 pub enum ModelFacts {
-    Known(Model),
+    Known(Box<Model>),
     /// An absolute path that does not exist in the container.
     Missing {
         reference: String,
@@ -145,12 +147,23 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
         Ok(bytes) => match from_config(&shown, &config, &bytes) {
             ModelFacts::Known(mut m) => {
                 m.weights = weights(root, &dir);
+                m.filesystem = filesystem(root, &dir);
                 ModelFacts::Known(m)
             }
             other => other,
         },
         Err(e) => unreadable(ModelProblem::Io { config, reason: rootfs::io_reason(&e) }),
     }
+}
+
+/// The mount the model directory (resolved) is on, from this process's mountinfo.
+fn filesystem(root: &Root, dir: &Path) -> Option<super::storage::Filesystem> {
+    if !root.is_host_root() {
+        return None;
+    }
+    let resolved = std::fs::canonicalize(dir).ok()?;
+    let mountinfo = root.read_small_string(Path::new("/proc/self/mountinfo")).ok()?;
+    super::storage::filesystem_of(&mountinfo, &resolved)
 }
 
 /// The checkpoint's size: an index's `metadata.total_size` (what transformers and the
@@ -206,7 +219,7 @@ pub fn from_config(reference: &str, config: &Path, bytes: &[u8]) -> ModelFacts {
     let mut de = serde_json::Deserializer::from_slice(&text);
     de.disable_recursion_limit();
     match Value::deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
-        Ok(Value::Object(top)) => ModelFacts::Known(classify(reference, config.to_path_buf(), &top)),
+        Ok(Value::Object(top)) => ModelFacts::Known(Box::new(classify(reference, config.to_path_buf(), &top))),
         Ok(_) => unreadable(ModelProblem::NotObject { config: config.to_path_buf() }),
         Err(e) => unreadable(ModelProblem::NotJson { config: config.to_path_buf(), reason: e.to_string() }),
     }
@@ -422,6 +435,7 @@ fn classify(reference: &str, config: PathBuf, top: &serde_json::Map<String, Valu
         quantization,
         dtype,
         weights: None,
+        filesystem: None,
     }
 }
 

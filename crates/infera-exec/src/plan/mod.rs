@@ -6,6 +6,7 @@ pub(crate) mod args;
 pub(crate) mod caps;
 mod env;
 pub(crate) mod gpu;
+pub(crate) mod load;
 pub(crate) mod memory;
 pub(crate) mod node;
 pub mod pd;
@@ -226,10 +227,14 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
                 defaults: st.args.defaults,
             };
             let applied = args::apply(&ctx, &mut p.findings)?;
+            let mut added = applied.added.clone();
             if req.role.runs_engine() {
                 memory::check(facts, e, &parsed, &applied, &req.allow, &mut p.findings)?;
+                let version = facts.engine(e).map(|i| i.version.as_str());
+                let memory = facts.host.as_ref().and_then(|h| h.memory.as_ref());
+                added.extend(load::strategy(e, version, &parsed, applied.model, memory, &mut p.findings));
             }
-            applied.added
+            added
         }
         None => Vec::new(),
     };

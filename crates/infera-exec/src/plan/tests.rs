@@ -42,7 +42,7 @@ fn python() -> Python {
 }
 
 fn kimi() -> ModelFacts {
-    ModelFacts::Known(Model {
+    ModelFacts::Known(Box::new(Model {
         reference: "/models/kimi-k3".into(),
         config: "/models/kimi-k3/config.json".into(),
         model_type: Some("kimi_k3".into()),
@@ -56,7 +56,8 @@ fn kimi() -> ModelFacts {
         quantization: None,
         dtype: None,
         weights: None,
-    })
+        filesystem: None,
+    }))
 }
 
 /// The image's facts, the image's copies of the selected tree's modules, and the model's.

@@ -87,6 +87,7 @@ mod tests {
             render_nodes: 0,
             devices: Default::default(),
             shm: None,
+            memory: None,
         }
     }
 

@@ -83,11 +83,25 @@ struct Node {
     shm: &'static str,
     /// `/sys/module/amdgpu/version` (a DKMS driver).
     driver: Option<&'static str>,
+    /// The model directory served by FUSE (fuse-overlayfs over the image's /models).
+    fuse_models: bool,
+    /// A memory cgroup (v1) with this limit around the launcher.
+    memory_limit: Option<u64>,
 }
 
 impl Default for Node {
     fn default() -> Self {
-        Node { gfx: 90402, gpus: 8, vram: MI300X, partition: None, numa_balancing: None, shm: "16g", driver: None }
+        Node {
+            gfx: 90402,
+            gpus: 8,
+            vram: MI300X,
+            partition: None,
+            numa_balancing: None,
+            shm: "16g",
+            driver: None,
+            fuse_models: false,
+            memory_limit: None,
+        }
     }
 }
 
@@ -115,7 +129,16 @@ fn on_node(node: &Node, img: &Fx, env: &[&str], args: &[&str]) -> Out {
     assert!(cp.success());
     std::fs::copy(BIN, img.p("/infera-exec")).unwrap();
     let script = r#"set -e
-R="$1"; GFX="$2"; N="$3"; VRAM="$4"; PART="$5"; NUMA="$6"; SHM="$7"; DRIVER="$8"; shift 8
+R="$1"; GFX="$2"; N="$3"; VRAM="$4"; PART="$5"; NUMA="$6"; SHM="$7"; DRIVER="$8"; FUSE="$9"; CG="${10}"; LIMIT="${11}"; shift 11
+if [ -n "$FUSE" ]; then
+  mv "$R/models" "$R/.models-lower" && mkdir "$R/models"
+  fuse-overlayfs -o "lowerdir=$R/.models-lower" "$R/models"
+fi
+if [ -n "$LIMIT" ]; then
+  mkdir -p "/sys/fs/cgroup/memory/$CG"
+  echo "$LIMIT" > "/sys/fs/cgroup/memory/$CG/memory.limit_in_bytes"
+  echo $$ > "/sys/fs/cgroup/memory/$CG/cgroup.procs"
+fi
 mkdir -p "$R/dev" "$R/sys" "$R/proc"
 mount -t tmpfs -o mode=755 dev "$R/dev"
 mknod -m 0666 "$R/dev/null" c 1 3
@@ -140,6 +163,7 @@ while [ $i -le "$N" ]; do
   i=$((i + 1))
 done
 if [ -n "$DRIVER" ]; then mkdir -p "$R/sys/module/amdgpu" && echo "$DRIVER" > "$R/sys/module/amdgpu/version"; fi
+mkdir -p "$R/sys/fs/cgroup" && mount --rbind /sys/fs/cgroup "$R/sys/fs/cgroup"
 mount --bind /proc "$R/proc"
 if [ -n "$NUMA" ]; then
   echo "$NUMA" > "$R/dev/numa_balancing"
@@ -151,7 +175,14 @@ exec chroot "$R" /infera-exec "$@"
     let mut run = Command::new("unshare");
     run.args(["-m", "--propagation", "private", "sh", "-c", script, "sh"]).arg(img.path());
     run.args([node.gfx.to_string(), node.gpus.to_string(), node.vram.to_string(), part]);
-    run.args([node.numa_balancing.unwrap_or(""), node.shm, node.driver.unwrap_or("")]).args(args);
+    run.args([node.numa_balancing.unwrap_or(""), node.shm, node.driver.unwrap_or("")]);
+    let cgroup = format!(
+        "infera-preflight-{}-{}",
+        std::process::id(),
+        CGROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let limit = node.memory_limit.map(|l| l.to_string()).unwrap_or_default();
+    run.args([if node.fuse_models { "1" } else { "" }, &cgroup, &limit]).args(args);
     run.env_clear()
         .env("PATH", img.env_path.clone().unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()))
         .env("INFERA_OVERLAY", "/opt/infera");
@@ -160,12 +191,17 @@ exec chroot "$R" /infera-exec "$@"
         run.env(k, v);
     }
     let o = run.output().unwrap();
+    if node.memory_limit.is_some() {
+        let _ = std::fs::remove_dir(format!("/sys/fs/cgroup/memory/{cgroup}"));
+    }
     Out {
         code: o.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
     }
 }
+
+static CGROUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 const CHECK: &[&str] = &["check", "--", "--model", "/models/kimi-k3"];
 const WORKER: &[&str] = &["worker", "--dry-run", "--", "--model", "/models/kimi-k3"];
@@ -365,4 +401,46 @@ fn aiters_kernel_directories_against_the_node() {
     assert_eq!(o.code, 69, "{}{}", o.stdout, o.stderr);
     assert!(o.stderr.starts_with(&format!("error[gpu-code-missing]: aiter's `{VLLM_SITE}/aiter/hsa` has GPU code for gfx942 but this node's GPUs are gfx950")), "{}", o.stderr);
     assert_eq!(on_node(&Node::default(), &img, &["VLLM_ROCM_USE_AITER=1"], CHECK).code, 0);
+}
+
+/// The weight load: a model directory served by FUSE (a filesystem no vLLM detects) in a pod
+/// whose memory cgroup holds the checkpoint gets vLLM's `prefetch`; in a cgroup smaller than
+/// the checkpoint nothing is added; on the image's own (local) disk nothing either. The
+/// filesystem, the pod's limit and the decision are shown by `check`.
+#[test]
+fn the_load_strategy_from_the_pods_filesystem_and_memory() {
+    let t = tempfile::tempdir().unwrap();
+    let torch = hip_library(t.path(), "torch", &[plain(&["gfx942"])]);
+    let img = image_with(&torch, None, Some(8 << 30)); // an 8 GiB checkpoint
+    let fits = Node { fuse_models: true, memory_limit: Some(64 << 30), ..Node::default() };
+    let o = on_node(&fits, &img, &[], WORKER);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("  model     /models/kimi-k3: 8.0 GiB (metadata.total_size of model.safetensors.index.json) on fuse.fuse-overlayfs (/models)"), "{}", o.stdout);
+    assert!(o.stdout.contains("  memory    pod limit 64.0 GiB, "), "{}", o.stdout);
+    assert!(o.stdout.contains("  added     --tensor-parallel-size 8 --mm-encoder-tp-mode data --kv-cache-dtype auto --safetensors-load-strategy prefetch"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("[load-strategy] model 8.0 GiB on fuse.fuse-overlayfs (/models); pod budget "),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("vLLM 0.28.0+rocm723 does not read ahead on fuse.fuse-overlayfs by itself → added --safetensors-load-strategy prefetch"), "{}", o.stdout);
+    // The pod's own choice is kept.
+    let mut own = WORKER.to_vec();
+    own.extend(["--safetensors-load-strategy", "lazy"]);
+    let o = on_node(&fits, &img, &[], &own);
+    assert!(o.stdout.contains("--safetensors-load-strategy is the pod's own: kept"), "{}", o.stdout);
+    assert!(!o.stdout.contains("prefetch"), "{}", o.stdout);
+    // A pod smaller than the checkpoint: a read-ahead would evict itself.
+    let small = Node { fuse_models: true, memory_limit: Some(4 << 30), ..Node::default() };
+    let o = on_node(&small, &img, &[], WORKER);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("larger than 90 % of the pod's budget: a read-ahead would evict itself; nothing added"),
+        "{}",
+        o.stdout
+    );
+    assert!(!o.stdout.contains("--safetensors-load-strategy"), "{}", o.stdout);
+    // The image's own disk: a local filesystem, nothing to decide.
+    let o = on_node(&Node { memory_limit: Some(64 << 30), ..Node::default() }, &img, &[], WORKER);
+    assert!(!o.stdout.contains("load-strategy"), "{}", o.stdout);
 }
