@@ -241,6 +241,7 @@ fn wanted<'a>(req: &'a Request, env: &Env) -> facts::Wanted<'a> {
                 .any(|k| envvars::get(env, k).is_some()),
         infiniband: envvars::get(env, envvars::MC_GID_INDEX).is_some()
             || req.args.iter().any(|a| a.as_encoded_bytes().starts_with(b"--disaggregation-ib-device")),
+        gpu_code: req.role.runs_engine(),
     }
 }
 

@@ -95,6 +95,8 @@ pub struct Wanted<'a> {
     pub network: bool,
     /// RDMA devices named (`--disaggregation-ib-device`) or a GID index set: read them.
     pub infiniband: bool,
+    /// An engine will run (a worker, or `check`): read the GPU code of its libraries.
+    pub gpu_code: bool,
 }
 
 impl Facts {
@@ -113,7 +115,7 @@ impl Facts {
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
         let engines = site::engines(root, &site_dirs, minor, w.engine);
         let found: Vec<crate::engines::Engine> = engines.iter().map(|e| e.engine).collect();
-        let gpu_code = gpu_code::gather(root, &site_dirs, minor, &found);
+        let gpu_code = if w.gpu_code { gpu_code::gather(root, &site_dirs, minor, &found) } else { Vec::new() };
         let gpus = gpus::detect(root, env, &mut findings);
         let host = host::gather(root);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(root, &p.executable));
