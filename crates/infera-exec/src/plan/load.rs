@@ -92,7 +92,13 @@ pub fn strategy(
         (Engine::Vllm, _) if !at_least(&v, "0.18") => (None, "vLLM before 0.18 has no prefetch".to_string()),
         (Engine::Vllm, Class::Detected { since }) if at_least(&v, since) => {
             if at_least(&v, "0.26") || fits(mem.budget()) || !fits(mem.host_available) {
-                (None, format!("vLLM {v} reads ahead on {} by itself, within the pod's memory", fs.fstype))
+                (
+                    None,
+                    format!(
+                        "vLLM {v} decides the read-ahead on {} itself, and its decision holds for this pod",
+                        fs.fstype
+                    ),
+                )
             } else {
                 let why = format!(
                     "vLLM {v} would read ahead on {} judging the node's available memory ({}), not the pod's: the \
