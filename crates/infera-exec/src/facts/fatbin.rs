@@ -225,14 +225,6 @@ impl Read for Window<'_> {
     }
 }
 
-/// An AMDGPU code object's processor from its ELF `e_flags` (aiter's `hsa/gfxNNN/*.co`):
-/// EF_AMDGPU_MACH, the low byte (0x4c gfx942, 0x4f gfx950; llvm BinaryFormat/ELF.h).
-pub fn code_object_mach(head: &[u8]) -> Option<u32> {
-    const EM_AMDGPU: u16 = 224;
-    let h = Elf::parse_header(head).ok()?;
-    (h.e_machine == EM_AMDGPU).then_some(h.e_flags & 0xff)
-}
-
 #[cfg(test)]
 pub mod tests {
     use super::*;

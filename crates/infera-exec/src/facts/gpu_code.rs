@@ -83,7 +83,10 @@ pub fn gather(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), engines: &[
             found(&format!("flash_attn_2_cuda.cpython-{major}{minor}-x86_64-linux-gnu.so"))
                 .map(|p| ("flash-attn", p, false)),
         );
-        let hsa = site.join("aiter/hsa");
+        // aiter's wheel installs its prebuilt kernels beside the package, one directory per GPU:
+        // `aiter_meta/hsa/gfx942/…` (its AITER_ASM_DIR). An editable checkout keeps them in
+        // the checkout (`hsa/`), which is not looked for.
+        let hsa = site.join("aiter_meta/hsa");
         let gpus: BTreeSet<String> = root
             .list(&hsa)
             .into_iter()

@@ -384,22 +384,26 @@ fn node_settings_that_shrink_or_hang_gpus() {
     }
 }
 
-/// aiter's kernels per GPU directory (`aiter/hsa/gfx942/`): missing the node's GPU is a
+/// aiter's kernels per GPU directory (`aiter_meta/hsa/gfx942/`, where aiter's wheel puts them): missing the node's GPU is a
 /// warning, and a refusal where aiter is forced on (VLLM_ROCM_USE_AITER=1).
 #[test]
 fn aiters_kernel_directories_against_the_node() {
     let t = tempfile::tempdir().unwrap();
     let torch = hip_library(t.path(), "torch", &[plain(&["gfx942", "gfx950:xnack+"])]);
     let img = image_with(&torch, None, None);
-    img.file(&format!("{VLLM_SITE}/aiter/hsa/gfx942/fmha_fwd.co"), "code object");
+    img.file(&format!("{VLLM_SITE}/aiter_meta/hsa/gfx942/fmha_fwd.co"), "code object");
     let mi355 = Node { gfx: 90500, ..Node::default() };
     let o = on_node(&mi355, &img, &[], CHECK);
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
-    assert!(o.stdout.contains(&format!("  gpu code  aiter      gfx942 (`{VLLM_SITE}/aiter/hsa`)")), "{}", o.stdout);
+    assert!(
+        o.stdout.contains(&format!("  gpu code  aiter      gfx942 (`{VLLM_SITE}/aiter_meta/hsa`)")),
+        "{}",
+        o.stdout
+    );
     assert!(o.stdout.contains("[gpu-code-optional-missing] aiter's "), "{}", o.stdout);
     let o = on_node(&mi355, &img, &["VLLM_ROCM_USE_AITER=1"], CHECK);
     assert_eq!(o.code, 69, "{}{}", o.stdout, o.stderr);
-    assert!(o.stderr.starts_with(&format!("error[gpu-code-missing]: aiter's `{VLLM_SITE}/aiter/hsa` has GPU code for gfx942 but this node's GPUs are gfx950")), "{}", o.stderr);
+    assert!(o.stderr.starts_with(&format!("error[gpu-code-missing]: aiter's `{VLLM_SITE}/aiter_meta/hsa` has GPU code for gfx942 but this node's GPUs are gfx950")), "{}", o.stderr);
     assert_eq!(on_node(&Node::default(), &img, &["VLLM_ROCM_USE_AITER=1"], CHECK).code, 0);
 }
 
