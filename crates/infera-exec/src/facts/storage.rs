@@ -17,18 +17,19 @@ pub struct Filesystem {
     pub mount_point: PathBuf,
 }
 
-/// The mount holding `path` (an absolute, resolved path) in a mountinfo text: the longest
-/// mount point that is `path` or a parent of it; of mounts stacked on one point, the last.
+/// The mount holding `path` (an absolute, resolved path) in a mountinfo text (read by
+/// procfs-core): the longest mount point that is `path` or a parent of it; of mounts stacked
+/// on one point, the last.
 pub fn filesystem_of(mountinfo: &str, path: &Path) -> Option<Filesystem> {
+    use procfs_core::FromRead;
+    let mounts = procfs_core::process::MountInfos::from_read(mountinfo.as_bytes()).ok()?;
     let mut best: Option<Filesystem> = None;
-    for line in mountinfo.lines() {
-        // `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw` (proc(5))
-        let Some((left, right)) = line.split_once(" - ") else { continue };
-        let (Some(point), Some(fstype)) = (left.split(' ').nth(4), right.split(' ').next()) else { continue };
-        let point = PathBuf::from(unescape(point));
+    for m in mounts {
+        // procfs-core keeps the kernel's octal escapes in the mount point (`\040` for a space).
+        let point = PathBuf::from(unescape(&m.mount_point.to_string_lossy()));
         let longer = best.as_ref().is_none_or(|b| point.as_os_str().len() >= b.mount_point.as_os_str().len());
         if path.starts_with(&point) && longer {
-            best = Some(Filesystem { fstype: fstype.to_string(), mount_point: point });
+            best = Some(Filesystem { fstype: m.fs_type, mount_point: point });
         }
     }
     best
@@ -79,28 +80,20 @@ impl PodMemory {
 }
 
 /// Read from `/proc/self/cgroup`, the cgroup filesystem and `/proc/meminfo` (through `read`,
-/// which gives a small file's text).
+/// which gives a small file's text; the two /proc files are parsed by procfs-core).
 pub fn pod_memory(read: impl Fn(&Path) -> Option<String>) -> PodMemory {
-    let host_available = read(Path::new("/proc/meminfo")).and_then(|m| {
-        let kib = m
-            .lines()
-            .find_map(|l| l.strip_prefix("MemAvailable:"))?
-            .trim()
-            .strip_suffix("kB")?
-            .trim()
-            .parse::<u64>()
-            .ok()?;
-        Some(kib * 1024)
-    });
-    let cgroup = read(Path::new("/proc/self/cgroup")).unwrap_or_default();
+    use procfs_core::FromRead;
+    let host_available = read(Path::new("/proc/meminfo"))
+        .and_then(|m| procfs_core::Meminfo::from_read(m.as_bytes()).ok())
+        .and_then(|m| m.mem_available);
+    let groups = read(Path::new("/proc/self/cgroup"))
+        .and_then(|c| procfs_core::ProcessCGroups::from_read(c.as_bytes()).ok())
+        .map(|g| g.0)
+        .unwrap_or_default();
     let number = |p: &Path| read(p).and_then(|s| s.trim().parse::<u64>().ok());
-    // v2: `0::/path`; v1: `N:memory:/path` (or `memory,…`).
-    let v2 = cgroup.lines().find_map(|l| l.strip_prefix("0::"));
-    let v1 = cgroup.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
-        ctl.split(',').any(|c| c == "memory").then_some(path)
-    });
+    // v1: the hierarchy with the memory controller; v2: hierarchy 0, no controllers listed.
+    let v1 = groups.iter().find(|g| g.controllers.iter().any(|c| c == "memory")).map(|g| g.pathname.as_str());
+    let v2 = groups.iter().find(|g| g.hierarchy == 0).map(|g| g.pathname.as_str());
     let unlimited = |v: u64| v < 1 << 62; // v1 writes 2^63 rounded to pages for "no limit"
     for (base, path, limit_file, usage_file) in [
         ("/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes"),
@@ -142,6 +135,50 @@ mod tests {
         assert_eq!(fs("/mnt/with space/m"), Some(("virtiofs".into(), "/mnt/with space".into())));
     }
 
+    /// A real /proc/meminfo (this project's machine kind), MemAvailable set to 2 GiB.
+    const MEMINFO: &str = "\
+MemTotal:       24683784 kB\n\
+MemFree:        16988992 kB\n\
+MemAvailable:    2097152 kB\n\
+Buffers:          106788 kB\n\
+Cached:          6673112 kB\n\
+SwapCached:            0 kB\n\
+Active:          4565464 kB\n\
+Inactive:        2213260 kB\n\
+Active(anon):         80 kB\n\
+Inactive(anon):     9048 kB\n\
+Active(file):    4565384 kB\n\
+Inactive(file):  2204212 kB\n\
+Unevictable:       13376 kB\n\
+Mlocked:           10444 kB\n\
+SwapTotal:             0 kB\n\
+SwapFree:              0 kB\n\
+Zswap:                 0 kB\n\
+Zswapped:              0 kB\n\
+Dirty:            191356 kB\n\
+Writeback:             0 kB\n\
+AnonPages:         12200 kB\n\
+Mapped:            16348 kB\n\
+Shmem:             10304 kB\n\
+KReclaimable:     319676 kB\n\
+Slab:             365656 kB\n\
+SReclaimable:     319676 kB\n\
+SUnreclaim:        45980 kB\n\
+KernelStack:        1744 kB\n\
+PageTables:         1096 kB\n\
+SecPageTables:         0 kB\n\
+NFS_Unstable:          0 kB\n\
+Bounce:                0 kB\n\
+WritebackTmp:          0 kB\n\
+CommitLimit:    12341892 kB\n\
+Committed_AS:      67064 kB\n\
+VmallocTotal:   34359738367 kB\n\
+VmallocUsed:       14556 kB\n\
+VmallocChunk:          0 kB\n\
+Percpu:             1872 kB\n\
+AnonHugePages:         0 kB\n\
+";
+
     #[test]
     fn cgroup_v1_and_v2_limits() {
         let files = |pairs: &'static [(&'static str, &'static str)]| {
@@ -151,16 +188,16 @@ mod tests {
             ("/proc/self/cgroup", "0::/kubepods/pod1/c1\n"),
             ("/sys/fs/cgroup/kubepods/pod1/c1/memory.max", "549755813888\n"),
             ("/sys/fs/cgroup/kubepods/pod1/c1/memory.current", "1073741824\n"),
-            ("/proc/meminfo", "MemTotal: 1 kB\nMemAvailable:   2097152 kB\n"),
+            ("/proc/meminfo", MEMINFO),
         ]));
         assert_eq!((v2.limit, v2.usage, v2.host_available), (Some(512 << 30), Some(1 << 30), Some(2 << 30)));
         assert_eq!(v2.budget(), Some(511 << 30));
         let v1 = pod_memory(files(&[
             ("/proc/self/cgroup", "5:memory:/\n3:cpu,cpuacct:/\n"),
             ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"),
-            ("/proc/meminfo", "MemAvailable: 1024 kB\n"),
+            ("/proc/meminfo", MEMINFO),
         ]));
-        assert_eq!((v1.limit, v1.budget()), (None, Some(1 << 20)), "no limit: the host's available memory");
+        assert_eq!((v1.limit, v1.budget()), (None, Some(2 << 30)), "no limit: the host's available memory");
         let none = pod_memory(files(&[]));
         assert_eq!(none.source, "no memory cgroup");
     }
