@@ -56,6 +56,17 @@ pub struct Devices {
 }
 
 impl Devices {
+    /// The GPUs allocated to this container: the KFD GPUs whose render node is in its
+    /// /dev/dri (the device plugin mounts an allocated GPU's), all of them when it has none.
+    pub fn allocated(&self) -> Vec<&Gpu> {
+        let present: Vec<u32> =
+            self.nodes.iter().filter_map(|n| n.path.to_str()?.strip_prefix("/dev/dri/renderD")?.parse().ok()).collect();
+        self.gpus
+            .iter()
+            .filter(|g| present.is_empty() || g.render_minor.is_some_and(|m| present.contains(&m)))
+            .collect()
+    }
+
     /// Device nodes present that this process cannot open.
     pub fn denied(&self) -> impl Iterator<Item = &DeviceAccess> {
         self.nodes.iter().filter(|d| !d.usable)
@@ -132,30 +143,24 @@ fn access(path: &Path, uid: u32, groups: &[u32]) -> Option<DeviceAccess> {
     Some(DeviceAccess { path: path.to_path_buf(), usable, mode: shown, reason })
 }
 
-/// The process's own devices (root `/`: the caller only gathers host facts there).
-pub fn gather(root: &Root) -> Devices {
-    let uid = nix::unistd::geteuid().as_raw();
-    let mut groups: Vec<u32> = nix::unistd::getgroups().unwrap_or_default().into_iter().map(|g| g.as_raw()).collect();
-    let egid = nix::unistd::getegid().as_raw();
-    if !groups.contains(&egid) {
-        groups.push(egid);
-    }
-    groups.sort_unstable();
-    groups.dedup();
-    let mut nodes: Vec<DeviceAccess> = access(Path::new("/dev/kfd"), uid, &groups).into_iter().collect();
-    let mut renders: Vec<String> = root
-        .list(Path::new("/dev/dri"))
-        .into_iter()
-        .filter_map(|n| n.to_str().filter(|n| n.starts_with("renderD")).map(str::to_string))
-        .collect();
-    renders.sort_by_key(|n| (n.len(), n.clone()));
-    nodes.extend(renders.iter().filter_map(|n| access(&Path::new("/dev/dri").join(n), uid, &groups)));
-
+/// The GPU nodes of the KFD topology (CPU nodes, whose `simd_count` is 0, left out), by node
+/// number, each with its processor, render node, memory and partition modes. sysfs is not
+/// namespaced: these are the node's GPUs, allocated to this container or not. A node whose
+/// properties cannot be read is said in `findings` and left out.
+pub fn kfd_gpus(root: &Root, findings: &mut Vec<crate::finding::Finding>) -> Vec<Gpu> {
     let topo = Path::new("/sys/class/kfd/kfd/topology/nodes");
     let mut gpus = Vec::new();
     for n in root.list(topo) {
         let Some(node) = n.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(text) = root.read_small_string(&topo.join(&n).join("properties")) else { continue };
+        let props = topo.join(&n).join("properties");
+        let text = match root.read_small_string(&props) {
+            Ok(t) => t,
+            Err(e) => {
+                let skipped = "this KFD node is not counted";
+                crate::finding::unreadable(findings, "gpu-topology-unreadable", &props, &e, skipped);
+                continue;
+            }
+        };
         let prop = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
         if prop("simd_count ").unwrap_or(0) == 0 {
             continue; // a CPU node
@@ -176,6 +181,29 @@ pub fn gather(root: &Root) -> Devices {
         });
     }
     gpus.sort_by_key(|g| g.node);
+    gpus
+}
+
+/// The process's own devices (root `/`: the caller only gathers host facts there), with the
+/// KFD topology's GPUs (`kfd_gpus`).
+pub fn gather(root: &Root, gpus: Vec<Gpu>) -> Devices {
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut groups: Vec<u32> = nix::unistd::getgroups().unwrap_or_default().into_iter().map(|g| g.as_raw()).collect();
+    let egid = nix::unistd::getegid().as_raw();
+    if !groups.contains(&egid) {
+        groups.push(egid);
+    }
+    groups.sort_unstable();
+    groups.dedup();
+    let mut nodes: Vec<DeviceAccess> = access(Path::new("/dev/kfd"), uid, &groups).into_iter().collect();
+    let mut renders: Vec<String> = root
+        .list(Path::new("/dev/dri"))
+        .into_iter()
+        .filter_map(|n| n.to_str().filter(|n| n.starts_with("renderD")).map(str::to_string))
+        .collect();
+    renders.sort_by_key(|n| (n.len(), n.clone()));
+    nodes.extend(renders.iter().filter_map(|n| access(&Path::new("/dev/dri").join(n), uid, &groups)));
+
     let line =
         |p: &str| root.read_small_string(Path::new(p)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     Devices {

@@ -91,7 +91,8 @@ pub enum GpuError {
     MasksDisagree { hip: String, hip_n: usize, rocr: String, rocr_n: usize },
 }
 
-pub fn detect(root: &Root, env: &Env, findings: &mut Vec<crate::finding::Finding>) -> Result<Gpus, GpuError> {
+/// `kfd`: the KFD topology's GPUs (`devices::kfd_gpus`).
+pub fn detect(root: &Root, env: &Env, kfd: &[super::devices::Gpu]) -> Result<Gpus, GpuError> {
     if let Some(v) = ev::get(env, ev::INFERA_GPUS) {
         let value = rootfs::os_to_string(v);
         return match value.trim().parse::<u32>() {
@@ -113,29 +114,7 @@ pub fn detect(root: &Root, env: &Env, findings: &mut Vec<crate::finding::Finding
         .iter()
         .filter_map(|n| n.to_str()?.strip_prefix("renderD")?.parse().ok())
         .collect();
-    let nodes = Path::new("/sys/class/kfd/kfd/topology/nodes");
-    let mut kfd_gpus: Vec<Option<u32>> = Vec::new(); // each GPU node's drm_render_minor
-    for n in root.list(nodes) {
-        let props = nodes.join(&n).join("properties");
-        let text = match root.read_small_string(&props) {
-            Ok(t) => t,
-            Err(e) => {
-                crate::finding::unreadable(
-                    findings,
-                    "gpu-topology-unreadable",
-                    &props,
-                    &e,
-                    "this KFD node is not counted",
-                );
-                continue;
-            }
-        };
-        let prop = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
-        // CPU nodes report simd_count 0.
-        if prop("simd_count ").unwrap_or(0) > 0 {
-            kfd_gpus.push(prop("drm_render_minor ").and_then(|m| u32::try_from(m).ok()));
-        }
-    }
+    let kfd_gpus: Vec<Option<u32>> = kfd.iter().map(|g| g.render_minor).collect();
     if !renders.is_empty() {
         if !kfd_gpus.is_empty() && kfd_gpus.iter().all(Option::is_some) {
             let n = kfd_gpus.iter().flatten().filter(|m| renders.contains(m)).count() as u32;

@@ -71,7 +71,7 @@ pub fn cap_sets() -> CapSets {
     }
 }
 
-pub fn gather(root: &Root) -> Option<Host> {
+pub fn gather(root: &Root, gpus: Vec<super::devices::Gpu>) -> Option<Host> {
     if !root.is_host_root() {
         return None;
     }
@@ -87,7 +87,7 @@ pub fn gather(root: &Root) -> Option<Host> {
         .collect();
     rdma.sort();
     Some(Host {
-        devices: super::devices::gather(root),
+        devices: super::devices::gather(root, gpus),
         shm: shm(),
         memory: Some(super::storage::pod_memory(|p| root.read_small_string(p).ok())),
         pid1: std::process::id() == 1,

@@ -116,8 +116,9 @@ impl Facts {
         let engines = site::engines(root, &site_dirs, minor, w.engine);
         let found: Vec<crate::engines::Engine> = engines.iter().map(|e| e.engine).collect();
         let gpu_code = if w.gpu_code { gpu_code::gather(root, &site_dirs, minor, &found) } else { Vec::new() };
-        let gpus = gpus::detect(root, env, &mut findings);
-        let host = host::gather(root);
+        let kfd = devices::kfd_gpus(root, &mut findings);
+        let gpus = gpus::detect(root, env, &kfd);
+        let host = host::gather(root, kfd);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(root, &p.executable));
         let program = w.program.map(|name| find_program(root, env, name, w.chdir));
         let ionic = ionic::detect(root);

@@ -9,7 +9,7 @@ use thiserror::Error;
 
 use crate::engines::Engine;
 use crate::envvars::{self as ev, Env};
-use crate::facts::devices::{gfx_name, Devices, Gpu};
+use crate::facts::devices::{gfx_name, Devices};
 use crate::facts::gpu_code::GpuLib;
 use crate::facts::Facts;
 use crate::finding::Finding;
@@ -58,17 +58,9 @@ pub fn runs_on(processor: &str, gpu: &str) -> bool {
     processor == gpu || GENERIC.iter().any(|(g, covers)| *g == processor && covers.contains(&gpu))
 }
 
-/// The GPUs allocated to this container: the KFD nodes whose render node is in /dev/dri
-/// (all of them when none is).
-pub fn allocated(d: &Devices) -> Vec<&Gpu> {
-    let present: Vec<u32> =
-        d.nodes.iter().filter_map(|n| n.path.to_str()?.strip_prefix("/dev/dri/renderD")?.parse().ok()).collect();
-    d.gpus.iter().filter(|g| present.is_empty() || g.render_minor.is_some_and(|m| present.contains(&m))).collect()
-}
-
 /// The allocated GPUs' processors.
 pub fn node_gpus(d: &Devices) -> BTreeSet<String> {
-    allocated(d).into_iter().filter_map(|g| g.gfx.clone()).collect()
+    d.allocated().into_iter().filter_map(|g| g.gfx.clone()).collect()
 }
 
 /// `9.4.2` → `gfx942` (HSA_OVERRIDE_GFX_VERSION's form: major.minor.stepping, decimal).

@@ -93,7 +93,7 @@ pub fn check(
     findings: &mut Vec<Finding>,
 ) -> Result<(), Refusal> {
     let Some(h) = &facts.host else { return Ok(()) };
-    let gpus = super::gpu::allocated(&h.devices);
+    let gpus = h.devices.allocated();
     let (tp, pp) = (applied.tp.unwrap_or(1).max(1), applied.pp.unwrap_or(1).max(1));
     let local = if gpus.is_empty() { tp * pp } else { (tp * pp).min(gpus.len() as u64) };
     if let (Some(shm), true) = (h.shm, local > 1) {
