@@ -33,3 +33,21 @@ pub fn unreadable(findings: &mut Vec<Finding>, code: &str, path: &std::path::Pat
         findings.push(Finding::warn(code, format!("`{}` {}; {without}", path.display(), crate::rootfs::io_reason(e))));
     }
 }
+
+/// A judgement the pod may override (`--allow CODE`, INFERA_ALLOW: `request::ALLOWABLE`):
+/// refused, or when allowed a warning that says what was allowed.
+pub fn unless_allowed<E>(
+    allow: &[String],
+    code: &str,
+    e: E,
+    findings: &mut Vec<Finding>,
+) -> Result<(), crate::error::Refusal>
+where
+    E: std::fmt::Display + Into<crate::error::Refusal>,
+{
+    if !allow.iter().any(|a| a == code) {
+        return Err(e.into());
+    }
+    findings.push(Finding::warn(code, format!("allowed by INFERA_ALLOW/--allow: {e}")));
+    Ok(())
+}

@@ -411,17 +411,28 @@ pub fn tokenizer(
     let Some(Some(ModelFacts::Missing { path, .. })) = router.tokenizer_path().map(|p| models.get(p)) else {
         return Ok(());
     };
+    missing(req, facts, path, [" (--router-tokenizer-path)", "", ""], findings)
+}
+
+/// A model path that is not there: refused at the image's root (the pod's own files),
+/// a warning under `--root`, where it is most likely one of the pod's volumes. `words`: what
+/// follows the path, what follows "(a volume in the pod?)", what ends the warning.
+fn missing(
+    req: &Request,
+    facts: &Facts,
+    path: &std::path::Path,
+    [named, skipped, purpose]: [&str; 3],
+    findings: &mut Vec<Finding>,
+) -> Result<(), ArgsError> {
     if facts.root.is_host_root() {
-        return Err(ArgsError::ModelMissing { path: path.clone(), waited: waited(req) });
+        return Err(ArgsError::ModelMissing { path: path.to_path_buf(), waited: waited(req) });
     }
-    findings.push(Finding::warn(
-        "model-unreadable",
-        format!(
-            "`{}` (--router-tokenizer-path) is not in the image root (a volume in the pod?); give its files with --volume {}=DIR",
-            path.display(),
-            volume_of(path).display()
-        ),
-    ));
+    let msg = format!(
+        "`{}`{named} is not in the image root (a volume in the pod?){skipped}; give its files with --volume {}=DIR{purpose}",
+        path.display(),
+        volume_of(path).display()
+    );
+    findings.push(Finding::warn("model-unreadable", msg));
     Ok(())
 }
 
@@ -696,18 +707,8 @@ fn model_of<'a>(ctx: &Ctx<'a>, findings: &mut Vec<Finding>) -> Result<Option<&'a
             }
             Ok(Some(m))
         }
-        Some(ModelFacts::Missing { path, .. }) if ctx.facts.root.is_host_root() => {
-            Err(ArgsError::ModelMissing { path: path.clone(), waited: waited(ctx.req) }.into())
-        }
         Some(ModelFacts::Missing { path, .. }) => {
-            findings.push(Finding::warn(
-                "model-unreadable",
-                format!(
-                    "`{}` is not in the image root (a volume in the pod?): model rules skipped; give its files with --volume {}=DIR to run them",
-                    path.display(),
-                    volume_of(path).display()
-                ),
-            ));
+            missing(ctx.req, ctx.facts, path, ["", ": model rules skipped", " to run them"], findings)?;
             Ok(None)
         }
         Some(ModelFacts::Relative { reference }) => match &ctx.req.chdir {

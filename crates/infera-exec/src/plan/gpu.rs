@@ -9,6 +9,7 @@ use thiserror::Error;
 
 use crate::engines::Engine;
 use crate::envvars::{self as ev, Env};
+use crate::error::Refusal;
 use crate::facts::devices::{gfx_name, Devices};
 use crate::facts::gpu_code::GpuLib;
 use crate::facts::Facts;
@@ -83,7 +84,7 @@ pub fn check(
     env: &Env,
     allow: &[String],
     findings: &mut Vec<Finding>,
-) -> Result<(), GpuError> {
+) -> Result<(), Refusal> {
     let Some(h) = &facts.host else { return Ok(()) };
     let node = node_gpus(&h.devices);
     if node.is_empty() {
@@ -163,20 +164,22 @@ fn overridden(
     node: &BTreeSet<String>,
     allow: &[String],
     findings: &mut Vec<Finding>,
-) -> Result<Option<String>, GpuError> {
+) -> Result<Option<String>, Refusal> {
     let Some(value) = ev::get(env, ev::HSA_OVERRIDE_GFX_VERSION).map(|v| v.to_string_lossy().into_owned()) else {
         return Ok(None);
     };
     let Some(claims) = override_gfx(&value).filter(|c| !node.contains(c)) else { return Ok(None) };
-    let real = libs_of(facts, engine).find(|l| l.required && node.iter().all(|g| has(l, g)));
-    if let Some(l) = real.filter(|_| !allow.iter().any(|a| a == "gfx-override")) {
-        let (package, path) = (l.package, l.path.display().to_string());
-        return Err(GpuError::Override { value, claims, node: shown(node), package, path });
+    match libs_of(facts, engine).find(|l| l.required && node.iter().all(|g| has(l, g))) {
+        Some(l) => {
+            let (package, path) = (l.package, l.path.display().to_string());
+            let e = GpuError::Override { value, claims: claims.clone(), node: shown(node), package, path };
+            crate::finding::unless_allowed(allow, "gfx-override", e, findings)?;
+        }
+        None => findings.push(Finding::warn(
+            "gfx-override",
+            format!("HSA_OVERRIDE_GFX_VERSION={value}: this node's {} GPUs run code built for {claims}", shown(node)),
+        )),
     }
-    findings.push(Finding::warn(
-        "gfx-override",
-        format!("HSA_OVERRIDE_GFX_VERSION={value}: this node's {} GPUs run code built for {claims}", shown(node)),
-    ));
     Ok(Some(claims))
 }
 

@@ -151,19 +151,12 @@ fn weights(
         }
     };
     let per_gpu = w.bytes / (tp * pp);
-    let allowed = |e: MemoryError, code: &str, findings: &mut Vec<Finding>| {
-        if !allow.iter().any(|a| a == code) {
-            return Err(Refusal::from(e));
-        }
-        findings.push(Finding::warn(code, format!("allowed by INFERA_ALLOW/--allow: {e}")));
-        Ok(())
-    };
     let (model, from) = (m.reference.clone(), w.source.clone());
     if per_gpu > vram {
         let (bytes, per_gpu, need) = (gib(w.bytes), gib(per_gpu), w.bytes.div_ceil(vram));
         let gpu = "KFD topology".to_string();
         let e = MemoryError::WeightsExceedVram { model, bytes, from, tp, pp, per_gpu, vram: gib(vram), gpu, need };
-        return allowed(e, "weights-exceed-vram", findings);
+        return crate::finding::unless_allowed(allow, "weights-exceed-vram", e, findings);
     }
     let Some((option, fraction)) = share_option(engine, parsed) else { return Ok(()) };
     let budget = (vram as f64 * fraction) as u64;
@@ -185,7 +178,7 @@ fn weights(
                 Engine::Sglang => "sglang fails with `Not enough memory. Please try to increase --mem-fraction-static`",
             },
         };
-        return allowed(e, "kv-cache-no-room", findings);
+        return crate::finding::unless_allowed(allow, "kv-cache-no-room", e, findings);
     }
     if share > 0.9 {
         let msg = format!(
