@@ -130,10 +130,6 @@ fn on_node(node: &Node, img: &Fx, env: &[&str], args: &[&str]) -> Out {
     std::fs::copy(BIN, img.p("/infera-exec")).unwrap();
     let script = r#"set -e
 R="$1"; GFX="$2"; N="$3"; VRAM="$4"; PART="$5"; NUMA="$6"; SHM="$7"; DRIVER="$8"; FUSE="$9"; CG="${10}"; LIMIT="${11}"; shift 11
-if [ -n "$FUSE" ]; then
-  mv "$R/models" "$R/.models-lower" && mkdir "$R/models"
-  fuse-overlayfs -o "lowerdir=$R/.models-lower" "$R/models"
-fi
 if [ -n "$LIMIT" ]; then
   mkdir -p "/sys/fs/cgroup/memory/$CG"
   echo "$LIMIT" > "/sys/fs/cgroup/memory/$CG/memory.limit_in_bytes"
@@ -141,6 +137,11 @@ if [ -n "$LIMIT" ]; then
 fi
 mkdir -p "$R/dev" "$R/sys" "$R/proc"
 mount -t tmpfs -o mode=755 dev "$R/dev"
+if [ -n "$FUSE" ]; then
+  # The image's /models seen through FUSE, in this namespace only: nothing moves on disk.
+  mkdir "$R/dev/.models" && mount --bind "$R/models" "$R/dev/.models"
+  fuse-overlayfs -o "lowerdir=$R/dev/.models" "$R/models"
+fi
 mknod -m 0666 "$R/dev/null" c 1 3
 mknod -m 0666 "$R/dev/kfd" c 238 0
 mkdir "$R/dev/dri" "$R/dev/shm"
@@ -379,6 +380,7 @@ fn node_settings_that_shrink_or_hang_gpus() {
     );
     let quiet = Node { numa_balancing: Some("0"), driver: Some("30.30.3"), ..Node::default() };
     let quiet = on_node(&quiet, &img, &[], CHECK);
+    assert_eq!(quiet.code, 0, "{}{}", quiet.stdout, quiet.stderr);
     for code in ["numa-balancing", "gpu-partitioned", "driver-window"] {
         assert!(!quiet.stdout.contains(code), "{code}: {}", quiet.stdout);
     }
@@ -432,6 +434,7 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
     let mut own = WORKER.to_vec();
     own.extend(["--safetensors-load-strategy", "lazy"]);
     let o = on_node(&fits, &img, &[], &own);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("--safetensors-load-strategy is the pod's own: kept"), "{}", o.stdout);
     assert!(!o.stdout.contains("prefetch"), "{}", o.stdout);
     // A pod smaller than the checkpoint: a read-ahead would evict itself.
@@ -446,5 +449,13 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
     assert!(!o.stdout.contains("--safetensors-load-strategy"), "{}", o.stdout);
     // The image's own disk: a local filesystem, nothing to decide.
     let o = on_node(&Node { memory_limit: Some(64 << 30), ..Node::default() }, &img, &[], WORKER);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains(
+            "  added     --tensor-parallel-size 8 --mm-encoder-tp-mode data --kv-cache-dtype auto --host 0.0.0.0\n"
+        ),
+        "{}",
+        o.stdout
+    );
     assert!(!o.stdout.contains("load-strategy"), "{}", o.stdout);
 }
