@@ -41,7 +41,8 @@ extern "C" fn fill_closed_stdio() {
 static FILL_CLOSED_STDIO: extern "C" fn() = fill_closed_stdio;
 
 /// mimalloc, not musl's malloc, which maps and unmaps pages around a parse's worth of small
-/// allocations (measured in bench/run; ripgrep's musl build swaps its allocator too). With
+/// allocations, the bulk of the launcher's own time (BENCHMARKS.md; ripgrep's musl build swaps its
+/// allocator too). With
 /// its `override` feature it is libc's malloc too (musl's opendir buffers).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
