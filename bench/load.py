@@ -1,13 +1,21 @@
 """bench/load's checkpoint writer and loaders.
 
     load.py write DIR GIB      real safetensors shards of 1 GiB (float16 tensors of mixed sizes)
-    load.py read DIR lazy      vLLM's lazy path: sorted shards, safe_open + get_tensor each tensor
-    load.py read DIR prefetch  the same, with a stand-in of vLLM 0.18's prefetcher beside it
-                               (sorted shards, 16 MiB blocks, 8 reader threads)
-Prints the seconds the loader took (to the last tensor read).
+    load.py read DIR HOW       load the checkpoint as vLLM's default (lazy) path does, after
+                               IMPORT seconds (the engine's imports; default 2), HOW being:
+      lazy                     the loader alone (the engine's default)
+      vllm                     with a STAND-IN of vLLM 0.18's `--safetensors-load-strategy
+                               prefetch` beside it (sorted shards, 16 MiB blocks, 8 threads),
+                               started with the load as vLLM starts it
+      ours                     with the launcher's own read-ahead (`infera-exec __prefetch`),
+                               started with the process as the launcher starts it before the
+                               exec; PREFETCH_ARGS are its options (--lead, --ranges, ...)
+Prints the seconds to the last tensor and to the first one, from the process's start.
 """
 
 import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -35,10 +43,12 @@ def write(d, gib):
 
 
 def shards(d):
-    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".safetensors"))
+    """The files in vLLM's order (`_natural_sort_key`)."""
+    key = lambda s: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+    return sorted((os.path.join(d, f) for f in os.listdir(d) if f.endswith(".safetensors")), key=key)
 
 
-def prefetch(files):
+def vllm_prefetch(files):
     """A stand-in of vLLM's prefetch: THREADS readers over the sorted files' 16 MiB blocks."""
     blocks = [(f, off) for f in files for off in range(0, os.path.getsize(f), BLOCK)]
     lock, nxt = threading.Lock(), [0]
@@ -59,16 +69,24 @@ def prefetch(files):
 
 
 def read(d, how):
-    files = shards(d)
     t0 = time.perf_counter()
-    if how == "prefetch":
-        prefetch(files)
+    files = shards(d)
+    if how == "ours":
+        exe = os.environ["INFERA_EXEC"]
+        args = os.environ.get("PREFETCH_ARGS", "").split()
+        subprocess.Popen([exe, "__prefetch", "--parent", str(os.getpid()), "--linger", *args, "--", *files],
+                         stdout=subprocess.DEVNULL)
+    time.sleep(float(os.environ.get("IMPORT", "2")))
+    if how == "vllm":
+        vllm_prefetch(files)
+    first = None
     total = 0
     for f in files:
         with safe_open(f, framework="np") as s:
             for k in s.keys():
                 total += int(s.get_tensor(k).view(np.uint16)[::4096].sum() & 1)  # touch every page-ish
-    print(f"{time.perf_counter() - t0:.2f}")
+                first = first or time.perf_counter() - t0
+    print(f"{time.perf_counter() - t0:.2f} {first:.2f}")
 
 
 if __name__ == "__main__":

@@ -105,6 +105,9 @@ pub enum Command {
     /// Build-side tools for the overlay's manifests and integrity records.
     #[command(subcommand, after_help = EXIT_CODES)]
     Manifest(ManifestCommand),
+    /// The read-ahead of the weights a real run starts beside the engine (`--prefetch`).
+    #[command(name = "__prefetch", hide = true)]
+    Prefetch(crate::prefetch::Args),
 }
 
 #[derive(Debug, Subcommand)]
@@ -246,6 +249,18 @@ pub struct EngineArgs {
     /// How long ranks > 0 wait for the leader's name to resolve before refusing (0: do not wait).
     #[arg(long, env = ev::INFERA_LEADER_WAIT, default_value = "300", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86400))]
     pub leader_wait: u64,
+    /// Read the weights ahead of the engine's loader into the page cache: `auto` where the
+    /// storage is shared and the engine would not read ahead well itself, `on` always, `off` never.
+    #[arg(long, env = ev::INFERA_PREFETCH, value_enum, default_value = "auto")]
+    pub prefetch: PrefetchChoice,
+}
+
+/// `--prefetch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrefetchChoice {
+    Auto,
+    On,
+    Off,
 }
 
 impl Default for EngineArgs {
@@ -259,6 +274,7 @@ impl Default for EngineArgs {
             node_rank: None,
             leader_address: None,
             leader_wait: 300,
+            prefetch: PrefetchChoice::Auto,
         }
     }
 }
@@ -385,6 +401,7 @@ pub enum Invocation {
         from: Option<PathBuf>,
     },
     Manifest(ManifestCommand),
+    Prefetch(crate::prefetch::Args),
 }
 
 /// What the run is (each subcommand's; the command form's from its program).
@@ -458,6 +475,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
             },
             Some(Command::Install { dest, from }) => Invocation::Install { dest, from },
             Some(Command::Manifest(m)) => Invocation::Manifest(m),
+            Some(Command::Prefetch(a)) => Invocation::Prefetch(a),
         });
     }
     // `infera-exec [OPTIONS] [--] PROGRAM ...`: clap reads the options only.
@@ -662,7 +680,7 @@ fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> 
 }
 
 /// The subcommands (`help` is clap's).
-const SUBCOMMANDS: [&str; 6] = ["worker", "server", "check", "install", "manifest", "help"];
+const SUBCOMMANDS: [&str; 7] = ["worker", "server", "check", "install", "manifest", "__prefetch", "help"];
 
 /// Where the command of the command form starts: the first word after the launcher's own
 /// options that is not a subcommand (`--` ends the options explicitly). None when an option

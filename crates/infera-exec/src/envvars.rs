@@ -46,6 +46,7 @@ ours! {
     /// the engine must not inherit a forced family.
     INFERA_TREE_FAMILY,
     INFERA_NNODES, INFERA_NODE_RANK, INFERA_LEADER_ADDRESS, INFERA_LEADER_WAIT, INFERA_WAIT_MODEL,
+    INFERA_PREFETCH,
     /// The digest of the engine args every rank of a group must share (set for the child).
     INFERA_ARGS_DIGEST,
 }

@@ -35,6 +35,9 @@ pub fn run(x: &ExecSpec, start: &str) -> Result<i32, Refusal> {
     }
     crate::privs::apply(&x.privileges)?;
     tracing::info!(code = "start", "{start}");
+    if let Some(p) = &x.prefetch {
+        crate::prefetch::spawn(p, x.init.is_none());
+    }
     if let Some(init) = &x.init {
         return crate::init::run(x, init, std::sync::Arc::new(prepared));
     }

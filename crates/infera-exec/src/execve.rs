@@ -170,6 +170,7 @@ mod tests {
             privileges: Default::default(),
             steps: Vec::new(),
             args_digest: None,
+            prefetch: None,
         }
     }
 

@@ -142,7 +142,7 @@ fn end_leftovers(pid1: bool) {
             killing = true;
         }
         let sig = if killing { Signal::SIGKILL } else { Signal::SIGTERM };
-        let targets = if pid1 { vec![-1] } else { children_of(me) };
+        let targets = if pid1 { vec![-1] } else { crate::procs::children_of(me) };
         for pid in targets {
             if killing || !termed.contains(&pid) {
                 if pid > 0 {
@@ -191,18 +191,6 @@ fn reap_one() -> Reap {
         }
         return Reap::NoChildren; // ECHILD (or nothing waitpid could ever report)
     }
-}
-
-/// The processes whose parent is `parent` (/proc/PID/stat's fourth field).
-fn children_of(parent: i32) -> Vec<i32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
-    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| {
-                s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
-            }) == Some(parent)
-        })
-        .collect()
 }
 
 /// sigtimedwait: the number of the next pending signal of `set`, or None on timeout.

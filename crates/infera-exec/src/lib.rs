@@ -15,7 +15,9 @@ pub mod init;
 pub mod leader;
 pub mod logging;
 pub mod plan;
+pub mod prefetch;
 pub mod privs;
+pub mod procs;
 pub mod refusals;
 pub mod report;
 pub mod request;
@@ -86,6 +88,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         }
         Invocation::Manifest(m) => manifest_cmd::run(&m.into()).map(Done::Print),
         Invocation::Install { dest, from } => install::run(&dest, from).map(Done::Print),
+        Invocation::Prefetch(a) => Ok(Done::Exit(prefetch::main(&a))),
     };
     match outcome {
         Ok(Done::Print(text)) => match emit(&text) {

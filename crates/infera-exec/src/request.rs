@@ -105,6 +105,8 @@ pub struct Request {
     pub group: Option<Group>,
     /// `--wait-model`: how long a real run waits for an absent model path to appear.
     pub wait_model: Option<ModelWait>,
+    /// `--prefetch`: the launcher's own read-ahead of the weights.
+    pub prefetch: crate::cli::PrefetchChoice,
 }
 
 /// `--wait-model SECONDS` (> 0) and how the user set it, for messages.
@@ -374,6 +376,7 @@ impl Request {
             verify,
             group,
             wait_model,
+            prefetch: e.prefetch,
         })
     }
 

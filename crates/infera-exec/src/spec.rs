@@ -47,6 +47,26 @@ pub struct ExecSpec {
     /// (the rank flags left out), also given to the child as `INFERA_ARGS_DIGEST`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args_digest: Option<String>,
+    /// The launcher's own read-ahead of the weights (`--prefetch`), started just before the
+    /// exec (or the child, with `--init`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<PrefetchSpec>,
+}
+
+/// A read-ahead of the checkpoint into the page cache, beside the engine: the files in the
+/// loader's order, at most `lead_bytes` ahead of where the engine's loader reads, `ranges`
+/// reads at once. See `crate::prefetch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PrefetchSpec {
+    /// The files, as this launcher opens them (host paths: the container's at root `/`).
+    #[serde(serialize_with = "ser_paths")]
+    pub files: Vec<PathBuf>,
+    pub bytes: u64,
+    pub lead_bytes: u64,
+    pub ranges: u32,
+    /// Read a file only once the engine has it open: FUSE drops a file's cache when it is
+    /// opened (without `kernel_cache`), so what was read before would be lost.
+    pub after_open: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

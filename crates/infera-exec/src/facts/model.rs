@@ -49,6 +49,18 @@ pub struct Weights {
     pub bytes: u64,
     /// `metadata.total_size of model.safetensors.index.json`, `the size of 3 *.safetensors files`.
     pub source: String,
+    /// The safetensors files in the order the engines' loaders read them: the index's
+    /// `weight_map` files (else every `*.safetensors`), in natural name order (vLLM's
+    /// `sorted(hf_weights_files, key=_natural_sort_key)`). What a read-ahead reads.
+    #[serde(skip)]
+    pub files: Vec<WeightFile>,
+}
+
+/// One weight file: its host path (the one this launcher opens) and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightFile {
+    pub host: PathBuf,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -172,29 +184,63 @@ fn weights(root: &Root, dir: &Path) -> Option<Weights> {
     #[derive(serde::Deserialize)]
     struct Index {
         metadata: Meta,
+        #[serde(default)]
+        weight_map: std::collections::BTreeMap<String, String>,
     }
     #[derive(serde::Deserialize)]
     struct Meta {
         total_size: f64,
     }
-    for name in ["model.safetensors.index.json", "pytorch_model.bin.index.json"] {
-        let Ok(bytes) = root.read_file(&dir.join(name), READ_LIMIT) else { continue };
-        if let Ok(i) = serde_json::from_slice::<Index>(&bytes).map(|i| i.metadata.total_size) {
-            if i.is_finite() && i > 0.0 {
-                return Some(Weights { bytes: i as u64, source: format!("metadata.total_size of {name}") });
-            }
-        }
-    }
-    let files: Vec<u64> = root
-        .list(dir)
-        .into_iter()
-        .filter(|n| n.to_string_lossy().ends_with(".safetensors"))
-        .filter_map(|n| root.metadata(&dir.join(n)).ok().filter(|m| m.is_file()).map(|m| m.size()))
+    let index = ["model.safetensors.index.json", "pytorch_model.bin.index.json"].into_iter().find_map(|name| {
+        let bytes = root.read_file(&dir.join(name), READ_LIMIT).ok()?;
+        let i = serde_json::from_slice::<Index>(&bytes).ok()?;
+        let total = i.metadata.total_size;
+        (total.is_finite() && total > 0.0).then_some((name, total as u64, i.weight_map))
+    });
+    let mut names: Vec<String> = match &index {
+        Some((_, _, map)) if !map.is_empty() => map.values().cloned().collect(),
+        _ => root.list(dir).into_iter().map(|n| n.to_string_lossy().into_owned()).collect(),
+    };
+    names.retain(|n| n.ends_with(".safetensors") && !n.contains('/'));
+    names.sort_by_key(|a| natural_key(a));
+    names.dedup();
+    let files: Vec<WeightFile> = names
+        .iter()
+        .filter_map(|n| {
+            let (_, host) = root.locate(&dir.join(n)).ok()?;
+            let m = root.metadata(&dir.join(n)).ok().filter(|m| m.is_file())?;
+            Some(WeightFile { host, bytes: m.size() })
+        })
         .collect();
-    (!files.is_empty()).then(|| Weights {
-        bytes: files.iter().sum(),
-        source: format!("the size of {} *.safetensors file{}", files.len(), if files.len() == 1 { "" } else { "s" }),
-    })
+    match index {
+        Some((name, bytes, _)) => Some(Weights { bytes, source: format!("metadata.total_size of {name}"), files }),
+        None => (!files.is_empty()).then(|| Weights {
+            bytes: files.iter().map(|f| f.bytes).sum(),
+            source: format!(
+                "the size of {} *.safetensors file{}",
+                files.len(),
+                if files.len() == 1 { "" } else { "s" }
+            ),
+            files,
+        }),
+    }
+}
+
+/// vLLM's `_natural_sort_key`: runs of digits compared as numbers, the rest as text.
+fn natural_key(name: &str) -> Vec<(u8, u128, String)> {
+    let mut key = Vec::new();
+    let mut rest = name;
+    while !rest.is_empty() {
+        let digits = rest.chars().next().is_some_and(|c| c.is_ascii_digit());
+        let end = rest.find(|c: char| c.is_ascii_digit() != digits).unwrap_or(rest.len());
+        let (run, tail) = rest.split_at(end);
+        key.push(match run.parse::<u128>() {
+            Ok(n) if digits => (0, n, String::new()),
+            _ => (1, 0, run.to_string()),
+        });
+        rest = tail;
+    }
+    key
 }
 
 /// A config.json is a few KB (one with a long list of quantized layers, a few MB); a larger

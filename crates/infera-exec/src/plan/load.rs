@@ -12,12 +12,14 @@
 
 use std::ffi::OsString;
 
-use crate::dialect::Parsed;
+use crate::cli::PrefetchChoice;
+use crate::dialect::{Parsed, Setting};
 use crate::engines::{Engine, Opt};
-use crate::facts::model::Model;
-use crate::facts::storage::PodMemory;
+use crate::facts::model::{Model, Weights};
+use crate::facts::storage::{Filesystem, PodMemory};
 use crate::finding::Finding;
 use crate::plan::memory::gib;
+use crate::spec::PrefetchSpec;
 use crate::version::{parse, Version};
 
 /// How a filesystem is read by the engines' loaders.
@@ -49,25 +51,93 @@ fn at_least(v: &Version, s: &str) -> bool {
     parse(s).is_some_and(|b| *v >= b)
 }
 
-/// The flags to add for the load, with the findings that say why (or why nothing).
-pub fn strategy(
+/// What the plan does for the weight load: the engine's flags to add, and the launcher's
+/// own read-ahead.
+#[derive(Debug, Default)]
+pub struct Load {
+    pub added: Vec<OsString>,
+    pub prefetch: Option<PrefetchSpec>,
+}
+
+/// The engine's load flags and the launcher's read-ahead, with the findings that say why
+/// (or why nothing).
+pub fn plan(
     engine: Engine,
     version: Option<&str>,
     parsed: &Parsed,
     model: Option<&Model>,
     memory: Option<&PodMemory>,
+    choice: PrefetchChoice,
     findings: &mut Vec<Finding>,
-) -> Vec<OsString> {
-    let (Some(m), Some(mem)) = (model, memory) else { return Vec::new() };
-    let (Some(w), Some(fs)) = (&m.weights, &m.filesystem) else { return Vec::new() };
-    let class = class(&fs.fstype);
-    if class == Class::Local {
-        return Vec::new();
+) -> Load {
+    let Some(w) = model.and_then(|m| m.weights.as_ref()) else { return Load::default() };
+    let fs = model.and_then(|m| m.filesystem.as_ref());
+    let decided = match (fs, memory) {
+        (Some(fs), Some(mem)) if class(&fs.fstype) != Class::Local => {
+            Some(engine_strategy(engine, version, parsed, w, fs, mem, choice == PrefetchChoice::On, findings))
+        }
+        _ => None,
+    };
+    let own = parsed.is_set(engine_opt(engine));
+    let run = match choice {
+        PrefetchChoice::Off => false,
+        PrefetchChoice::On => true,
+        PrefetchChoice::Auto => decided.as_ref().is_some_and(|d| !d.engine_reads_ahead) && !own,
+    };
+    let prefetch = run.then(|| read_ahead(w, fs, memory)).flatten();
+    match (&prefetch, choice) {
+        (Some(p), _) => findings.push(Finding::info(
+            "prefetch",
+            format!(
+                "the launcher reads the {} file{} ({}) ahead of the engine's loader: at most {} ahead, {} read{} at \
+                 once{}",
+                p.files.len(),
+                if p.files.len() == 1 { "" } else { "s" },
+                gib(p.bytes),
+                gib(p.lead_bytes),
+                p.ranges,
+                if p.ranges == 1 { "" } else { "s" },
+                if p.after_open {
+                    ", each file once the engine has opened it (FUSE drops the cache on open)"
+                } else {
+                    ""
+                }
+            ),
+        )),
+        (None, PrefetchChoice::On) => {
+            findings.push(Finding::info("prefetch", "--prefetch on: the model has no *.safetensors file to read ahead"))
+        }
+        (None, _) => {}
     }
-    let opt = match engine {
+    Load { added: decided.map(|d| d.added).unwrap_or_default(), prefetch }
+}
+
+/// The engine's own strategy on a shared filesystem: the flags to add, and whether the
+/// engine will then read ahead by itself.
+struct Decided {
+    added: Vec<OsString>,
+    engine_reads_ahead: bool,
+}
+
+fn engine_opt(engine: Engine) -> Opt {
+    match engine {
         Engine::Vllm => Opt::SafetensorsLoadStrategy,
         Engine::Sglang => Opt::PrefetchCheckpoints,
-    };
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn engine_strategy(
+    engine: Engine,
+    version: Option<&str>,
+    parsed: &Parsed,
+    w: &Weights,
+    fs: &Filesystem,
+    mem: &PodMemory,
+    ours_instead: bool,
+    findings: &mut Vec<Finding>,
+) -> Decided {
+    let opt = engine_opt(engine);
     let flag = engine.flag(opt);
     let facts = format!(
         "model {} on {} ({}); pod budget {}",
@@ -76,26 +146,33 @@ pub fn strategy(
         fs.mount_point.display(),
         budget_text(mem)
     );
-    let say = |what: String, findings: &mut Vec<Finding>| {
-        findings.push(Finding::info("load-strategy", format!("{facts}; {what}")))
-    };
-    if parsed.get(opt).is_some() {
-        say(format!("{flag} is the pod's own: kept"), findings);
-        return Vec::new();
+    let mut say = |what: String| findings.push(Finding::info("load-strategy", format!("{facts}; {what}")));
+    let nothing = |reads| Decided { added: Vec::new(), engine_reads_ahead: reads };
+    if let Some(v) = parsed.get(opt) {
+        say(format!("{flag} is the pod's own: kept"));
+        return nothing(matches!(v, Setting::On) || v.as_str() == Some("prefetch"));
+    }
+    if ours_instead {
+        say("--prefetch on: the launcher reads ahead instead of the engine".to_string());
+        return nothing(false);
     }
     let Some(v) = version.and_then(parse) else {
-        say(format!("the {} version is unknown: nothing added", engine.name()), findings);
-        return Vec::new();
+        say(format!("the {} version is unknown: nothing added", engine.name()));
+        return nothing(false);
     };
     let fits = |budget: Option<u64>| budget.is_some_and(|b| w.bytes as f64 <= FITS * b as f64);
-    let (value, why) = match (engine, class) {
-        (Engine::Vllm, _) if !at_least(&v, "0.18") => (None, "vLLM before 0.18 has no prefetch".to_string()),
+    let (value, reads, why) = match (engine, class(&fs.fstype)) {
+        (Engine::Vllm, _) if !at_least(&v, "0.18") => (None, false, "vLLM before 0.18 has no prefetch".to_string()),
         (Engine::Vllm, Class::Detected { since }) if at_least(&v, since) => {
+            // Before 0.26 vLLM judges the node's MemAvailable, from 0.26 the pod's limit.
+            let judged = if at_least(&v, "0.26") { mem.budget() } else { mem.host_available };
             if at_least(&v, "0.26") || fits(mem.budget()) || !fits(mem.host_available) {
+                let what = if fits(judged) { "reads ahead" } else { "does not read ahead" };
                 (
                     None,
+                    fits(judged),
                     format!(
-                        "vLLM {v} decides the read-ahead on {} itself, and its decision holds for this pod",
+                        "vLLM {v} decides the read-ahead on {} itself ({what}), and its decision holds for this pod",
                         fs.fstype
                     ),
                 )
@@ -106,21 +183,50 @@ pub fn strategy(
                     fs.fstype,
                     mem.host_available.map(gib).unwrap_or_default()
                 );
-                (Some("lazy"), why)
+                (Some("lazy"), false, why)
             }
         }
-        (_, _) if !fits(mem.budget()) => {
-            (None, "larger than 90 % of the pod's budget: a read-ahead would evict itself; nothing added".into())
+        (_, _) if !fits(mem.budget()) => (
+            None,
+            false,
+            "larger than 90 % of the pod's budget: the engine's read-ahead would evict itself; nothing added".into(),
+        ),
+        (Engine::Vllm, _) => {
+            (Some("prefetch"), true, format!("vLLM {v} does not read ahead on {} by itself", fs.fstype))
         }
-        (Engine::Vllm, _) => (Some("prefetch"), format!("vLLM {v} does not read ahead on {} by itself", fs.fstype)),
-        (Engine::Sglang, _) if !at_least(&v, "0.5.11") => (None, "sglang before 0.5.11 has no prefetch".to_string()),
-        (Engine::Sglang, _) => (Some("on"), format!("sglang {v} does not read ahead by itself")),
+        (Engine::Sglang, _) if !at_least(&v, "0.5.11") => {
+            (None, false, "sglang before 0.5.11 has no prefetch".to_string())
+        }
+        (Engine::Sglang, _) => (Some("on"), true, format!("sglang {v} does not read ahead by itself")),
     };
     let added = value.and_then(|val| crate::dialect::render(engine, opt, val)).unwrap_or_default();
     let shown = added.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
-    say(if added.is_empty() { why } else { format!("{why} → added {shown}") }, findings);
-    added
+    say(if added.is_empty() { why } else { format!("{why} → added {shown}") });
+    Decided { added, engine_reads_ahead: reads }
 }
+
+/// The launcher's read-ahead of `w`: at most half the pod's budget ahead of the loader (the
+/// rest is the engine's: what it has read stays cached while it has the file mapped), 8
+/// reads at once on shared storage (a network round trip each), 2 on a local disk.
+fn read_ahead(w: &Weights, fs: Option<&Filesystem>, memory: Option<&PodMemory>) -> Option<PrefetchSpec> {
+    if w.files.is_empty() {
+        return None;
+    }
+    let bytes: u64 = w.files.iter().map(|f| f.bytes).sum();
+    let budget = memory.and_then(PodMemory::budget).unwrap_or(DEFAULT_BUDGET);
+    let shared = fs.is_some_and(|f| class(&f.fstype) != Class::Local);
+    Some(PrefetchSpec {
+        files: w.files.iter().map(|f| f.host.clone()).collect(),
+        bytes,
+        lead_bytes: (budget / 2).clamp(MIN_LEAD, bytes.max(MIN_LEAD)),
+        ranges: if shared { 8 } else { 2 },
+        after_open: fs.is_some_and(|f| f.fstype == "fuse" || f.fstype.starts_with("fuse.")),
+    })
+}
+
+/// Without a known budget (a dry run under `--root`): what a small pod has.
+const DEFAULT_BUDGET: u64 = 4 << 30;
+const MIN_LEAD: u64 = 64 << 20;
 
 fn budget_text(m: &PodMemory) -> String {
     match (m.budget(), m.limit) {
@@ -135,17 +241,18 @@ fn budget_text(m: &PodMemory) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::model::Weights;
-    use crate::facts::storage::Filesystem;
+    use crate::facts::model::WeightFile;
 
     const GIB: u64 = 1 << 30;
 
+    /// A checkpoint of `bytes` in four files, on `fstype`.
     fn model(bytes: u64, fstype: &str) -> Model {
         let mut m = match crate::facts::model::from_config("/models/m", "/models/m/config.json".as_ref(), b"{}") {
             crate::facts::model::ModelFacts::Known(m) => m,
             other => panic!("{other:?}"),
         };
-        m.weights = Some(Weights { bytes, source: "index".into() });
+        let files = (1..=4).map(|i| WeightFile { host: format!("/models/m/{i}.safetensors").into(), bytes: bytes / 4 });
+        m.weights = Some(Weights { bytes, source: "index".into(), files: files.collect() });
         m.filesystem = Some(Filesystem { fstype: fstype.into(), mount_point: "/models".into() });
         *m
     }
@@ -160,15 +267,21 @@ mod tests {
         }
     }
 
-    fn decide(e: Engine, version: &str, size_gib: u64, fs: &str, mem: &PodMemory, args: &[&str]) -> String {
+    fn load(e: Engine, version: &str, m: &Model, mem: &PodMemory, args: &[&str], choice: PrefetchChoice) -> Load {
         let args: Vec<OsString> = args.iter().map(OsString::from).collect();
         let parsed = crate::dialect::read(e, &args);
-        let mut f = Vec::new();
-        let added = strategy(e, Some(version), &parsed, Some(&model(size_gib * GIB, fs)), Some(mem), &mut f);
-        added.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
+        plan(e, Some(version), &parsed, Some(m), Some(mem), choice, &mut Vec::new())
     }
 
-    /// Engine versions × filesystems × sizes against the pod's memory.
+    /// The engine flags added, and `+ours` when the launcher reads ahead itself.
+    fn decide(e: Engine, version: &str, size_gib: u64, fs: &str, mem: &PodMemory, args: &[&str]) -> String {
+        let l = load(e, version, &model(size_gib * GIB, fs), mem, args, PrefetchChoice::Auto);
+        let mut out: Vec<String> = l.added.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        out.extend(l.prefetch.map(|_| "+ours".to_string()));
+        out.join(" ")
+    }
+
+    /// Engine versions × filesystems × sizes against the pod's memory, with `--prefetch auto`.
     #[test]
     fn the_rule_table() {
         let (big_pod, small_pod) = (pod(Some(1024), 2048), pod(Some(64), 2048));
@@ -178,9 +291,9 @@ mod tests {
             (v, "0.25.1", 100, "ext4", &big_pod, ""),
             (v, "0.25.1", 100, "xfs", &big_pod, ""),
             (v, "0.25.1", 100, "overlay", &big_pod, ""),
-            // no prefetch before 0.18
-            (v, "0.17.1", 100, "fuse.juicefs", &big_pod, ""),
-            // shared, undetected, fits: prefetch
+            // no prefetch before 0.18: the launcher's
+            (v, "0.17.1", 100, "fuse.juicefs", &big_pod, "+ours"),
+            // shared, undetected, fits: the engine's prefetch
             (v, "0.18.0", 100, "fuse.juicefs", &big_pod, "--safetensors-load-strategy prefetch"),
             (v, "0.25.1", 100, "virtiofs", &big_pod, "--safetensors-load-strategy prefetch"),
             (v, "0.28.0", 100, "ceph", &big_pod, "--safetensors-load-strategy prefetch"),
@@ -189,20 +302,20 @@ mod tests {
             (v, "0.19.0", 100, "nfs4", &big_pod, ""),
             (v, "0.19.1", 100, "lustre", &big_pod, "--safetensors-load-strategy prefetch"),
             (v, "0.20.0", 100, "lustre", &big_pod, ""),
-            // larger than the pod: nothing where undetected, lazy where vLLM judges the host (< 0.26)
-            (v, "0.25.1", 100, "virtiofs", &small_pod, ""),
-            (v, "0.25.1", 100, "nfs4", &small_pod, "--safetensors-load-strategy lazy"),
-            (v, "0.26.0", 100, "nfs4", &small_pod, ""),
-            // larger than the host too: vLLM's own guard holds
-            (v, "0.25.1", 3000, "nfs4", &small_pod, ""),
+            // larger than the pod: the launcher's bounded read-ahead; lazy where vLLM judges the host (< 0.26)
+            (v, "0.25.1", 100, "virtiofs", &small_pod, "+ours"),
+            (v, "0.25.1", 100, "nfs4", &small_pod, "--safetensors-load-strategy lazy +ours"),
+            (v, "0.26.0", 100, "nfs4", &small_pod, "+ours"),
+            // larger than the host too: vLLM's own guard holds (it does not read ahead)
+            (v, "0.25.1", 3000, "nfs4", &small_pod, "+ours"),
             // no limit: the node's available memory is the budget
             (v, "0.25.1", 100, "fuse.gcsfuse", &pod(None, 2048), "--safetensors-load-strategy prefetch"),
-            // the pod's own choice wins
+            // the pod's own choice wins, and nothing is added beside it
             (v, "0.25.1", 100, "fuse.juicefs", &big_pod, ""),
-            // sglang: from 0.5.11, any shared filesystem that fits
-            (Engine::Sglang, "0.5.10", 100, "nfs4", &big_pod, ""),
+            // sglang: its flag from 0.5.11 where it fits; the launcher's before, or when it does not fit
+            (Engine::Sglang, "0.5.10", 100, "nfs4", &big_pod, "+ours"),
             (Engine::Sglang, "0.5.11", 100, "nfs4", &big_pod, "--weight-loader-prefetch-checkpoints"),
-            (Engine::Sglang, "0.5.23", 100, "fuse.juicefs", &small_pod, ""),
+            (Engine::Sglang, "0.5.23", 100, "fuse.juicefs", &small_pod, "+ours"),
             (Engine::Sglang, "0.5.23", 100, "ext4", &big_pod, ""),
         ];
         for (i, (e, ver, size, fs, mem, want)) in cases.into_iter().enumerate() {
@@ -216,12 +329,49 @@ mod tests {
         let parsed = crate::dialect::read(Engine::Vllm, &[]);
         let mut f = Vec::new();
         let m = model(412 * GIB, "fuse.juicefs");
-        strategy(Engine::Vllm, Some("0.25.1"), &parsed, Some(&m), Some(&pod(Some(1536), 2048)), &mut f);
+        plan(
+            Engine::Vllm,
+            Some("0.25.1"),
+            &parsed,
+            Some(&m),
+            Some(&pod(Some(1536), 2048)),
+            PrefetchChoice::Auto,
+            &mut f,
+        );
         assert_eq!(
             f[0].message,
             "model 412.0 GiB on fuse.juicefs (/models); pod budget 1535.0 GiB (limit 1536.0 GiB − 1.0 GiB used, \
              memory.max); vLLM 0.25.1 does not read ahead on fuse.juicefs by itself → added \
              --safetensors-load-strategy prefetch"
         );
+        let mut f = Vec::new();
+        plan(Engine::Vllm, Some("0.17.1"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), PrefetchChoice::Auto, &mut f);
+        assert_eq!(
+            f[1].message,
+            "the launcher reads the 4 files (412.0 GiB) ahead of the engine's loader: at most 31.5 GiB ahead, 8 \
+             reads at once, each file once the engine has opened it (FUSE drops the cache on open)"
+        );
+    }
+
+    /// `on` reads ahead anywhere (instead of the engine's own), `off` never; the lead is half
+    /// the pod's budget; 8 reads at once on shared storage, 2 on a local disk; FUSE after the open.
+    #[test]
+    fn on_and_off_and_the_read_ahead_s_shape() {
+        let (e, big) = (Engine::Vllm, pod(Some(1024), 2048));
+        let on = load(e, "0.25.1", &model(100 * GIB, "virtiofs"), &pod(Some(64), 2048), &[], PrefetchChoice::On);
+        assert!(on.added.is_empty(), "the launcher's instead of the engine's: {:?}", on.added);
+        let p = on.prefetch.unwrap();
+        assert_eq!(
+            (p.files.len(), p.bytes, p.lead_bytes, p.ranges, p.after_open),
+            (4, 100 * GIB, 63 * GIB / 2, 8, false)
+        );
+        let local = load(e, "0.25.1", &model(8 * GIB, "ext4"), &big, &[], PrefetchChoice::On).prefetch.unwrap();
+        assert_eq!((local.ranges, local.lead_bytes), (2, 8 * GIB), "the lead is at most the checkpoint");
+        let fuse = load(e, "0.17.1", &model(8 * GIB, "fuse.juicefs"), &big, &[], PrefetchChoice::Auto);
+        assert!(fuse.prefetch.unwrap().after_open);
+        let off = load(e, "0.17.1", &model(8 * GIB, "fuse.juicefs"), &big, &[], PrefetchChoice::Off);
+        assert!(off.prefetch.is_none());
+        let off = load(e, "0.25.1", &model(100 * GIB, "virtiofs"), &big, &[], PrefetchChoice::Off);
+        assert_eq!(off.added, ["--safetensors-load-strategy", "prefetch"], "off is the launcher's only");
     }
 }

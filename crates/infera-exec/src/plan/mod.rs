@@ -214,6 +214,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
         }
     }
     safety::shadowing(tree, site, &copies)?;
+    let mut prefetch = None;
     let mut added = match engine {
         Some(e) => {
             let parsed = args::with_unreadable(&st.args.parsed, &st.unreadable);
@@ -232,14 +233,20 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
                 memory::check(facts, e, &parsed, &applied, &req.allow, &mut p.findings)?;
                 let version = facts.engine(e).map(|i| i.version.as_str());
                 let memory = facts.host.as_ref().and_then(|h| h.memory.as_ref());
-                added.extend(load::strategy(e, version, &parsed, applied.model, memory, &mut p.findings));
+                let l = load::plan(e, version, &parsed, applied.model, memory, req.prefetch, &mut p.findings);
+                added.extend(l.added);
+                prefetch = l.prefetch;
             }
             added
         }
         None => Vec::new(),
     };
     added.extend(addressed);
-    exec_spec(&st, &copies, added, p)
+    exec_spec(&st, &copies, added, p)?;
+    if let Some(x) = p.exec.as_mut() {
+        x.prefetch = prefetch;
+    }
+    Ok(())
 }
 
 /// The args as read once for this engine (with what reading them found), checked for the
@@ -347,6 +354,7 @@ fn exec_spec(st: &Stage, copies: &caps::Copies, added: Vec<OsString>, p: &mut Pl
         privileges: req.privileges.clone(),
         steps,
         args_digest: None,
+        prefetch: None,
     };
     if let (Some(e), Some(_)) = (st.engine, req.group.as_ref().filter(|g| g.size > 1)) {
         let digest = args_digest(e, &req.args, &x.added_args);

@@ -199,6 +199,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         privileges: Privileges::default(),
         group: None,
         wait_model: None,
+        prefetch: crate::cli::PrefetchChoice::Auto,
         verify: Verify::Off,
     }
 }

@@ -17,6 +17,7 @@ mod multinode;
 mod payload;
 mod planning;
 mod planted;
+mod prefetch;
 mod preflight;
 mod refuse;
 mod snapshots;

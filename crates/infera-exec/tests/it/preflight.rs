@@ -111,8 +111,14 @@ fn image_with(torch: &Path, vllm: Option<&Path>, checkpoint: Option<u64>) -> Fx 
     let img = image("vllm-0.28");
     img.file("/models/kimi-k3/config.json", KIMI);
     if let Some(bytes) = checkpoint {
-        let index = format!("{{\"metadata\": {{\"total_size\": {bytes}}}, \"weight_map\": {{}}}}");
+        // Two shards named by the index, sparse: their sizes are the checkpoint's.
+        let map = r#""a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors""#;
+        let index = format!("{{\"metadata\": {{\"total_size\": {bytes}}}, \"weight_map\": {{{map}}}}}");
         img.file("/models/kimi-k3/model.safetensors.index.json", index);
+        for i in 1..=2 {
+            let shard = img.p(&format!("/models/kimi-k3/model-0000{i}-of-00002.safetensors"));
+            std::fs::File::create(shard).unwrap().set_len(bytes / 2).unwrap();
+        }
     }
     img.dir(&format!("{VLLM_SITE}/torch/lib"));
     std::fs::copy(torch, img.p(&format!("{VLLM_SITE}/torch/lib/libtorch_hip.so"))).unwrap();
@@ -437,16 +443,30 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("--safetensors-load-strategy is the pod's own: kept"), "{}", o.stdout);
     assert!(!o.stdout.contains("prefetch"), "{}", o.stdout);
-    // A pod smaller than the checkpoint: a read-ahead would evict itself.
+    // A pod smaller than the checkpoint: vLLM's read-ahead would evict itself; the launcher's,
+    // bounded to half the pod's budget, reads each file once the engine has it open (FUSE).
     let small = Node { fuse_models: true, memory_limit: Some(4 << 30), ..Node::default() };
     let o = on_node(&small, &img, &[], WORKER);
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(
-        o.stdout.contains("larger than 90 % of the pod's budget: a read-ahead would evict itself; nothing added"),
+        o.stdout.contains(
+            "larger than 90 % of the pod's budget: the engine's read-ahead would evict itself; nothing added"
+        ),
         "{}",
         o.stdout
     );
     assert!(!o.stdout.contains("--safetensors-load-strategy"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("[prefetch] the launcher reads the 2 files (8.0 GiB) ahead of the engine's loader: at most "),
+        "{}",
+        o.stdout
+    );
+    assert!(o
+        .stdout
+        .contains("8 reads at once, each file once the engine has opened it (FUSE drops the cache on open)"));
+    // `--prefetch off` (or INFERA_PREFETCH=off): nothing of the launcher's.
+    let o = on_node(&small, &img, &["INFERA_PREFETCH=off"], WORKER);
+    assert!(!o.stdout.contains("[prefetch]"), "{}", o.stdout);
     // The image's own disk: a local filesystem, nothing to decide.
     let o = on_node(&Node { memory_limit: Some(64 << 30), ..Node::default() }, &img, &[], WORKER);
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);

@@ -29,6 +29,33 @@ def _imports():
     return out
 
 
+def _load(d):
+    import mmap
+    import re
+
+    key = lambda s: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+    total = 0
+    for name in sorted((n for n in os.listdir(d) if n.endswith(".safetensors")), key=key):
+        with open(os.path.join(d, name), "rb") as f:
+            with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
+                total += sum(m[i] for i in range(0, len(m), 4096)) * 0 + len(m)
+    return total
+
+
+def _children():
+    me, out = os.getpid(), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open("/proc/%s/stat" % pid).read()
+            cmdline = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me:
+            out.append({"pid": int(pid), "state": fields[0], "argv": [a.decode("utf-8", "replace") for a in cmdline if a]})
+    return out
+
+
 def main(module):
     report = {
         "standin": module,
@@ -102,6 +129,12 @@ def main(module):
         for d in os.environ.get("RDMAV_DRIVERS", "").replace(";", ":").split(":")
         if d
     }
+    # INFERA_STANDIN_LOAD=DIR: read DIR's *.safetensors as vLLM's loader does (natural order,
+    # each file mapped and read through), before reporting.
+    if os.environ.get("INFERA_STANDIN_LOAD"):
+        report["loaded"] = _load(os.environ["INFERA_STANDIN_LOAD"])
+    # The processes this one has as children (the launcher's read-ahead, started before the exec).
+    report["children"] = _children()
     report["ppid"] = os.getppid()
     report["pgid"] = os.getpgid(0)
     print("INFERA-STANDIN " + json.dumps(report, sort_keys=True), flush=True)

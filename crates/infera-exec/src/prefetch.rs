@@ -1,0 +1,410 @@
+//! The launcher's own read-ahead of the weights (`--prefetch`): a process beside the engine
+//! that reads the checkpoint's files into the page cache in the order the engine's loader
+//! reads them, so the loader finds them cached instead of waiting on the storage.
+//!
+//! - **Bounded lead.** It reads at most `lead_bytes` past where the engine's loader is:
+//!   the highest page of each file the engine's processes have mapped (`/proc/PID/maps` and
+//!   the present bit of `/proc/PID/pagemap`: safetensors' `safe_open` maps the file) or the
+//!   offset of a descriptor they read it through (`/proc/PID/fdinfo`). A read-ahead that ran
+//!   further would evict what it read before the loader got to it when the checkpoint is
+//!   larger than the pod's memory.
+//! - **Parallel ranges.** `ranges` threads take the next 16 MiB of the files in turn: on a
+//!   network or FUSE filesystem each request pays a round trip, and several in flight fill
+//!   the link.
+//! - **After the open (FUSE).** A FUSE filesystem without `kernel_cache` drops a file's cache
+//!   when the file is opened: a file is read only once the engine has it open (every file is
+//!   opened here first, so the engine's open is the last one).
+//!
+//! **Lifecycle.** `spawn` starts it just before the exec (or, with `--init`, beside the
+//! child) as `infera-exec __prefetch`, in the pod's cgroup with the launcher's privileges
+//! after the drop. It asks the kernel to SIGKILL it when its parent dies
+//! (`PR_SET_PDEATHSIG`): its parent is the engine itself after the exec, or init. It stops
+//! when done, on SIGTERM (default action), or when the engine exits. Without `--init` its
+//! parent is the engine, which does not reap children it did not start: once done it stays,
+//! asleep, until the engine exits (then the kernel kills it and whoever reaps the engine's
+//! orphans — the container's init, or the runtime — reaps it), so it is never a zombie of a
+//! running engine. With `--init` the launcher reaps it, so it exits when done.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::spec::PrefetchSpec;
+
+/// What one thread reads at a time.
+const CHUNK: u64 = 16 << 20;
+/// One read's buffer: the chunk is read in pieces so a thread holds 1 MiB, not 16.
+const PIECE: usize = 1 << 20;
+/// How often the loader's place is looked at while the lead is used up.
+const POLL: Duration = Duration::from_millis(20);
+/// Files opened up front (more are opened when reached): well under a pod's 1024 descriptors.
+const OPEN_AHEAD: usize = 512;
+
+/// Start the read-ahead beside this process; `linger` without `--init` (see the module doc).
+/// A failure to start is a warning: the engine loads without it.
+pub fn spawn(spec: &PrefetchSpec, linger: bool) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg0("infera-exec")
+        .args(["__prefetch", "--parent", &std::process::id().to_string()])
+        .args(["--lead", &spec.lead_bytes.to_string(), "--ranges", &spec.ranges.to_string()])
+        .args(spec.after_open.then_some("--after-open"))
+        .args(linger.then_some("--linger"))
+        .arg("--")
+        .args(&spec.files)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    match cmd.spawn() {
+        Ok(c) => tracing::debug!(code = "prefetch", "read-ahead started (pid {})", c.id()),
+        Err(e) => {
+            tracing::warn!(code = "prefetch", "cannot start the read-ahead of the weights ({e}): loading without it")
+        }
+    }
+}
+
+/// `infera-exec __prefetch`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The process whose descendants load the weights (the engine, or init).
+    #[arg(long)]
+    pub parent: i32,
+    #[arg(long)]
+    pub lead: u64,
+    #[arg(long, default_value = "2")]
+    pub ranges: u32,
+    #[arg(long)]
+    pub after_open: bool,
+    #[arg(long)]
+    pub linger: bool,
+    #[arg(last = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// The read-ahead process: read, log what it read, then stay until the parent dies when
+/// asked to linger. Returns the exit code.
+pub fn main(a: &Args) -> i32 {
+    if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
+        || nix::unistd::getppid().as_raw() != a.parent
+    {
+        return 0; // the parent is already gone: nothing to read ahead for
+    }
+    let started = Instant::now();
+    let read = run(a);
+    let secs = started.elapsed().as_secs_f64();
+    let amount = match read {
+        r if r < 1 << 30 => format!("{} MiB", r >> 20),
+        r => format!("{:.1} GiB", r as f64 / (1u64 << 30) as f64),
+    };
+    let n = a.files.len();
+    tracing::info!(
+        code = "prefetch",
+        "read {amount} of {n} file{} ahead of the engine in {secs:.1} s",
+        if n == 1 { "" } else { "s" }
+    );
+    if a.linger {
+        loop {
+            nix::unistd::pause();
+        }
+    }
+    0
+}
+
+/// A file of the checkpoint: opened (or not yet), its size and identity, where it starts in
+/// the whole checkpoint.
+struct Shard {
+    path: PathBuf,
+    file: Option<File>,
+    len: u64,
+    id: (u64, u64),
+    start: u64,
+}
+
+/// Read every file, never more than the lead past the loader; returns the bytes read.
+fn run(a: &Args) -> u64 {
+    let mut start = 0;
+    let mut shards = Vec::new();
+    for (i, p) in a.files.iter().enumerate() {
+        let Some(m) = std::fs::metadata(p).ok().filter(|m| m.is_file()) else {
+            tracing::warn!(code = "prefetch", "`{}` is not a readable file: not read ahead", p.display());
+            continue;
+        };
+        let file = (i < OPEN_AHEAD).then(|| open(p)).flatten();
+        shards.push(Shard { path: p.clone(), file, len: m.len(), id: (m.dev(), m.ino()), start });
+        start += m.len();
+    }
+    let places: Vec<Place> = shards.iter().map(|s| Place { id: s.id, start: s.start, len: s.len }).collect();
+    let work = Mutex::new(Work { shard: 0, offset: 0, front: 0, read: 0 });
+    let loader = Mutex::new(Loader { parent: a.parent, me: std::process::id() as i32, ..Loader::default() });
+    let shards = Mutex::new(shards);
+    std::thread::scope(|s| {
+        for _ in 0..a.ranges.max(1) {
+            s.spawn(|| reader(a, &places, &shards, &work, &loader));
+        }
+    });
+    work.into_inner().map(|w| w.read).unwrap_or(0)
+}
+
+/// A regular file, read-only, opened without blocking (a FIFO in the model directory).
+fn open(p: &Path) -> Option<File> {
+    std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(p).ok()
+}
+
+/// Where a file is in the checkpoint, and which file it is.
+struct Place {
+    id: (u64, u64),
+    start: u64,
+    len: u64,
+}
+
+/// The next chunk to hand out (a file and an offset; `front` the same in the whole
+/// checkpoint), and what has been read.
+struct Work {
+    shard: usize,
+    offset: u64,
+    front: u64,
+    read: u64,
+}
+
+/// A chunk to read: the file's index, the file, the offset in it, the length.
+struct Chunk {
+    index: usize,
+    file: File,
+    offset: u64,
+    len: u64,
+    /// Its end in the whole checkpoint.
+    end: u64,
+}
+
+/// One reader: take the next chunk, wait until the lead allows it, read it (unless the
+/// loader got there first).
+fn reader(a: &Args, places: &[Place], shards: &Mutex<Vec<Shard>>, work: &Mutex<Work>, loader: &Mutex<Loader>) {
+    let mut buf = vec![0u8; PIECE];
+    while let Some(c) = next_chunk(shards, work) {
+        let behind = loop {
+            let Ok(mut l) = loader.lock() else { return };
+            let front = work.lock().map(|w| w.front).unwrap_or(0);
+            l.refresh(places, front + a.lead);
+            if c.end <= l.position {
+                break true;
+            }
+            if c.end <= l.position + a.lead && (!a.after_open || l.opened.is_some_and(|o| o >= c.index)) {
+                break false;
+            }
+            drop(l);
+            std::thread::sleep(POLL);
+        };
+        let done = if behind { 0 } else { read_range(&c, &mut buf) };
+        if let Ok(mut w) = work.lock() {
+            w.read += done;
+        }
+    }
+}
+
+/// Read a chunk into the page cache (the bytes land in `buf` and are dropped).
+fn read_range(c: &Chunk, buf: &mut [u8]) -> u64 {
+    let mut done = 0;
+    while done < c.len {
+        let n = (c.len - done).min(buf.len() as u64) as usize;
+        match c.file.read_at(&mut buf[..n], c.offset + done) {
+            Ok(0) => break,
+            Ok(k) => done += k as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    done
+}
+
+fn next_chunk(shards: &Mutex<Vec<Shard>>, work: &Mutex<Work>) -> Option<Chunk> {
+    let mut w = work.lock().ok()?;
+    let mut s = shards.lock().ok()?;
+    loop {
+        let sh = s.get_mut(w.shard)?;
+        if w.offset >= sh.len {
+            (w.shard, w.offset) = (w.shard + 1, 0);
+            continue;
+        }
+        if sh.file.is_none() {
+            sh.file = open(&sh.path);
+        }
+        let Some(file) = sh.file.as_ref().and_then(|f| f.try_clone().ok()) else {
+            (w.shard, w.offset) = (w.shard + 1, 0);
+            continue;
+        };
+        let len = (sh.len - w.offset).min(CHUNK);
+        let c = Chunk { index: w.shard, file, offset: w.offset, len, end: sh.start + w.offset + len };
+        w.offset += len;
+        w.front = c.end;
+        return Some(c);
+    }
+}
+
+/// Where the engine's loader is, as seen from /proc.
+#[derive(Default)]
+struct Loader {
+    parent: i32,
+    me: i32,
+    /// The furthest byte of the checkpoint the loader has reached.
+    position: u64,
+    /// The last file (index) it has had open.
+    opened: Option<usize>,
+    last: Option<Instant>,
+}
+
+impl Loader {
+    /// Look again, at most every POLL: each process of the engine's tree, each file of the
+    /// checkpoint it has mapped or open, up to `upto` in the checkpoint (further does not
+    /// change what may be read).
+    fn refresh(&mut self, places: &[Place], upto: u64) {
+        if self.last.is_some_and(|t| t.elapsed() < POLL) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        for pid in crate::procs::descendants(self.parent, self.me) {
+            for (i, at) in seen(pid, places, self.position, upto) {
+                self.opened = Some(self.opened.map_or(i, |o| o.max(i)));
+                if let Some(at) = at {
+                    self.position = self.position.max(places[i].start + at);
+                }
+            }
+        }
+    }
+}
+
+/// The checkpoint files `pid` has mapped or open: (index, how far into it the process has
+/// read, when that can be seen), looking between `from` and `upto` of the checkpoint.
+fn seen(pid: i32, places: &[Place], from: u64, upto: u64) -> Vec<(usize, Option<u64>)> {
+    let find = |dev: u64, ino: u64| places.iter().position(|p| p.id == (dev, ino));
+    let mut out = Vec::new();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok();
+    for m in maps.lines().filter_map(Mapping::parse) {
+        let Some(i) = find(m.dev, m.ino) else { continue };
+        let p = &places[i];
+        let window = (from.saturating_sub(p.start).min(p.len), upto.saturating_sub(p.start).min(p.len));
+        out.push((i, pagemap.as_ref().and_then(|pm| m.highest_present(pm, window))));
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return out };
+    for fd in fds.flatten() {
+        let Ok(m) = std::fs::metadata(fd.path()) else { continue };
+        let Some(i) = find(m.dev(), m.ino()) else { continue };
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()));
+        let pos = info.ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix("pos:")?.trim().parse().ok()));
+        out.push((i, pos.filter(|p| *p > 0)));
+    }
+    out
+}
+
+/// A line of /proc/PID/maps for a file: its addresses, file offset and identity.
+#[derive(Debug, PartialEq, Eq)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    dev: u64,
+    ino: u64,
+}
+
+impl Mapping {
+    /// `7f..-7f.. r--s 00000000 08:01 1234 /models/m/model-00001-of-00004.safetensors`
+    fn parse(line: &str) -> Option<Mapping> {
+        let mut f = line.split_ascii_whitespace();
+        let (start, end) = f.next()?.split_once('-')?;
+        let _perms = f.next()?;
+        let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+        let (major, minor) = f.next()?.split_once(':')?;
+        let ino = f.next()?.parse().ok().filter(|i| *i != 0)?;
+        let dev = nix::sys::stat::makedev(u64::from_str_radix(major, 16).ok()?, u64::from_str_radix(minor, 16).ok()?);
+        Some(Mapping {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            offset,
+            dev,
+            ino,
+        })
+    }
+
+    /// How far into the file the process has touched this mapping between the file offsets
+    /// `window`: one past the highest page the page tables hold (bit 63 of its pagemap
+    /// entry), scanned from the top down in 2 MiB steps. None when nothing there is mapped
+    /// in or the pagemap cannot be read.
+    fn highest_present(&self, pagemap: &File, window: (u64, u64)) -> Option<u64> {
+        const PAGE: u64 = 4096;
+        const STEP: u64 = 512; // pages
+        let addr = |off: u64| (self.start + off.saturating_sub(self.offset)).clamp(self.start, self.end) / PAGE;
+        let (first, mut hi) = (addr(window.0), addr(window.1).max(addr(window.0)));
+        let base = self.start / PAGE;
+        let mut entries = vec![0u8; (STEP * 8) as usize];
+        while hi > first {
+            let lo = hi.saturating_sub(STEP).max(first);
+            let n = ((hi - lo) * 8) as usize;
+            pagemap.read_exact_at(&mut entries[..n], lo * 8).ok()?;
+            if let Some(k) = entries[..n].chunks_exact(8).rposition(|e| e[7] & 0x80 != 0) {
+                return Some(self.offset + (lo + k as u64 + 1 - base) * PAGE);
+            }
+            hi = lo;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_maps_line_of_a_file() {
+        let m = Mapping::parse("7f0000000000-7f0040000000 r--s 00001000 fd:01 1234   /m/model-00001.safetensors");
+        assert_eq!(
+            m,
+            Some(Mapping {
+                start: 0x7f00_0000_0000,
+                end: 0x7f00_4000_0000,
+                offset: 0x1000,
+                dev: nix::sys::stat::makedev(0xfd, 1),
+                ino: 1234
+            })
+        );
+        assert_eq!(Mapping::parse("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 [stack]"), None, "not a file");
+    }
+
+    /// This process maps a 64 MiB file (not cached) and touches its first page and one at
+    /// 20 MiB: the highest page present is seen through its own pagemap, to the size of a
+    /// page-cache folio (the kernel maps a whole large folio on a fault).
+    #[test]
+    fn the_highest_page_touched_is_seen() {
+        use std::io::Write;
+        const MIB: u64 = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.safetensors");
+        let mut w = std::fs::File::create(&p).unwrap();
+        w.write_all(&vec![1u8; 64 << 20]).unwrap();
+        w.sync_all().unwrap();
+        let f = File::open(&p).unwrap();
+        nix::fcntl::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .unwrap();
+        // SAFETY: a private read-only map of a file this test owns and does not change.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        let ino = f.metadata().unwrap().ino();
+        let mine = || {
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+            maps.lines().filter_map(Mapping::parse).find(|m| m.ino == ino).unwrap()
+        };
+        let pagemap = File::open("/proc/self/pagemap").unwrap();
+        let all = (0, 64 * MIB);
+        assert_eq!(mine().highest_present(&pagemap, all), None, "nothing touched yet");
+        assert_eq!(map[0] + map[(20 * MIB) as usize], 2);
+        let seen = mine().highest_present(&pagemap, all).unwrap();
+        assert!((20 * MIB + 4096..=24 * MIB).contains(&seen), "{seen}");
+        assert_eq!(mine().highest_present(&pagemap, (0, 10 * MIB)).map(|s| s <= 4 * MIB), Some(true), "the first page");
+        assert_eq!(mine().highest_present(&pagemap, (30 * MIB, 64 * MIB)), None, "nothing above");
+    }
+}

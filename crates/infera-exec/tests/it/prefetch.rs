@@ -1,0 +1,177 @@
+//! The launcher's read-ahead of the weights (`--prefetch`): started beside the engine, it
+//! reads ahead of the engine's loader within its lead, and leaves no process and no zombie
+//! behind, whether the engine exits early, is stopped, or runs under `--init`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::*;
+
+const MIB: usize = 1 << 20;
+
+/// A model directory on this host: a config.json and three weight files of `mib` MiB each,
+/// written to disk and out of the page cache.
+fn model(mib: usize) -> Fx {
+    let fx = Fx::new();
+    fx.file("m/config.json", "{}");
+    for i in 1..=3 {
+        let rel = format!("m/model-0000{i}-of-00003.safetensors");
+        fx.file(&rel, vec![i as u8; mib * MIB]);
+        evict(&fx.p(&rel));
+    }
+    fx
+}
+
+fn evict(p: &Path) {
+    let f = std::fs::File::open(p).unwrap();
+    f.sync_all().unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    nix::fcntl::posix_fadvise(fd, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED).unwrap();
+}
+
+/// The bytes of `p` in the page cache (util-linux's fincore).
+fn cached(p: &Path) -> u64 {
+    let out = std::process::Command::new("fincore").args(["-b", "-n", "-o", "RES"]).arg(p).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// The read-ahead among the children of `pid`: (its pid, its state).
+fn read_ahead_of(pid: u32) -> Option<(u32, char)> {
+    children_of(pid).into_iter().find(|(c, _)| {
+        std::fs::read(format!("/proc/{c}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"__prefetch"))
+    })
+}
+
+/// Reap `pid` (an orphan reparented to this test, a subreaper) within 20 s: how it ended.
+fn reap(pid: u32) -> nix::sys::wait::WaitStatus {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let mut st = WaitStatus::StillAlive;
+    let ended = wait_until(Duration::from_secs(20), || {
+        st = waitpid(nix::unistd::Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG)).unwrap();
+        st != WaitStatus::StillAlive
+    });
+    assert!(ended, "the read-ahead {pid} outlived the engine");
+    st
+}
+
+/// Whether `pid` catches SIGTERM: the stand-in engine is up (its handler is set).
+fn catches_term(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let cgt = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).map(str::trim).unwrap_or("0");
+    u64::from_str_radix(cgt, 16).is_ok_and(|m| m & (1 << 14) != 0)
+}
+
+fn worker(img: &Fx, ov: &Fx, m: &Fx, extra: &[&str]) -> Run {
+    let volume = format!("/models={}", m.path().display());
+    infera(&["worker", "--prefetch", "on", "--volume", &volume])
+        .args(extra)
+        .args(["--", "--model", "/models/m"])
+        .root(img)
+        .overlay(&ov.overlay())
+        .env("INFERA_STANDIN_LOAD", m.p("m"))
+}
+
+/// Without `--init` the read-ahead is the engine's child: once done it stays asleep (never a
+/// zombie of an engine that does not reap it), and dies with the engine.
+#[test]
+fn without_init_it_waits_for_the_engine_then_dies_with_it() {
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let (py, m) = (real_python("3.12"), model(8));
+    let (img, ov) = (vllm_image(Some(&py)), shipped_overlay());
+    let dry = worker(&img, &ov, &m, &["--dry-run", "--output", "json"]).run();
+    let p = &dry.json()["exec"]["prefetch"];
+    assert_eq!(p["files"].as_array().map(Vec::len), Some(3), "{}", dry.stdout);
+    assert_eq!((p["bytes"].as_u64(), p["ranges"].as_u64()), (Some(24 << 20), Some(2)));
+    let child = worker(&img, &ov, &m, &[]).env("INFERA_STANDIN_WAIT", "60").spawn();
+    let engine = child.id();
+    let asleep = |pid: u32| {
+        read_ahead_of(pid).is_some_and(|(c, _)| {
+            std::fs::read_to_string(format!("/proc/{c}/wchan")).is_ok_and(|w| w.contains("pause"))
+        })
+    };
+    let seen = std::cell::Cell::new(None);
+    let (code, out, _) = terminated(child, |pid| {
+        seen.set(read_ahead_of(pid).map(|x| x.0).or(seen.get()));
+        asleep(pid) && catches_term(pid)
+    });
+    assert_eq!(code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("[prefetch] read 24 MiB of 3 files ahead of the engine"), "{}", out.stderr);
+    let r = out.standin();
+    assert_eq!(r["loaded"], 3 * 8 * MIB);
+    assert_eq!(r["pid"], engine, "the engine is the launcher's process");
+    let kids = r["children"].as_array().unwrap();
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert_eq!(kids[0]["argv"][1], "__prefetch");
+    assert_ne!(kids[0]["state"], "Z");
+    // The engine is gone: the kernel killed the read-ahead (its parent died) and this test,
+    // their subreaper, reaps it.
+    let pid = seen.get().unwrap();
+    assert_eq!(
+        reap(pid),
+        nix::sys::wait::WaitStatus::Signaled(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::SIGKILL, false)
+    );
+}
+
+/// An engine that exits at once (a bad argument after the load started) takes the
+/// read-ahead with it: nothing is left running.
+#[test]
+fn an_engine_that_exits_early_leaves_nothing() {
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let (py, m) = (real_python("3.12"), model(64));
+    let (img, ov) = (vllm_image(Some(&py)), shipped_overlay());
+    let out = worker(&img, &ov, &m, &[]).env_remove("INFERA_STANDIN_LOAD").env("INFERA_STANDIN_EXIT", "3").run();
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    let kids = out.standin()["children"].as_array().unwrap().clone();
+    let pid = kids[0]["pid"].as_u64().unwrap() as u32;
+    assert_eq!(
+        reap(pid),
+        nix::sys::wait::WaitStatus::Signaled(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::SIGKILL, false)
+    );
+}
+
+/// Under `--init` the launcher is its parent and reaps it when it is done; a stop ends the
+/// engine and the launcher leaves nothing behind.
+#[test]
+fn under_init_the_launcher_reaps_it() {
+    let (py, m) = (real_python("3.12"), model(8));
+    let (img, ov) = (vllm_image(Some(&py)), shipped_overlay());
+    let child = worker(&img, &ov, &m, &["--init"]).env("INFERA_STANDIN_WAIT", "60").spawn();
+    let launcher = child.id();
+    let engine_up = |pid: u32| children_of(pid).iter().any(|(c, _)| catches_term(*c));
+    let (code, out, _) = terminated(child, |pid| engine_up(pid) && read_ahead_of(pid).is_none());
+    assert_eq!(code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("[prefetch] read 24 MiB of 3 files ahead of the engine"), "{}", out.stderr);
+    assert!(out.stdout.contains("INFERA-STANDIN-SIGNAL 15"), "the engine got the stop: {}", out.stdout);
+    assert_eq!(out.standin()["ppid"], launcher);
+    assert!(children_of(launcher).is_empty());
+}
+
+/// The read-ahead reads at most its lead past where the engine's loader is, and follows the
+/// loader as it maps and reads the files (here the loader is this test process).
+#[test]
+fn it_stays_within_its_lead_of_the_loader() {
+    let m = model(32);
+    let files: Vec<_> = (1..=3).map(|i| m.p(&format!("m/model-0000{i}-of-00003.safetensors"))).collect();
+    let me = std::process::id().to_string();
+    let mut ra = std::process::Command::new(env!("CARGO_BIN_EXE_infera-exec"))
+        .args(["__prefetch", "--parent", &me, "--lead", &(16 * MIB).to_string(), "--ranges", "2", "--"])
+        .args(&files)
+        .spawn()
+        .unwrap();
+    let total = || files.iter().map(|f| cached(f)).sum::<u64>();
+    // It reads the lead (and the kernel's read-ahead past it), then waits for the loader.
+    assert!(wait_until(Duration::from_secs(20), || total() >= 16 * MIB as u64));
+    std::thread::sleep(Duration::from_millis(300)); // what it would read if it did not wait
+    let before = total();
+    assert!(before <= 48 * MIB as u64, "{before} bytes read ahead of a loader that has not started");
+    assert_eq!(cached(&files[2]), 0);
+    // The loader maps the first file and reads it through: the lead moves with it.
+    let f = std::fs::File::open(&files[0]).unwrap();
+    // SAFETY: a read-only map of a file this test wrote and no one changes.
+    let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    let sum: u64 = map.iter().step_by(4096).map(|b| *b as u64).sum();
+    assert_eq!(sum, 32 * MIB as u64 / 4096);
+    assert!(wait_until(Duration::from_secs(20), || cached(&files[1]) >= 16 * MIB as u64), "{}", cached(&files[1]));
+    ra.kill().unwrap();
+    ra.wait().unwrap();
+}
