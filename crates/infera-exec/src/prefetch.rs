@@ -5,10 +5,12 @@
 //! - **Bounded lead.** It reads at most `lead_bytes` past where the engine's loader is:
 //!   the highest page of each file the engine's processes have mapped (`/proc/PID/maps` and
 //!   the present bit of `/proc/PID/pagemap`: safetensors' `safe_open` maps the file) or the
-//!   offset of a descriptor they read it through (`/proc/PID/fdinfo`). A read-ahead that ran
-//!   further would evict what it read before the loader got to it when the checkpoint is
-//!   larger than the pod's memory.
-//! - **Parallel ranges.** `ranges` threads take the next 16 MiB of the files in turn: on a
+//!   offset of a descriptor they read it through (`/proc/PID/fdinfo`). Once the pod's memory
+//!   cgroup is nearly full the lead is 64 MiB, and each chunk is read twice: what the loader
+//!   has read stays mapped by it, which the kernel keeps before pages read once, so a longer
+//!   lead, or pages read once, would be evicted before the loader got to them (measured:
+//!   BENCHMARKS.md, the cells at twice the pod's limit).
+//! - **Parallel ranges.** `ranges` threads take the next 4 MiB of the files in turn: on a
 //!   network or FUSE filesystem each request pays a round trip, and several in flight fill
 //!   the link.
 //! - **After the open (FUSE).** A FUSE filesystem without `kernel_cache` drops a file's cache
@@ -35,11 +37,19 @@ use std::time::{Duration, Instant};
 use crate::spec::PrefetchSpec;
 
 /// What one thread reads at a time.
-const CHUNK: u64 = 16 << 20;
+const CHUNK: u64 = 4 << 20;
 /// One read's buffer: the chunk is read in pieces so a thread holds 1 MiB, not 16.
 const PIECE: usize = 1 << 20;
 /// How often the loader's place is looked at while the lead is used up.
 const POLL: Duration = Duration::from_millis(20);
+/// A chunk this far behind the loader's place is not read: the loader has read it (the
+/// place is its highest page mapped, and a copy of one tensor may touch the tensor's end
+/// first — glibc's large memcpy works on several pages apart — so a chunk just behind it
+/// may not have been read yet).
+const BEHIND: u64 = 256 << 20;
+/// The lead while the pod's memory is nearly full (see `Loader::pressed`): measured best on
+/// a checkpoint twice the pod's limit (BENCHMARKS.md).
+const PRESSED_LEAD: u64 = 64 << 20;
 /// Files opened up front (more are opened when reached): well under a pod's 1024 descriptors.
 const OPEN_AHEAD: usize = 512;
 
@@ -187,16 +197,24 @@ fn reader(a: &Args, places: &[Place], shards: &Mutex<Vec<Shard>>, work: &Mutex<W
             let Ok(mut l) = loader.lock() else { return };
             let front = work.lock().map(|w| w.front).unwrap_or(0);
             l.refresh(places, front + a.lead);
-            if c.end <= l.position {
+            if c.end + BEHIND <= l.position {
                 break true;
             }
-            if c.end <= l.position + a.lead && (!a.after_open || l.opened.is_some_and(|o| o >= c.index)) {
+            let lead = if l.pressed { a.lead.min(PRESSED_LEAD) } else { a.lead };
+            if c.end <= l.position + lead && (!a.after_open || l.opened.is_some_and(|o| o >= c.index)) {
                 break false;
             }
             drop(l);
             std::thread::sleep(POLL);
         };
+        let pressed = loader.lock().is_ok_and(|l| l.pressed);
         let done = if behind { 0 } else { read_range(&c, &mut buf) };
+        if pressed && !behind {
+            // Read again, from the cache: a page read twice is on the active list, kept before
+            // the inactive pages the loader has mapped and read (the kernel activates those
+            // only when it scans them), so what is read ahead is not evicted first.
+            read_range(&c, &mut buf);
+        }
         if let Ok(mut w) = work.lock() {
             w.read += done;
         }
@@ -251,6 +269,10 @@ struct Loader {
     position: u64,
     /// The last file (index) it has had open.
     opened: Option<usize>,
+    /// The pod's memory cgroup is nearly full: what the loader has read is still cached
+    /// (mapped by it, so the kernel keeps it before what was read ahead), and a long lead
+    /// would be evicted before the loader gets to it.
+    pressed: bool,
     last: Option<Instant>,
 }
 
@@ -263,6 +285,8 @@ impl Loader {
             return;
         }
         self.last = Some(Instant::now());
+        let mem = crate::facts::storage::pod_memory(|p| std::fs::read_to_string(p).ok());
+        self.pressed = mem.limit.is_some() && mem.budget().is_some_and(|room| room < 2 * PRESSED_LEAD);
         for pid in crate::procs::descendants(self.parent, self.me) {
             for (i, at) in seen(pid, places, self.position, upto) {
                 self.opened = Some(self.opened.map_or(i, |o| o.max(i)));

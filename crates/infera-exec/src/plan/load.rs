@@ -186,6 +186,15 @@ fn engine_strategy(
                 (Some("lazy"), false, why)
             }
         }
+        (_, _) if is_fuse(&fs.fstype) => (
+            None,
+            false,
+            format!(
+                "on {} the engine's read-ahead opens each file apart from its loader, and FUSE drops a file's cache \
+                 when it is opened: most of what it reads is lost; nothing added",
+                fs.fstype
+            ),
+        ),
         (_, _) if !fits(mem.budget()) => (
             None,
             false,
@@ -220,8 +229,12 @@ fn read_ahead(w: &Weights, fs: Option<&Filesystem>, memory: Option<&PodMemory>) 
         bytes,
         lead_bytes: (budget / 2).clamp(MIN_LEAD, bytes.max(MIN_LEAD)),
         ranges: if shared { 8 } else { 2 },
-        after_open: fs.is_some_and(|f| f.fstype == "fuse" || f.fstype.starts_with("fuse.")),
+        after_open: fs.is_some_and(|f| is_fuse(&f.fstype)),
     })
+}
+
+fn is_fuse(fstype: &str) -> bool {
+    fstype == "fuse" || fstype.starts_with("fuse.")
 }
 
 /// Without a known budget (a dry run under `--root`): what a small pod has.
@@ -292,9 +305,9 @@ mod tests {
             (v, "0.25.1", 100, "xfs", &big_pod, ""),
             (v, "0.25.1", 100, "overlay", &big_pod, ""),
             // no prefetch before 0.18: the launcher's
-            (v, "0.17.1", 100, "fuse.juicefs", &big_pod, "+ours"),
+            (v, "0.17.1", 100, "ceph", &big_pod, "+ours"),
             // shared, undetected, fits: the engine's prefetch
-            (v, "0.18.0", 100, "fuse.juicefs", &big_pod, "--safetensors-load-strategy prefetch"),
+            (v, "0.18.0", 100, "cifs", &big_pod, "--safetensors-load-strategy prefetch"),
             (v, "0.25.1", 100, "virtiofs", &big_pod, "--safetensors-load-strategy prefetch"),
             (v, "0.28.0", 100, "ceph", &big_pod, "--safetensors-load-strategy prefetch"),
             // NFS before vLLM detects it (0.19): prefetch; from 0.19 its own
@@ -309,17 +322,20 @@ mod tests {
             // larger than the host too: vLLM's own guard holds (it does not read ahead)
             (v, "0.25.1", 3000, "nfs4", &small_pod, "+ours"),
             // no limit: the node's available memory is the budget
-            (v, "0.25.1", 100, "fuse.gcsfuse", &pod(None, 2048), "--safetensors-load-strategy prefetch"),
+            (v, "0.25.1", 100, "9p", &pod(None, 2048), "--safetensors-load-strategy prefetch"),
+            // FUSE: the engine's read-ahead is lost on the loader's open; the launcher's
+            (v, "0.25.1", 100, "fuse.gcsfuse", &pod(None, 2048), "+ours"),
             // the pod's own choice wins, and nothing is added beside it
             (v, "0.25.1", 100, "fuse.juicefs", &big_pod, ""),
             // sglang: its flag from 0.5.11 where it fits; the launcher's before, or when it does not fit
             (Engine::Sglang, "0.5.10", 100, "nfs4", &big_pod, "+ours"),
             (Engine::Sglang, "0.5.11", 100, "nfs4", &big_pod, "--weight-loader-prefetch-checkpoints"),
             (Engine::Sglang, "0.5.23", 100, "fuse.juicefs", &small_pod, "+ours"),
+            (Engine::Sglang, "0.5.23", 100, "fuse.juicefs", &big_pod, "+ours"),
             (Engine::Sglang, "0.5.23", 100, "ext4", &big_pod, ""),
         ];
         for (i, (e, ver, size, fs, mem, want)) in cases.into_iter().enumerate() {
-            let args: &[&str] = if i == 16 { &["--safetensors-load-strategy", "lazy"] } else { &[] };
+            let args: &[&str] = if i == 17 { &["--safetensors-load-strategy", "lazy"] } else { &[] };
             assert_eq!(decide(e, ver, size, fs, mem, args), want, "case {i}: {} {ver} {size} GiB on {fs}", e.name());
         }
     }
@@ -328,7 +344,7 @@ mod tests {
     fn each_decision_says_its_numbers() {
         let parsed = crate::dialect::read(Engine::Vllm, &[]);
         let mut f = Vec::new();
-        let m = model(412 * GIB, "fuse.juicefs");
+        let m = model(412 * GIB, "virtiofs");
         plan(
             Engine::Vllm,
             Some("0.25.1"),
@@ -340,10 +356,11 @@ mod tests {
         );
         assert_eq!(
             f[0].message,
-            "model 412.0 GiB on fuse.juicefs (/models); pod budget 1535.0 GiB (limit 1536.0 GiB − 1.0 GiB used, \
-             memory.max); vLLM 0.25.1 does not read ahead on fuse.juicefs by itself → added \
+            "model 412.0 GiB on virtiofs (/models); pod budget 1535.0 GiB (limit 1536.0 GiB − 1.0 GiB used, \
+             memory.max); vLLM 0.25.1 does not read ahead on virtiofs by itself → added \
              --safetensors-load-strategy prefetch"
         );
+        let m = model(412 * GIB, "fuse.juicefs");
         let mut f = Vec::new();
         plan(Engine::Vllm, Some("0.17.1"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), PrefetchChoice::Auto, &mut f);
         assert_eq!(

@@ -129,6 +129,23 @@ fn an_engine_that_exits_early_leaves_nothing() {
     );
 }
 
+/// Under `--init` an engine that exits at once: the launcher ends the read-ahead with the
+/// engine's other leftovers and reaps it before it exits.
+#[test]
+fn under_init_an_engine_that_exits_early_leaves_nothing() {
+    let (py, m) = (real_python("3.12"), model(64));
+    let (img, ov) = (vllm_image(Some(&py)), shipped_overlay());
+    let out = worker(&img, &ov, &m, &["--init"])
+        .env_remove("INFERA_STANDIN_LOAD")
+        .env("INFERA_STANDIN_EXIT", "3")
+        .env("INFERA_LOG", "debug")
+        .run();
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    let started = out.stderr.lines().find_map(|l| l.split("read-ahead started (pid ").nth(1)).expect(&out.stderr);
+    let pid: u32 = started.trim_end_matches(')').parse().unwrap();
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the read-ahead {pid} outlived the launcher");
+}
+
 /// Under `--init` the launcher is its parent and reaps it when it is done; a stop ends the
 /// engine and the launcher leaves nothing behind.
 #[test]

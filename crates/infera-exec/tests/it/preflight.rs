@@ -136,11 +136,6 @@ fn on_node(node: &Node, img: &Fx, env: &[&str], args: &[&str]) -> Out {
     std::fs::copy(BIN, img.p("/infera-exec")).unwrap();
     let script = r#"set -e
 R="$1"; GFX="$2"; N="$3"; VRAM="$4"; PART="$5"; NUMA="$6"; SHM="$7"; DRIVER="$8"; FUSE="$9"; CG="${10}"; LIMIT="${11}"; shift 11
-if [ -n "$LIMIT" ]; then
-  mkdir -p "/sys/fs/cgroup/memory/$CG"
-  echo "$LIMIT" > "/sys/fs/cgroup/memory/$CG/memory.limit_in_bytes"
-  echo $$ > "/sys/fs/cgroup/memory/$CG/cgroup.procs"
-fi
 mkdir -p "$R/dev" "$R/sys" "$R/proc"
 mount -t tmpfs -o mode=755 dev "$R/dev"
 if [ -n "$FUSE" ]; then
@@ -176,6 +171,13 @@ if [ -n "$NUMA" ]; then
   echo "$NUMA" > "$R/dev/numa_balancing"
   mount --bind "$R/dev/numa_balancing" "$R/proc/sys/kernel/numa_balancing"
 fi
+# The pod's memory cgroup holds the launcher only (the FUSE daemon above stays out of it, so
+# the cgroup is empty, and removed, as soon as the launcher exits).
+if [ -n "$LIMIT" ]; then
+  mkdir -p "/sys/fs/cgroup/memory/$CG"
+  echo "$LIMIT" > "/sys/fs/cgroup/memory/$CG/memory.limit_in_bytes"
+  echo $$ > "/sys/fs/cgroup/memory/$CG/cgroup.procs"
+fi
 exec chroot "$R" /infera-exec "$@"
 "#;
     let part = node.partition.map(|(c, m)| format!("{c}/{m}")).unwrap_or_default();
@@ -198,6 +200,10 @@ exec chroot "$R" /infera-exec "$@"
         run.env(k, v);
     }
     let o = run.output().unwrap();
+    // The run's memory cgroup, empty now that the launcher has exited: nothing left behind.
+    if node.memory_limit.is_some() {
+        std::fs::remove_dir(format!("/sys/fs/cgroup/memory/{cgroup}")).unwrap();
+    }
     if node.memory_limit.is_some() {
         let _ = std::fs::remove_dir(format!("/sys/fs/cgroup/memory/{cgroup}"));
     }
@@ -415,10 +421,10 @@ fn aiters_kernel_directories_against_the_node() {
     assert_eq!(on_node(&Node::default(), &img, &["VLLM_ROCM_USE_AITER=1"], CHECK).code, 0);
 }
 
-/// The weight load: a model directory served by FUSE (a filesystem no vLLM detects) in a pod
-/// whose memory cgroup holds the checkpoint gets vLLM's `prefetch`; in a cgroup smaller than
-/// the checkpoint nothing is added; on the image's own (local) disk nothing either. The
-/// filesystem, the pod's limit and the decision are shown by `check`.
+/// The weight load: a model directory served by FUSE (a filesystem no vLLM detects, and on
+/// which vLLM's own read-ahead is lost when its loader opens the file) gets the launcher's
+/// read-ahead, after the engine's open; the pod's own choice is kept; on the image's own
+/// (local) disk nothing. The filesystem, the pod's limit and the decision are shown by `check`.
 #[test]
 fn the_load_strategy_from_the_pods_filesystem_and_memory() {
     let t = tempfile::tempdir().unwrap();
@@ -429,13 +435,24 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("  model     /models/kimi-k3: 8.0 GiB (metadata.total_size of model.safetensors.index.json) on fuse.fuse-overlayfs (/models)"), "{}", o.stdout);
     assert!(o.stdout.contains("  memory    pod limit 64.0 GiB, "), "{}", o.stdout);
-    assert!(o.stdout.contains("  added     --tensor-parallel-size 8 --mm-encoder-tp-mode data --kv-cache-dtype auto --safetensors-load-strategy prefetch"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains(
+            "  added     --tensor-parallel-size 8 --mm-encoder-tp-mode data --kv-cache-dtype auto --host 0.0.0.0\n"
+        ),
+        "{}",
+        o.stdout
+    );
     assert!(
         o.stdout.contains("[load-strategy] model 8.0 GiB on fuse.fuse-overlayfs (/models); pod budget "),
         "{}",
         o.stdout
     );
-    assert!(o.stdout.contains("vLLM 0.28.0+rocm723 does not read ahead on fuse.fuse-overlayfs by itself → added --safetensors-load-strategy prefetch"), "{}", o.stdout);
+    assert!(o.stdout.contains("on fuse.fuse-overlayfs the engine's read-ahead opens each file apart from its loader, and FUSE drops a file's cache when it is opened"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("[prefetch] the launcher reads the 2 files (8.0 GiB) ahead of the engine's loader: at most "),
+        "{}",
+        o.stdout
+    );
     // The pod's own choice is kept.
     let mut own = WORKER.to_vec();
     own.extend(["--safetensors-load-strategy", "lazy"]);
@@ -443,18 +460,12 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("--safetensors-load-strategy is the pod's own: kept"), "{}", o.stdout);
     assert!(!o.stdout.contains("prefetch"), "{}", o.stdout);
-    // A pod smaller than the checkpoint: vLLM's read-ahead would evict itself; the launcher's,
-    // bounded to half the pod's budget, reads each file once the engine has it open (FUSE).
+    // A pod smaller than the checkpoint: the launcher's read-ahead, bounded to half the pod's
+    // budget, reads each file once the engine has it open (FUSE).
     let small = Node { fuse_models: true, memory_limit: Some(4 << 30), ..Node::default() };
     let o = on_node(&small, &img, &[], WORKER);
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
-    assert!(
-        o.stdout.contains(
-            "larger than 90 % of the pod's budget: the engine's read-ahead would evict itself; nothing added"
-        ),
-        "{}",
-        o.stdout
-    );
+    assert!(o.stdout.contains("pod budget "), "{}", o.stdout);
     assert!(!o.stdout.contains("--safetensors-load-strategy"), "{}", o.stdout);
     assert!(
         o.stdout.contains("[prefetch] the launcher reads the 2 files (8.0 GiB) ahead of the engine's loader: at most "),
@@ -478,4 +489,5 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
         o.stdout
     );
     assert!(!o.stdout.contains("load-strategy"), "{}", o.stdout);
+    assert!(!o.stdout.contains("[prefetch]"), "auto reads nothing ahead on a local disk: {}", o.stdout);
 }
