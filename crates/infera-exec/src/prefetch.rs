@@ -38,7 +38,7 @@ use crate::spec::PrefetchSpec;
 
 /// What one thread reads at a time.
 const CHUNK: u64 = 4 << 20;
-/// One read's buffer: the chunk is read in pieces so a thread holds 1 MiB, not 16.
+/// One read's buffer: a chunk is read in pieces of this size, the memory a thread holds.
 const PIECE: usize = 1 << 20;
 /// How often the loader's place is looked at while the lead is used up.
 const POLL: Duration = Duration::from_millis(20);

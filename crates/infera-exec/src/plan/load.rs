@@ -160,13 +160,29 @@ fn engine_strategy(
         say(format!("the {} version is unknown: nothing added", engine.name()));
         return nothing(false);
     };
-    let fits = |budget: Option<u64>| budget.is_some_and(|b| w.bytes as f64 <= FITS * b as f64);
-    let (value, reads, why) = match (engine, class(&fs.fstype)) {
-        (Engine::Vllm, _) if !at_least(&v, "0.18") => (None, false, "vLLM before 0.18 has no prefetch".to_string()),
-        (Engine::Vllm, Class::Detected { since }) if at_least(&v, since) => {
+    let (value, reads, why) = choose(engine, &v, w.bytes, fs, mem);
+    let added = value.and_then(|val| crate::dialect::render(engine, opt, val)).unwrap_or_default();
+    let shown = added.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
+    say(if added.is_empty() { why } else { format!("{why} → added {shown}") });
+    Decided { added, engine_reads_ahead: reads }
+}
+
+/// The engine's option value for a checkpoint of `bytes` on `fs` (None: nothing added),
+/// whether the engine will then read ahead by itself, and why.
+fn choose(
+    engine: Engine,
+    v: &Version,
+    bytes: u64,
+    fs: &Filesystem,
+    mem: &PodMemory,
+) -> (Option<&'static str>, bool, String) {
+    let fits = |budget: Option<u64>| budget.is_some_and(|b| bytes as f64 <= FITS * b as f64);
+    match (engine, class(&fs.fstype)) {
+        (Engine::Vllm, _) if !at_least(v, "0.18") => (None, false, "vLLM before 0.18 has no prefetch".to_string()),
+        (Engine::Vllm, Class::Detected { since }) if at_least(v, since) => {
             // Before 0.26 vLLM judges the node's MemAvailable, from 0.26 the pod's limit.
-            let judged = if at_least(&v, "0.26") { mem.budget() } else { mem.host_available };
-            if at_least(&v, "0.26") || fits(mem.budget()) || !fits(mem.host_available) {
+            let judged = if at_least(v, "0.26") { mem.budget() } else { mem.host_available };
+            if at_least(v, "0.26") || fits(mem.budget()) || !fits(mem.host_available) {
                 let what = if fits(judged) { "reads ahead" } else { "does not read ahead" };
                 (
                     None,
@@ -203,15 +219,11 @@ fn engine_strategy(
         (Engine::Vllm, _) => {
             (Some("prefetch"), true, format!("vLLM {v} does not read ahead on {} by itself", fs.fstype))
         }
-        (Engine::Sglang, _) if !at_least(&v, "0.5.11") => {
+        (Engine::Sglang, _) if !at_least(v, "0.5.11") => {
             (None, false, "sglang before 0.5.11 has no prefetch".to_string())
         }
         (Engine::Sglang, _) => (Some("on"), true, format!("sglang {v} does not read ahead by itself")),
-    };
-    let added = value.and_then(|val| crate::dialect::render(engine, opt, val)).unwrap_or_default();
-    let shown = added.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
-    say(if added.is_empty() { why } else { format!("{why} → added {shown}") });
-    Decided { added, engine_reads_ahead: reads }
+    }
 }
 
 /// The launcher's read-ahead of `w`: at most half the pod's budget ahead of the loader (the
