@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod exe;
+pub mod image;
 pub mod names;
 pub mod nofollow;
 pub mod pyassign;

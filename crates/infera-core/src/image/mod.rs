@@ -1,0 +1,172 @@
+//! An engine image read offline, without unpacking it: an OCI image layout (a directory),
+//! an oci-archive or a docker-archive (a tar of either), `REF[:TAG|@sha256:…]`. Each layer
+//! is read in one streaming pass — its blob digest and its diff_id checked while it is
+//! decompressed (gzip, zstd or plain tar) — and only what the reader asks for is kept
+//! (`Keep`): every path and what it is, and the contents of the small files the facts read.
+//! The layers are merged bottom-up with their whiteouts into a [`tree::Tree`]. Nothing is
+//! written to disk.
+
+pub mod layer;
+pub mod source;
+pub mod tree;
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+pub use layer::Keep;
+use source::Source;
+use tree::Tree;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, infera_exec_derive::Refuse)]
+pub enum ImageError {
+    #[error("`{reference}` is not an image this reads: {reason}")]
+    #[refuse(
+        code = "image-format",
+        exit = Invalid,
+        hint = "give an OCI image layout directory, an oci-archive or a docker-archive (`skopeo copy docker://IMAGE oci:DIR:TAG`, `podman save --format oci-archive`)"
+    )]
+    Format { reference: String, reason: String },
+    #[error("`{reference}` names {what} `{name}`, which is not in it")]
+    #[refuse(code = "image-blob-missing", exit = Invalid, hint = "copy the image again: the archive is incomplete")]
+    BlobMissing { reference: String, what: String, name: String },
+    #[error("`{reference}`: {what} `{name}` has digest {found}, not {expected}")]
+    #[refuse(code = "image-digest-mismatch", exit = Invalid, hint = "copy the image again: the archive is damaged or was altered")]
+    DigestMismatch { reference: String, what: String, name: String, expected: String, found: String },
+    #[error("`{reference}`: layer {layer} has {what} (`{entry}`)")]
+    #[refuse(
+        code = "image-unsafe-entry",
+        exit = Invalid,
+        hint = "nothing of an image is followed out of it: rebuild the layer without that entry"
+    )]
+    UnsafeEntry { reference: String, layer: usize, what: String, entry: String },
+    #[error("`{reference}`: layer {layer} is larger than this reads ({what})")]
+    #[refuse(code = "image-too-large", exit = Invalid, hint = "an engine image's layers are a few tens of GB and millions of entries at most: check the archive")]
+    TooLarge { reference: String, layer: usize, what: String },
+}
+
+/// linux/amd64 and the like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Platform {
+    pub os: String,
+    pub architecture: String,
+}
+
+impl Default for Platform {
+    fn default() -> Self {
+        Platform { os: "linux".into(), architecture: "amd64".into() }
+    }
+}
+
+/// An image, read: its digests, its runtime config and its filesystem.
+#[derive(Debug)]
+pub struct Image {
+    pub reference: String,
+    /// None for a docker-archive (no manifest blob).
+    pub manifest_digest: Option<String>,
+    pub config_digest: String,
+    pub config: RunConfig,
+    /// Each layer's blob digest (a docker-archive's: its diff_id), bottom first.
+    pub layers: Vec<String>,
+    pub tree: Tree,
+}
+
+/// The image config's `config`: what `--image-env` gives for a directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RunConfig {
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
+    #[serde(default)]
+    pub entrypoint: Option<Vec<String>>,
+    #[serde(default)]
+    pub cmd: Option<Vec<String>>,
+    #[serde(default)]
+    pub working_dir: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Config {
+    #[serde(default)]
+    config: RunConfig,
+    rootfs: RootFs,
+}
+
+#[derive(Debug, Deserialize)]
+struct RootFs {
+    diff_ids: Vec<String>,
+}
+
+/// What to read the layers from: one blob (or archive member) each, with the digest it must
+/// have (None: a docker-archive's uncompressed layer, checked by its diff_id only).
+pub(crate) struct Plan {
+    pub manifest_digest: Option<String>,
+    pub config_digest: String,
+    pub config: Vec<u8>,
+    pub layers: Vec<(String, Option<String>)>,
+}
+
+/// Read `reference` (`PATH`, `PATH:TAG` or `PATH@sha256:…`): the manifest for `platform`,
+/// its config, and every layer in parallel, keeping what `keep` asks for. `verify`: check
+/// the layers' digests (the manifest's and config's are always checked).
+pub fn read(reference: &str, platform: &Platform, keep: &Keep, verify: bool) -> Result<Image, ImageError> {
+    let src = Source::open(reference)?;
+    let plan = src.plan(platform)?;
+    let config: Config = serde_json::from_slice(&plan.config)
+        .map_err(|e| src.format(format!("its config {} is not an image config ({e})", plan.config_digest)))?;
+    if config.rootfs.diff_ids.len() != plan.layers.len() {
+        let reason = format!(
+            "the manifest lists {} layers, the config's rootfs.diff_ids {}",
+            plan.layers.len(),
+            config.rootfs.diff_ids.len()
+        );
+        return Err(src.format(reason));
+    }
+    let changes = std::thread::scope(|s| {
+        let jobs: Vec<_> = plan
+            .layers
+            .iter()
+            .zip(&config.rootfs.diff_ids)
+            .enumerate()
+            .map(|(i, ((name, digest), diff_id))| {
+                let src = &src;
+                s.spawn(move || layer::read(src, i + 1, name, digest.as_deref(), diff_id, keep, verify))
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| j.join().unwrap_or_else(|_| Err(src.format("a layer's reader failed".into()))))
+            .collect::<Vec<_>>()
+    });
+    let mut tree = Tree::default();
+    for (i, c) in changes.into_iter().enumerate() {
+        tree.apply(c?).map_err(|target| ImageError::UnsafeEntry {
+            reference: reference.to_string(),
+            layer: i + 1,
+            what: "a hard link to a path that is not in the image".into(),
+            entry: target.display().to_string(),
+        })?;
+    }
+    let layers =
+        plan.layers.iter().zip(&config.rootfs.diff_ids).map(|((_, d), id)| d.clone().unwrap_or(id.clone())).collect();
+    Ok(Image {
+        reference: reference.to_string(),
+        manifest_digest: plan.manifest_digest,
+        config_digest: plan.config_digest,
+        config: config.config,
+        layers,
+        tree,
+    })
+}
+
+/// A path inside an image, as a tree key: `/`-rooted, no `.` or `..`.
+pub(crate) fn tree_path(rel: &str) -> Option<PathBuf> {
+    let mut p = PathBuf::from("/");
+    for c in rel.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return None,
+            c => p.push(c),
+        }
+    }
+    Some(p)
+}

@@ -1,0 +1,240 @@
+//! Images read offline (`infera_core::image`): real archives built here with podman and
+//! buildah, read without unpacking, give the same filesystem as `podman image mount` of the
+//! same image; hand-made hostile layouts are refused by name.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use infera_core::image::{self, tree::Node, ImageError, Platform};
+
+/// podman or buildah on a private store in `t` (vfs: nothing shared with other tests).
+fn tool(name: &str, t: &Path, args: &[&str]) -> String {
+    let store = [
+        "--root".to_string(),
+        t.join("store").display().to_string(),
+        "--runroot".into(),
+        t.join("run").display().to_string(),
+        "--storage-driver".into(),
+        "vfs".into(),
+    ];
+    let o = Command::new(name)
+        .env("CONTAINERS_CONF", crate::support::repo().join("tests/containers/containers.conf"))
+        .args(store)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {name} ({e}); scripts/setup installs it"));
+    assert!(o.status.success(), "{name} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// An image of two layers: a base copied in, then (buildah) a file deleted, a directory
+/// replaced and a file added on top: whiteouts in the second layer.
+fn build(t: &Path) {
+    let ctx = t.join("ctx");
+    let files: &[(&str, &str)] = &[
+        ("etc/os-release", "ID=ubuntu\nVERSION_ID=\"22.04\"\n"),
+        ("opt/rocm/.info/version", "7.2.3-45\n"),
+        ("usr/lib/python3.12/site-packages/vllm-0.11.0.dist-info/METADATA", "Name: vllm\nVersion: 0.11.0\n"),
+        ("keep/b", "gone later\n"),
+        ("keep/sub/c", "gone with its directory\n"),
+        ("keep/a", "stays\n"),
+    ];
+    for (p, c) in files {
+        std::fs::create_dir_all(ctx.join(p).parent().unwrap()).unwrap();
+        std::fs::write(ctx.join(p), c).unwrap();
+    }
+    std::fs::create_dir_all(ctx.join("usr/bin")).unwrap();
+    std::os::unix::fs::symlink("python3.12", ctx.join("usr/bin/python3")).unwrap();
+    std::fs::write(t.join("Containerfile"), "FROM scratch\nCOPY ctx/ /\n").unwrap();
+    let tp = t.display().to_string();
+    tool("podman", t, &["build", "-q", "-t", "localhost/base:1", "-f", &format!("{tp}/Containerfile"), &tp]);
+    let c = tool("buildah", t, &["from", "localhost/base:1"]);
+    let m = PathBuf::from(tool("buildah", t, &["mount", &c]));
+    std::fs::remove_file(m.join("keep/b")).unwrap();
+    std::fs::remove_dir_all(m.join("keep/sub")).unwrap();
+    std::fs::create_dir(m.join("keep/sub")).unwrap();
+    std::fs::write(m.join("keep/sub/d"), "new\n").unwrap();
+    tool("buildah", t, &["umount", &c]);
+    tool("buildah", t, &["commit", "-q", &c, "localhost/top:1"]);
+}
+
+/// What a filesystem holds, as comparable text: each path with its kind and, for a file,
+/// its contents.
+fn listing_of_dir(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let key = format!("/{}", p.strip_prefix(root).unwrap().display());
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let v = if m.is_symlink() {
+                format!("link {}", std::fs::read_link(&p).unwrap().display())
+            } else if m.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else {
+                format!("file {}", String::from_utf8_lossy(&std::fs::read(&p).unwrap()))
+            };
+            out.insert(key, v);
+        }
+    }
+    out
+}
+
+fn listing_of_image(img: &image::Image) -> BTreeMap<String, String> {
+    img.tree
+        .paths()
+        .filter(|(p, _)| p.as_path() != Path::new("/"))
+        .map(|(p, n)| {
+            let v = match n {
+                Node::Dir { .. } => "dir".to_string(),
+                Node::Symlink { target } => format!("link {}", target.display()),
+                Node::File { data, .. } => format!("file {}", String::from_utf8_lossy(data.as_deref().unwrap_or(b"?"))),
+                Node::Special { .. } => "special".to_string(),
+            };
+            (p.display().to_string(), v)
+        })
+        .collect()
+}
+
+fn read(reference: &str) -> Result<image::Image, ImageError> {
+    image::read(reference, &Platform::default(), &|_: &Path, size: u64| size < 1 << 20, true)
+}
+
+/// Each format podman writes — oci-archive, docker-archive, an OCI layout with gzip and with
+/// zstd layers — read without unpacking, is the filesystem `podman image mount` shows.
+#[test]
+fn every_format_reads_as_the_mounted_image() {
+    let t = tempfile::tempdir().unwrap();
+    let t = t.path();
+    build(t);
+    let mounted = PathBuf::from(tool("podman", t, &["image", "mount", "localhost/top:1"]));
+    let want = listing_of_dir(&mounted);
+    tool("podman", t, &["image", "unmount", "localhost/top:1"]);
+    assert_eq!(want.get("/keep/sub/d").map(String::as_str), Some("file new\n"));
+    assert!(!want.contains_key("/keep/b") && !want.contains_key("/keep/sub/c"), "{want:?}");
+    let tp = t.display().to_string();
+    tool("podman", t, &["save", "-q", "--format", "oci-archive", "-o", &format!("{tp}/oci.tar"), "localhost/top:1"]);
+    tool(
+        "podman",
+        t,
+        &["save", "-q", "--format", "docker-archive", "-o", &format!("{tp}/docker.tar"), "localhost/top:1"],
+    );
+    for c in ["gzip", "zstd"] {
+        let dest = format!("oci:{tp}/{c}:v1");
+        tool("podman", t, &["push", "-q", "--compression-format", c, "localhost/top:1", &dest]);
+    }
+    for reference in
+        [format!("{tp}/oci.tar"), format!("{tp}/docker.tar"), format!("{tp}/gzip:v1"), format!("{tp}/zstd")]
+    {
+        let img = read(&reference).unwrap_or_else(|e| panic!("{reference}: {e}"));
+        assert_eq!(listing_of_image(&img), want, "{reference}");
+        assert_eq!(img.layers.len(), 2, "{reference}");
+    }
+}
+
+/// A hand-made OCI layout with `layer` as its one layer (a plain tar); returns its path.
+fn layout(t: &Path, layer: &[u8], diff_id: Option<&str>) -> PathBuf {
+    use infera_core::image::source::sha256;
+    let d = t.join("layout");
+    std::fs::create_dir_all(d.join("blobs/sha256")).unwrap();
+    let put = |b: &[u8]| {
+        let digest = sha256(b);
+        std::fs::write(d.join("blobs/sha256").join(&digest[7..]), b).unwrap();
+        digest
+    };
+    let l = put(layer);
+    let diff = diff_id.map(str::to_string).unwrap_or(l.clone());
+    let config = put(format!(r#"{{"rootfs": {{"type": "layers", "diff_ids": ["{diff}"]}}}}"#).as_bytes());
+    let manifest = put(
+        format!(
+            r#"{{"schemaVersion": 2, "config": {{"digest": "{config}", "size": 1}}, "layers": [{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": "{l}", "size": {}}}]}}"#,
+            layer.len()
+        )
+        .as_bytes(),
+    );
+    std::fs::write(d.join("oci-layout"), r#"{"imageLayoutVersion": "1.0.0"}"#).unwrap();
+    let index = format!(
+        r#"{{"schemaVersion": 2, "manifests": [{{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "{manifest}", "size": 1}}]}}"#
+    );
+    std::fs::write(d.join("index.json"), index).unwrap();
+    d
+}
+
+/// A raw tar entry: name, type, link target, contents.
+type Raw<'a> = (&'a str, tar::EntryType, &'a str, &'a [u8]);
+
+/// A tar of raw entries.
+fn tar_of(entries: &[Raw]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, kind, link, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(*kind);
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        // Names written raw: the builder's own checks would refuse the hostile ones.
+        let raw = &mut h.as_old_mut().name;
+        raw[..name.len()].copy_from_slice(name.as_bytes());
+        if !link.is_empty() {
+            h.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
+        }
+        h.set_cksum();
+        b.append(&h, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+/// Each hostile layer is refused by name, saying what it found where.
+#[test]
+fn hostile_layers_are_refused_by_name() {
+    use tar::EntryType::{Link, Regular};
+    let cases: &[(&[Raw], &str, &str)] = &[
+        (&[("../etc/passwd", Regular, "", b"x")], "image-unsafe-entry", "a name that leaves the image"),
+        (&[("/etc/passwd", Regular, "", b"x")], "image-unsafe-entry", "a name that leaves the image"),
+        (&[("a/.wh.", Regular, "", b"")], "image-unsafe-entry", "an empty whiteout"),
+        (&[("x", Link, "../../etc/shadow", b"")], "image-unsafe-entry", "a hard link out of the image"),
+        (&[("x", Link, "nowhere", b"")], "image-unsafe-entry", "a hard link to a path that is not in the image"),
+    ];
+    for (entries, code, what) in cases {
+        let t = tempfile::tempdir().unwrap();
+        let d = layout(t.path(), &tar_of(entries), None);
+        let e = read(&d.display().to_string()).unwrap_err();
+        assert_eq!(infera_core::error::Refuse::code(&e), *code, "{e}");
+        assert!(e.to_string().contains(what), "{e}");
+    }
+}
+
+/// A layer whose bytes are not what the manifest and the config say, a blob that is not
+/// there, a layer count unlike the config's: each refused.
+#[test]
+fn damaged_layouts_are_refused() {
+    let layer = tar_of(&[("f", tar::EntryType::Regular, "", b"data")]);
+    let t = tempfile::tempdir().unwrap();
+    let d = layout(t.path(), &layer, Some("sha256:0000000000000000000000000000000000000000000000000000000000000000"));
+    let e = read(&d.display().to_string()).unwrap_err();
+    assert!(matches!(&e, ImageError::DigestMismatch { what, .. } if what == "layer 1's diff_id"), "{e}");
+    // Unchecked with verify off: the layer's digests are not computed.
+    let ok = image::read(&d.display().to_string(), &Platform::default(), &|_: &Path, _| true, false).unwrap();
+    assert!(matches!(ok.tree.get(Path::new("/f")), Some(Node::File { data: Some(v), .. }) if v == b"data"));
+
+    let t = tempfile::tempdir().unwrap();
+    let d = layout(t.path(), &layer, None);
+    let blob = std::fs::read_dir(d.join("blobs/sha256"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| std::fs::read(p).unwrap() == layer);
+    let blob = blob.unwrap();
+    let mut changed = layer.clone();
+    changed[600] ^= 1; // in the data of `f`
+    std::fs::write(&blob, &changed).unwrap();
+    let e = read(&d.display().to_string()).unwrap_err();
+    assert!(matches!(&e, ImageError::DigestMismatch { what, .. } if what == "layer 1's blob"), "{e}");
+    std::fs::remove_file(&blob).unwrap();
+    let e = read(&d.display().to_string()).unwrap_err();
+    assert_eq!(infera_core::error::Refuse::code(&e), "image-blob-missing", "{e}");
+    let e = read(&t.path().join("nothing-here").display().to_string()).unwrap_err();
+    assert_eq!(infera_core::error::Refuse::code(&e), "image-format", "{e}");
+}
