@@ -56,6 +56,7 @@ pub fn all() -> Vec<Doc> {
         crate::payload::PayloadError::REFUSALS,
         crate::manifest_cmd::ManifestCmdError::REFUSALS,
         crate::install::InstallError::REFUSALS,
+        infera_core::image::ImageError::REFUSALS,
     ];
     let mut all: Vec<Doc> = kinds.iter().flat_map(|k| k.iter().copied()).collect();
     for r in crate::rules::shipped() {
