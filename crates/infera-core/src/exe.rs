@@ -3,8 +3,7 @@
 //! ELF image, a `#!` script, or neither). Gathered before planning so the dry run refuses
 //! exactly what execve would.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::rootfs::{self, Root};
 
@@ -39,6 +38,9 @@ pub enum ExecFile {
     },
 }
 
+/// What is read of an executable: its format's header, or a script's `#!` line.
+pub const HEADER: u64 = 256;
+
 /// Inspect `cpath` (a container path) under `root`.
 pub fn inspect(root: &Root, cpath: &Path) -> ExecFile {
     let (resolved, meta) = match root.stat(cpath) {
@@ -52,11 +54,10 @@ pub fn inspect(root: &Root, cpath: &Path) -> ExecFile {
     if mode & 0o111 == 0 {
         return ExecFile::NotExecutable { mode };
     }
-    let host: PathBuf = root.host(&resolved);
-    if noexec(&host) {
+    if !root.is_image() && noexec(&root.host(&resolved)) {
         return ExecFile::NoexecMount;
     }
-    ExecFile::Ok { mode, header: header(&host) }
+    ExecFile::Ok { mode, header: header(root, &resolved) }
 }
 
 fn noexec(host: &Path) -> bool {
@@ -66,11 +67,8 @@ fn noexec(host: &Path) -> bool {
 
 /// The first bytes of a regular file (already known to be one). Read to 256 bytes or the
 /// end: a read interrupted (EINTR, which FUSE and NFS can return) or cut short is resumed.
-fn header(host: &Path) -> Header {
-    let mut buf = Vec::with_capacity(256);
-    if rootfs::open_regular(host).and_then(|f| f.take(256).read_to_end(&mut buf)).is_err() {
-        return Header::Unknown("a file that cannot be read");
-    }
+fn header(root: &Root, cpath: &Path) -> Header {
+    let Ok(buf) = root.head(cpath, HEADER) else { return Header::Unknown("a file that cannot be read") };
     let b = &buf[..];
     if b.starts_with(b"\x7fELF") {
         return Header::Elf;

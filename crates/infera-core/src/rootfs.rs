@@ -24,12 +24,25 @@ pub struct Place {
     host: PathBuf,
     /// Container paths read from other host directories (a pod's volumes), longest first.
     volumes: Vec<(PathBuf, PathBuf)>,
+    /// An image read from its archive: its files are on no path of this host.
+    in_image: bool,
 }
 
 impl Place {
     /// The host's own `/`, with nothing mapped: plain `std::fs` reads it.
     pub fn is_host_root(&self) -> bool {
-        self.host == Path::new("/") && self.volumes.is_empty()
+        !self.in_image && self.host == Path::new("/") && self.volumes.is_empty()
+    }
+
+    /// Whether the files are an image read from its archive.
+    pub fn is_image(&self) -> bool {
+        self.in_image
+    }
+
+    /// Where a container path is on this host when that is another path than its own: under
+    /// `--root` (None at the host's root, and for an image read from its archive).
+    pub fn host_of(&self, cpath: &Path) -> Option<PathBuf> {
+        (!self.in_image && !self.is_host_root()).then(|| self.host(cpath))
     }
 
     /// Where a container path lives on this host (no symlink resolution): under the volume
@@ -57,10 +70,13 @@ fn normal(p: &Path) -> Vec<&OsStr> {
         .collect()
 }
 
-/// The reader of an image's files.
+/// The reader of an image's files: a directory (the host's `/`, or an unpacked or mounted
+/// image with `--root`), or an image read from its archive (`--image`, an in-memory tree of
+/// what its layers hold). Every fact is read through it, whichever is behind it.
 #[derive(Debug, Clone)]
 pub struct Root {
     place: Place,
+    image: Option<std::sync::Arc<crate::image::tree::Tree>>,
 }
 
 /// What the launcher keeps of a file's `stat`: its type and its mode.
@@ -117,6 +133,17 @@ impl Kind {
 }
 
 impl Stat {
+    /// An image tree's entry, as `lstat` would give it.
+    fn of_node(n: &crate::image::tree::Node) -> Stat {
+        use crate::image::tree::Node;
+        let (kind, mode, size) = match n {
+            Node::Dir { mode } => (Kind::Dir, nix::libc::S_IFDIR | mode, 0),
+            Node::File { mode, size, .. } => (Kind::File, nix::libc::S_IFREG | mode, *size),
+            Node::Symlink { .. } => (Kind::Link, nix::libc::S_IFLNK | 0o777, 0),
+            Node::Special { mode } => (Kind::of_mode(*mode), *mode, 0),
+        };
+        Stat { kind, mode, size }
+    }
     fn of(m: &fs::Metadata) -> Stat {
         use std::os::unix::fs::MetadataExt;
         Stat { kind: Kind::of_mode(m.mode()), mode: m.mode(), size: m.len() }
@@ -173,13 +200,32 @@ pub enum RootError {
 
 impl Root {
     pub fn new(host: impl Into<PathBuf>) -> Self {
-        Root { place: Place { host: host.into(), volumes: Vec::new() } }
+        Root { place: Place { host: host.into(), volumes: Vec::new(), in_image: false }, image: None }
+    }
+
+    /// The root of an image read from its archive. Its files' contents are what the reader
+    /// kept (the small files facts read); a file not kept cannot be read (`Unsupported`).
+    pub fn of_image(tree: crate::image::tree::Tree) -> Self {
+        // Its files are on no path of this host: a path made from this one names nothing.
+        let place =
+            Place { host: PathBuf::from("/nonexistent/infera-image-archive"), volumes: Vec::new(), in_image: true };
+        Root { place, image: Some(tree.into()) }
+    }
+
+    /// Whether this root is an image read from its archive.
+    pub fn is_image(&self) -> bool {
+        self.image.is_some()
+    }
+
+    /// See [`Place::host_of`].
+    pub fn host_of(&self, cpath: &Path) -> Option<PathBuf> {
+        self.place.host_of(cpath)
     }
 
     /// A root with container paths read from other directories (`--volume PATH=DIR`).
     pub fn with_volumes(host: impl Into<PathBuf>, mut volumes: Vec<(PathBuf, PathBuf)>) -> Self {
         volumes.sort_by_key(|(at, _)| std::cmp::Reverse(at.components().count()));
-        Root { place: Place { host: host.into(), volumes } }
+        Root { place: Place { host: host.into(), volumes, in_image: false }, image: None }
     }
 
     pub fn place(&self) -> &Place {
@@ -189,6 +235,9 @@ impl Root {
     /// The root is a directory this process can read: otherwise every fact would be
     /// "missing" for a reason that is not the image's.
     pub fn check(&self) -> Result<(), RootError> {
+        if self.is_image() {
+            return Ok(());
+        }
         for (at, dir) in &self.place.volumes {
             if !fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
                 return Err(RootError::VolumeMissing { at: at.clone(), dir: dir.clone() });
@@ -212,7 +261,7 @@ impl Root {
     }
 
     pub fn is_host_root(&self) -> bool {
-        self.place.is_host_root()
+        self.image.is_none() && self.place.is_host_root()
     }
 
     /// Where a container path lives on this host (no symlink resolution).
@@ -239,8 +288,35 @@ impl Root {
             return Ok((p, Stat::of(&m)));
         }
         let p = self.walk(cpath, &mut 0)?;
-        let m = fs::symlink_metadata(self.host(&p))?;
-        Ok((p, Stat::of(&m)))
+        let m = self.lstat(&p)?;
+        Ok((p, m))
+    }
+
+    /// What `cpath` (its directories already resolved) is, a last link not followed.
+    fn lstat(&self, cpath: &Path) -> io::Result<Stat> {
+        match &self.image {
+            Some(t) => t.get(cpath).map(Stat::of_node).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
+            None => fs::symlink_metadata(self.host(cpath)).map(|m| Stat::of(&m)),
+        }
+    }
+
+    /// The target of `cpath` (its directories already resolved) when it is a symbolic link.
+    fn link_target(&self, cpath: &Path) -> io::Result<Option<PathBuf>> {
+        use crate::image::tree::Node;
+        match &self.image {
+            Some(t) => match t.get(cpath) {
+                Some(Node::Symlink { target }) => Ok(Some(target.clone())),
+                Some(_) => Ok(None),
+                None => Err(io::ErrorKind::NotFound.into()),
+            },
+            None => {
+                let host = self.host(cpath);
+                if !fs::symlink_metadata(&host)?.file_type().is_symlink() {
+                    return Ok(None);
+                }
+                fs::read_link(&host).map(Some)
+            }
+        }
     }
 
     /// The resolution inside the root, a component at a time; `hops` counts the links
@@ -254,17 +330,16 @@ impl Root {
                 }
                 Component::Normal(name) => {
                     let next = done.join(name);
-                    let host = self.host(&next);
-                    if !fs::symlink_metadata(&host)?.file_type().is_symlink() {
+                    let Some(link) = self.link_target(&next)? else {
                         done = next;
                         continue;
-                    }
+                    };
                     *hops += 1;
                     if *hops > MAX_SYMLINKS {
                         return Err(io::Error::from_raw_os_error(nix::libc::ELOOP));
                     }
                     // An absolute target replaces `done`: it restarts at the root.
-                    let target = done.join(fs::read_link(&host)?);
+                    let target = done.join(link);
                     done = self.walk(&target, hops)?;
                 }
                 _ => {}
@@ -282,7 +357,7 @@ impl Root {
         while chain.len() <= MAX_SYMLINKS {
             let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else { break };
             let Ok(dir) = self.resolve(parent) else { break };
-            let Ok(target) = fs::read_link(self.host(&dir).join(name)) else { break };
+            let Ok(Some(target)) = self.link_target(&dir.join(name)) else { break };
             let next = if target.is_absolute() { target } else { dir.join(target) };
             let looped = next == cpath || chain.contains(&next);
             chain.push(next.clone());
@@ -325,6 +400,17 @@ impl Root {
 
     /// Read a file up to `limit` bytes (a larger one is an error, not a truncated read).
     pub fn read_file(&self, cpath: &Path, limit: u64) -> io::Result<Vec<u8>> {
+        if let Some(t) = &self.image {
+            let (c, m) = self.stat(cpath)?;
+            m.regular()?;
+            return match t.get(&c) {
+                Some(crate::image::tree::Node::File { size, .. }) if *size > limit => Err(too_large(limit)),
+                Some(crate::image::tree::Node::File { data: Some(d), size, .. }) if d.len() as u64 == *size => {
+                    Ok(d.clone())
+                }
+                _ => Err(not_kept()),
+            };
+        }
         let (f, _) = self.open_file(cpath)?;
         read_up_to(f, limit)
     }
@@ -333,6 +419,9 @@ impl Root {
     /// the resolution (no device or FIFO is opened) and is checked again on the open
     /// descriptor.
     pub fn open_file(&self, cpath: &Path) -> io::Result<(fs::File, u64)> {
+        if self.is_image() {
+            return Err(not_kept());
+        }
         if self.is_host_root() {
             self.metadata(cpath)?.regular()?;
             return open_checked(cpath);
@@ -340,6 +429,25 @@ impl Root {
         let (c, m) = self.stat(cpath)?;
         m.regular()?;
         open_checked(&self.host(&c))
+    }
+
+    /// The first `n` bytes of a regular file (fewer when it is shorter), links followed.
+    pub fn head(&self, cpath: &Path, n: u64) -> io::Result<Vec<u8>> {
+        let (c, m) = self.stat(cpath)?;
+        m.regular()?;
+        match &self.image {
+            Some(t) => match t.get(&c) {
+                Some(crate::image::tree::Node::File { data: Some(d), size, .. }) if d.len() as u64 >= n.min(*size) => {
+                    Ok(d[..d.len().min(n as usize)].to_vec())
+                }
+                _ => Err(not_kept()),
+            },
+            None => {
+                let mut buf = Vec::new();
+                open_regular(&self.host(&c))?.take(n).read_to_end(&mut buf)?;
+                Ok(buf)
+            }
+        }
     }
 
     pub fn read_small_string(&self, cpath: &Path) -> io::Result<String> {
@@ -350,7 +458,11 @@ impl Root {
     /// Call `f` with each name in a directory (resolved inside the root). Missing
     /// directory → no call.
     pub fn each_name(&self, cpath: &Path, mut f: impl FnMut(&OsStr)) {
-        if self.is_host_root() {
+        if let Some(t) = &self.image {
+            if let Ok(dir) = self.resolve(cpath) {
+                t.children(&dir).filter_map(|p| p.file_name()).for_each(f);
+            }
+        } else if self.is_host_root() {
             let _ = each_entry(cpath, |name, _| f(name));
         } else if let Ok((_, h)) = self.locate(cpath) {
             let _ = each_entry(&h, |name, _| f(name));
@@ -363,6 +475,11 @@ impl Root {
         self.each_name(cpath, |n| names.push(n.to_os_string()));
         names
     }
+}
+
+/// A file of an image read from its archive whose contents were not kept.
+fn not_kept() -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, "its contents are not read from an image archive")
 }
 
 /// ELOOP said with the path it was met at (the kernel's text names no path).
@@ -452,12 +569,13 @@ fn read_up_to(f: fs::File, limit: u64) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
     f.take(limit + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("file is larger than {limit} bytes; refusing to read it whole"),
-        ));
+        return Err(too_large(limit));
     }
     Ok(buf)
+}
+
+fn too_large(limit: u64) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("file is larger than {limit} bytes; refusing to read it whole"))
 }
 
 /// Human text for an io error without the `(os error N)` noise where we can.

@@ -308,6 +308,8 @@ pub struct ExecArgs {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub common: CommonArgs,
+    /// `check --image` (empty for the other roles).
+    pub image: ImageArgs,
     pub engine: EngineArgs,
     pub exec: ExecArgs,
     /// `(long option, variable)` for each value read from an `INFERA_*` variable.
@@ -357,9 +359,25 @@ pub struct CheckArgs {
     pub common: CommonArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub image: ImageArgs,
     /// The engine arguments the worker would get (for the rules and the defaults).
     #[arg(last = true, value_name = "ARGS", value_parser = clap::value_parser!(OsString))]
     pub args: Vec<OsString>,
+}
+
+/// `check --image`: an image read from its archive instead of a directory.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Image options")]
+pub struct ImageArgs {
+    /// Read the image from its archive, nothing unpacked: an OCI image layout directory, an
+    /// oci-archive or a docker-archive, as `PATH`, `PATH:TAG` or `PATH@sha256:…` (for CI:
+    /// `skopeo copy docker://IMAGE oci:DIR:TAG`, then `--image DIR:TAG`).
+    #[arg(long, value_name = "REF", conflicts_with = "root")]
+    pub image: Option<String>,
+    /// With --image: do not hash the layers (the manifest and the config are always checked).
+    #[arg(long, requires = "image")]
+    pub no_verify: bool,
 }
 
 /// The options alone, for the command form (`infera-exec [OPTIONS] PROGRAM ...`).
@@ -450,13 +468,20 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
             None => Invocation::Version,
             Some(Command::Worker(a)) => Invocation::Role {
                 role: Role::Worker,
-                options: Options { common: a.common, engine: a.engine, exec: a.exec, from_env: from_env("worker") },
+                options: Options {
+                    common: a.common,
+                    image: ImageArgs::default(),
+                    engine: a.engine,
+                    exec: a.exec,
+                    from_env: from_env("worker"),
+                },
                 args: a.args,
             },
             Some(Command::Server(a)) => Invocation::Role {
                 role: Role::Server,
                 options: Options {
                     common: a.common,
+                    image: ImageArgs::default(),
                     engine: EngineArgs::default(),
                     exec: a.exec,
                     from_env: from_env("server"),
@@ -467,6 +492,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
                 role: Role::Check,
                 options: Options {
                     common: a.common,
+                    image: a.image,
                     engine: a.engine,
                     exec: ExecArgs::default(),
                     from_env: from_env("check"),
@@ -499,7 +525,13 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
     };
     let from_env = env_sourced(&cmd, &m);
     Ok(Invocation::Program {
-        options: Options { common: form.common, engine: form.engine, exec: form.exec, from_env },
+        options: Options {
+            common: form.common,
+            image: ImageArgs::default(),
+            engine: form.engine,
+            exec: form.exec,
+            from_env,
+        },
         command,
     })
 }

@@ -218,6 +218,9 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
 /// The environment the image's containers start with (`--image-env`) over the launcher's,
 /// and the image's root, checked readable.
 fn prepare(req: &Request, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
+    if let Some(reference) = &req.image.image {
+        return image_root(reference, !req.image.no_verify, env);
+    }
     let image_env = imageenv::resolve(&req.image_env, &req.root, &req.image_env_said)?;
     let mut env = env.clone();
     env.extend(image_env);
@@ -226,6 +229,20 @@ fn prepare(req: &Request, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
     let root = rootfs::Root::with_volumes(abs(&req.root), volumes);
     root.check()?;
     Ok((env, root))
+}
+
+/// `check --image`: the image read from its archive, its config's `Env` over the launcher's
+/// environment (what `--image-env` gives for a directory).
+fn image_root(reference: &str, verify: bool, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
+    let platform = infera_core::image::Platform::default();
+    let img = infera_core::image::read(reference, &platform, &facts::image_keep, verify)?;
+    let mut env = env.clone();
+    for kv in img.config.env.iter().flatten() {
+        if let Some((k, v)) = kv.split_once('=') {
+            env.insert(k.into(), v.into());
+        }
+    }
+    Ok((env, rootfs::Root::of_image(img.tree)))
 }
 
 /// What the request wants read about the image besides what every run needs.

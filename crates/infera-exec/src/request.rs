@@ -107,6 +107,8 @@ pub struct Request {
     pub wait_model: Option<ModelWait>,
     /// `--prefetch`: the launcher's own read-ahead of the weights.
     pub prefetch: crate::cli::PrefetchChoice,
+    /// `check --image`: the image read from its archive instead of `root`.
+    pub image: crate::cli::ImageArgs,
 }
 
 /// `--wait-model SECONDS` (> 0) and how the user set it, for messages.
@@ -350,7 +352,7 @@ impl Request {
         let image_env_said = o.said("image-env");
         let wait_model =
             (o.exec.wait_model > 0).then(|| ModelWait { seconds: o.exec.wait_model, said: o.said("wait-model") });
-        let Options { common: c, engine: e, exec: x, .. } = o;
+        let Options { common: c, engine: e, exec: x, image, .. } = o;
         Ok(Request {
             role,
             target,
@@ -377,6 +379,7 @@ impl Request {
             group,
             wait_model,
             prefetch: e.prefetch,
+            image,
         })
     }
 

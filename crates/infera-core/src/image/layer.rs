@@ -12,8 +12,9 @@ use super::source::Source;
 use super::tree::{Changes, Node, Put};
 use super::ImageError;
 
-/// Which files' contents to keep: given the file's path in the image and its size.
-pub type Keep = dyn Fn(&Path, u64) -> bool + Sync;
+/// How much of a file to keep, given its path in the image, its size and its mode: its
+/// size for all of it, a few hundred bytes for its header, 0 for nothing.
+pub type Keep = dyn Fn(&Path, u64, u32) -> u64 + Sync;
 
 /// A layer's bounds: its uncompressed bytes, its entries, a kept file's size.
 const MAX_BYTES: u64 = 1 << 40;
@@ -122,9 +123,10 @@ fn entries(src: &Source, n: usize, r: &mut dyn Read, keep: &Keep) -> Result<Chan
             tar::EntryType::Directory => Put::Node(Node::Dir { mode }),
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let size = e.size();
-                let data = if size <= MAX_KEPT && keep(&path, size) {
-                    let mut v = Vec::with_capacity(size as usize);
-                    e.read_to_end(&mut v).map_err(io)?;
+                let want = keep(&path, size, mode).min(size).min(MAX_KEPT);
+                let data = if want > 0 {
+                    let mut v = Vec::with_capacity(want as usize);
+                    (&mut e).take(want).read_to_end(&mut v).map_err(io)?;
                     Some(v)
                 } else {
                     None
@@ -140,7 +142,9 @@ fn entries(src: &Source, n: usize, r: &mut dyn Read, keep: &Keep) -> Result<Chan
                 let target = inside(&target).ok_or_else(|| unsafe_entry("a hard link out of the image", &target))?;
                 Put::HardLink(target)
             }
-            tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => Put::Node(Node::Special { mode }),
+            tar::EntryType::Char => Put::Node(Node::Special { mode: nix::libc::S_IFCHR | mode }),
+            tar::EntryType::Block => Put::Node(Node::Special { mode: nix::libc::S_IFBLK | mode }),
+            tar::EntryType::Fifo => Put::Node(Node::Special { mode: nix::libc::S_IFIFO | mode }),
             _ => continue, // pax and GNU headers are read by the tar crate; nothing else is a file
         };
         c.puts.push((path, put));

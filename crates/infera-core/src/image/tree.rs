@@ -13,7 +13,7 @@ pub enum Node {
     Dir {
         mode: u32,
     },
-    /// `data`: the contents, when the reader kept them.
+    /// `data`: what the reader kept of the contents (all of them, or their first bytes).
     File {
         mode: u32,
         size: u64,
@@ -110,6 +110,10 @@ impl Tree {
                     self.nodes.remove(&g);
                 }
             }
+            // A tar may leave out an entry's directories: they exist, as a runtime makes them.
+            for dir in p.ancestors().skip(1) {
+                self.nodes.entry(dir.to_path_buf()).or_insert(Node::Dir { mode: 0o755 });
+            }
             self.nodes.insert(p, node);
         }
         Ok(())
@@ -154,7 +158,7 @@ mod tests {
             puts: vec![("/a/new".into(), file("5")), ("/c".into(), file("6"))],
         };
         t.apply(top).unwrap();
-        assert_eq!(paths(&t), ["/a", "/a/new", "/c"]);
+        assert_eq!(paths(&t), ["/", "/a", "/a/new", "/c"]);
         assert_eq!(t.get(Path::new("/c")), Some(&Node::File { mode: 0o644, size: 1, data: Some(b"6".to_vec()) }));
         assert_eq!(t.children(Path::new("/a")).collect::<Vec<_>>(), [Path::new("/a/new")]);
     }

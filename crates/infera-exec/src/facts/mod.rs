@@ -223,3 +223,33 @@ pub struct FactsView<'a> {
     /// Process capability sets, memlock limit and devices; null when --root is not `/`.
     pub host: Option<&'a host::Host>,
 }
+
+/// What `check --image` keeps of an image's files as it streams the layers (the rest is
+/// only their names and types): the whole of the small files the facts read — os-release,
+/// dist-info and egg records, `.pth` files, the engines' and torch's version files, a
+/// venv's `pyvenv.cfg`, ROCm's version files and header — and the header of every
+/// executable (its format: ELF, a script's `#!`).
+pub fn image_keep(path: &std::path::Path, size: u64, mode: u32) -> u64 {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let in_dir = |d: &str| path.parent().and_then(|p| p.file_name()).is_some_and(|p| p == d);
+    let read = matches!(
+        name,
+        "os-release"
+            | "pyvenv.cfg"
+            | "METADATA"
+            | "PKG-INFO"
+            | "version.py"
+            | "_version.py"
+            | "version"
+            | "rocm_version.h"
+    ) || name.ends_with(".pth")
+        || (name == "__init__.py" && (in_dir("vllm") || in_dir("sglang")))
+        || path.components().any(|c| c.as_os_str() == ".info");
+    if read && size <= infera_core::rootfs::SMALL_FILE_LIMIT {
+        size
+    } else if mode & 0o111 != 0 {
+        infera_core::exe::HEADER
+    } else {
+        0
+    }
+}

@@ -166,7 +166,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     if let Some(Err(e)) = inp.router {
         return Err(e.clone().into());
     }
-    if req.dry_run && !facts.root.is_host_root() && req.image_env.is_empty() {
+    if req.dry_run && !facts.root.is_host_root() && !facts.root.is_image() && req.image_env.is_empty() {
         p.findings.push(crate::finding::Finding::warn(
             "host-environment",
             "--root without --image-env: the environment planned with is this shell's, not the image's (its PATH, \
@@ -335,7 +335,7 @@ fn exec_spec(st: &Stage, copies: &caps::Copies, added: Vec<OsString>, p: &mut Pl
     let (program, host_program, host_argv0, mut argv, file) = command(st, p);
     argv.extend(req.args.iter().cloned());
     argv.extend(added.iter().cloned());
-    let interpreter = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
+    let interpreter = facts.root.host_of(&python.resolved);
     // A rank > 0 waits for the leader's name before anything else (and before its weights).
     let mut steps: Vec<_> = await_leader(req).into_iter().collect();
     steps.extend(replace);
@@ -381,7 +381,7 @@ fn command<'a>(st: &Stage<'a>, p: &mut Plan) -> Command<'a> {
     match &st.run {
         select::Run::Module { module, options, .. } => {
             let program = python.executable.clone();
-            let host = (!facts.root.is_host_root()).then(|| facts.root.host(&python.resolved));
+            let host = facts.root.host_of(&python.resolved);
             let argv0 =
                 (host.is_some() && python.executable != python.resolved).then(|| facts.root.host(&python.executable));
             let mut argv: Vec<OsString> = vec![program.clone().into_os_string()];
@@ -417,7 +417,7 @@ fn workdir(req: &Request, facts: &Facts) -> Result<(Option<PathBuf>, Option<Path
     let Some(dir) = &req.chdir else { return Ok((None, None)) };
     match &facts.workdir {
         Some(Err(reason)) => Err(ProgramError::NoWorkdir { dir: dir.clone(), reason: reason.clone() }),
-        Some(Ok(resolved)) if !facts.root.is_host_root() => Ok((Some(dir.clone()), Some(facts.root.host(resolved)))),
+        Some(Ok(resolved)) => Ok((Some(dir.clone()), facts.root.host_of(resolved))),
         _ => Ok((Some(dir.clone()), None)),
     }
 }

@@ -374,11 +374,9 @@ pub fn target<'a>(
 /// A program of the command form: on the image's PATH, else in the tree's bin/.
 fn program_target<'a>(program: &OsStr, facts: &'a Facts, tree: &'a Tree) -> Result<Run<'a>, Refusal> {
     match &facts.program {
-        Some(Program::Found { path, resolved, file }) => Ok(Run::Program {
-            path: path.clone(),
-            host: (!facts.root.is_host_root()).then(|| facts.root.host(resolved)),
-            file: Some(file),
-        }),
+        Some(Program::Found { path, resolved, file }) => {
+            Ok(Run::Program { path: path.clone(), host: facts.root.host_of(resolved), file: Some(file) })
+        }
         _ => {
             let name = program.to_string_lossy();
             if let Some((path, file)) = tree.facts.bin.get(name.as_ref()) {

@@ -51,7 +51,7 @@ pub fn patches(
             argv: vec![interpreter.0.clone().into_os_string(), OsString::from(&p.file)],
             host_program: interpreter.1.cloned(),
             timeout_seconds: req.engine_patch_timeout,
-            host_lock: (!facts.root.is_host_root()).then(|| facts.root.host(&lock)),
+            host_lock: facts.root.host_of(&lock),
             lock,
         });
     }
@@ -136,12 +136,11 @@ fn replace(facts: &Facts, ionic: &crate::facts::ionic::Ionic, pabi: u32, finding
             ),
         )),
         (Ok(t), false, true) => {
-            let host = !facts.root.is_host_root();
             return Some(Step::Replace {
                 from: HOST_LIBIONIC.into(),
                 to: t.clone(),
-                host_from: host.then(|| facts.root.host(std::path::Path::new(HOST_LIBIONIC))),
-                host_to: host.then(|| facts.root.host(t)),
+                host_from: facts.root.host_of(std::path::Path::new(HOST_LIBIONIC)),
+                host_to: facts.root.host_of(t),
                 why: "the image's RoCE provider differs from the host's build and the overlay has no link for its PABI: \
                       libibverbs rejects every device whose kernel driver ABI its provider does not match"
                     .into(),

@@ -200,6 +200,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         group: None,
         wait_model: None,
         prefetch: crate::cli::PrefetchChoice::Auto,
+        image: Default::default(),
         verify: Verify::Off,
     }
 }

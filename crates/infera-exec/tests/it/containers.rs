@@ -1424,3 +1424,48 @@ fn a_64_mib_dev_shm_is_refused_for_a_tp8_worker() {
     assert_eq!(big.code, 0, "{}{}", big.stdout, big.stderr);
     assert!(!big.stdout.contains("shm-"), "{}", big.stdout);
 }
+
+/// `check --image` reads the image from its archive — oci-archive, docker-archive, an OCI
+/// layout with zstd layers — and plans exactly what `check --root` plans on `podman image
+/// mount` of the same image with its config's environment (`--image-env`); only the host
+/// paths of `--root` have no counterpart.
+#[test]
+fn check_image_plans_as_check_root_on_the_mounted_image() {
+    images();
+    let t = tempfile::tempdir().unwrap();
+    let tp = t.path().display().to_string();
+    let overlay = repo().join("target/e2e/overlay");
+    for (image, args) in [(VLLM, &SEED[..2]), (SGLANG, &["--model-path", "/models/kimi-k3"][..])] {
+        let m = out(podman(&["image", "mount", image]));
+        assert_eq!(m.code, 0, "{}", m.stderr);
+        let inspect = t.path().join("inspect.json");
+        std::fs::write(&inspect, out(podman(&["image", "inspect", image])).stdout).unwrap();
+        let mut root = infera(&["check", "--output", "json", "--root", m.stdout.trim(), "--image-env"])
+            .args([&inspect])
+            .args(["--"])
+            .args(args)
+            .overlay(&overlay)
+            .run()
+            .json();
+        let _ = out(podman(&["image", "unmount", image]));
+        for k in ["host_cwd", "host_program", "host_argv0"] {
+            root["exec"].as_object_mut().unwrap().remove(k);
+        }
+        let saved = [("oci-archive", format!("{tp}/i.oci.tar")), ("docker-archive", format!("{tp}/i.docker.tar"))];
+        for (format, path) in &saved {
+            assert_eq!(out(podman(&["save", "-q", "--format", format, "-o", path, image])).code, 0);
+        }
+        let dir = format!("oci:{tp}/dir:v1");
+        assert_eq!(out(podman(&["push", "-q", "--compression-format", "zstd", image, &dir])).code, 0);
+        for reference in [saved[0].1.clone(), saved[1].1.clone(), format!("{tp}/dir:v1")] {
+            let o =
+                infera(&["check", "--output", "json", "--image", &reference, "--"]).args(args).overlay(&overlay).run();
+            assert_eq!(o.code, 0, "{reference}: {}", o.stderr);
+            assert_eq!(o.json(), root, "{image} as {reference}");
+        }
+        for p in [&saved[0].1, &saved[1].1] {
+            std::fs::remove_file(p).unwrap();
+        }
+        std::fs::remove_dir_all(format!("{tp}/dir")).unwrap();
+    }
+}
