@@ -24,25 +24,30 @@ pub struct Place {
     host: PathBuf,
     /// Container paths read from other host directories (a pod's volumes), longest first.
     volumes: Vec<(PathBuf, PathBuf)>,
-    /// An image read from its archive: its files are on no path of this host.
-    in_image: bool,
+    /// An image read from its archive (its files are on no path of this host): which.
+    image: Option<std::sync::Arc<crate::image::Identity>>,
 }
 
 impl Place {
     /// The host's own `/`, with nothing mapped: plain `std::fs` reads it.
     pub fn is_host_root(&self) -> bool {
-        !self.in_image && self.host == Path::new("/") && self.volumes.is_empty()
+        self.image.is_none() && self.host == Path::new("/") && self.volumes.is_empty()
     }
 
     /// Whether the files are an image read from its archive.
     pub fn is_image(&self) -> bool {
-        self.in_image
+        self.image.is_some()
+    }
+
+    /// The image read from its archive, when it is one.
+    pub fn image(&self) -> Option<&crate::image::Identity> {
+        self.image.as_deref()
     }
 
     /// Where a container path is on this host when that is another path than its own: under
     /// `--root` (None at the host's root, and for an image read from its archive).
     pub fn host_of(&self, cpath: &Path) -> Option<PathBuf> {
-        (!self.in_image && !self.is_host_root()).then(|| self.host(cpath))
+        (!self.is_image() && !self.is_host_root()).then(|| self.host(cpath))
     }
 
     /// Where a container path lives on this host (no symlink resolution): under the volume
@@ -200,15 +205,15 @@ pub enum RootError {
 
 impl Root {
     pub fn new(host: impl Into<PathBuf>) -> Self {
-        Root { place: Place { host: host.into(), volumes: Vec::new(), in_image: false }, image: None }
+        Root { place: Place { host: host.into(), volumes: Vec::new(), image: None }, image: None }
     }
 
     /// The root of an image read from its archive. Its files' contents are what the reader
     /// kept (the small files facts read); a file not kept cannot be read (`Unsupported`).
-    pub fn of_image(tree: crate::image::tree::Tree) -> Self {
+    pub fn of_image(tree: crate::image::tree::Tree, identity: crate::image::Identity) -> Self {
         // Its files are on no path of this host: a path made from this one names nothing.
-        let place =
-            Place { host: PathBuf::from("/nonexistent/infera-image-archive"), volumes: Vec::new(), in_image: true };
+        let host = PathBuf::from("/nonexistent/infera-image-archive");
+        let place = Place { host, volumes: Vec::new(), image: Some(identity.into()) };
         Root { place, image: Some(tree.into()) }
     }
 
@@ -225,7 +230,7 @@ impl Root {
     /// A root with container paths read from other directories (`--volume PATH=DIR`).
     pub fn with_volumes(host: impl Into<PathBuf>, mut volumes: Vec<(PathBuf, PathBuf)>) -> Self {
         volumes.sort_by_key(|(at, _)| std::cmp::Reverse(at.components().count()));
-        Root { place: Place { host: host.into(), volumes, in_image: false }, image: None }
+        Root { place: Place { host: host.into(), volumes, image: None }, image: None }
     }
 
     pub fn place(&self) -> &Place {

@@ -235,14 +235,20 @@ fn prepare(req: &Request, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
 /// environment (what `--image-env` gives for a directory).
 fn image_root(reference: &str, verify: bool, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
     let platform = infera_core::image::Platform::default();
-    let img = infera_core::image::read(reference, &platform, &facts::image_keep, verify)?;
+    let started = std::time::Instant::now();
+    // On stderr as each layer ends (the layers are read in parallel): the answer is stdout's.
+    let progress = |i: usize, n: usize, bytes: u64| {
+        let secs = started.elapsed().as_secs_f64();
+        tracing::info!(code = "image-layer", "{reference}: layer {i} of {n} read ({} MiB) at {secs:.1} s", bytes >> 20);
+    };
+    let img = infera_core::image::read_with_progress(reference, &platform, &facts::image_keep, verify, &progress)?;
     let mut env = env.clone();
     for kv in img.config.env.iter().flatten() {
         if let Some((k, v)) = kv.split_once('=') {
             env.insert(k.into(), v.into());
         }
     }
-    Ok((env, rootfs::Root::of_image(img.tree)))
+    Ok((env, rootfs::Root::of_image(img.tree, img.identity)))
 }
 
 /// What the request wants read about the image besides what every run needs.

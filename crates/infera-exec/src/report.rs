@@ -88,6 +88,17 @@ pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
 
 /// What the image is: its Python, ROCm release and HIP ABI, torch, and the GPUs.
 fn image_section(o: &mut String, f: &crate::facts::FactsView) {
+    if let Some(i) = f.image {
+        let manifest = i.manifest_digest.as_deref().map(|d| format!("manifest {d}, ")).unwrap_or_default();
+        let n = i.layers.len();
+        w!(
+            o,
+            "  image     {} ({manifest}config {}, {n} layer{})",
+            i.reference,
+            i.config_digest,
+            if n == 1 { "" } else { "s" }
+        );
+    }
     if let Some(py) = f.python {
         w!(o, "  python    {} at {} (from {})", py.version, py.executable.display(), py.evidence.join(", "));
     }

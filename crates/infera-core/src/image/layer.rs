@@ -47,7 +47,8 @@ fn hashing<R: Read>(inner: R, verify: bool) -> Hashing<R> {
 }
 
 /// Read layer `n` (1 = the bottom one) from member `name`; `digest` is what the blob must
-/// hash to (None: a docker-archive's layer), `diff_id` what its tar must.
+/// hash to (None: a docker-archive's layer), `diff_id` what its tar must. Returns its
+/// changes and its uncompressed size.
 pub fn read(
     src: &Source,
     n: usize,
@@ -56,7 +57,7 @@ pub fn read(
     diff_id: &str,
     keep: &Keep,
     verify: bool,
-) -> Result<Changes, ImageError> {
+) -> Result<(Changes, u64), ImageError> {
     let blob = src.member(name).ok_or_else(|| src.missing(&format!("layer {n}"), name))?;
     let mut blob = BufReader::with_capacity(1 << 20, hashing(blob, verify && digest.is_some()));
     let io = |e: std::io::Error| src.format(format!("layer {n} (`{name}`): {e}"));
@@ -71,6 +72,7 @@ pub fn read(
     // The tar ends before its padding and the compressed stream's end: read them for the digests.
     std::io::copy(&mut tar_stream, &mut std::io::sink()).map_err(io)?;
     let found_diff = tar_stream.hash.take().map(|h| format!("sha256:{:x}", h.finalize()));
+    let bytes = tar_stream.bytes;
     drop(tar_stream);
     std::io::copy(&mut blob, &mut std::io::sink()).map_err(io)?;
     let found_blob = blob.into_inner().hash.map(|h| format!("sha256:{:x}", h.finalize()));
@@ -88,7 +90,7 @@ pub fn read(
     }
     match found_diff {
         Some(f) if f != diff_id => Err(mismatch("diff_id", diff_id, f)),
-        _ => Ok(changes),
+        _ => Ok((changes, bytes)),
     }
 }
 

@@ -58,17 +58,23 @@ impl Default for Platform {
     }
 }
 
-/// An image, read: its digests, its runtime config and its filesystem.
+/// An image, read: which it is, its runtime config and its filesystem.
 #[derive(Debug)]
 pub struct Image {
+    pub identity: Identity,
+    pub config: RunConfig,
+    pub tree: Tree,
+}
+
+/// Which image was read: the reference given and the digests that name its contents.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Identity {
     pub reference: String,
-    /// None for a docker-archive (no manifest blob).
+    /// None for a docker-archive (it has no manifest blob).
     pub manifest_digest: Option<String>,
     pub config_digest: String,
-    pub config: RunConfig,
     /// Each layer's blob digest (a docker-archive's: its diff_id), bottom first.
     pub layers: Vec<String>,
-    pub tree: Tree,
 }
 
 /// The image config's `config`: what `--image-env` gives for a directory.
@@ -106,10 +112,25 @@ pub(crate) struct Plan {
     pub layers: Vec<(String, Option<String>)>,
 }
 
+/// What is said of a long read as each layer ends: its number (1 = the bottom one), the
+/// number of layers, and its uncompressed bytes.
+pub type Progress<'a> = dyn Fn(usize, usize, u64) + Sync + 'a;
+
 /// Read `reference` (`PATH`, `PATH:TAG` or `PATH@sha256:…`): the manifest for `platform`,
 /// its config, and every layer in parallel, keeping what `keep` asks for. `verify`: check
 /// the layers' digests (the manifest's and config's are always checked).
 pub fn read(reference: &str, platform: &Platform, keep: &Keep, verify: bool) -> Result<Image, ImageError> {
+    read_with_progress(reference, platform, keep, verify, &|_, _, _| {})
+}
+
+/// [`read`], calling `progress` as each layer ends.
+pub fn read_with_progress(
+    reference: &str,
+    platform: &Platform,
+    keep: &Keep,
+    verify: bool,
+    progress: &Progress<'_>,
+) -> Result<Image, ImageError> {
     let src = Source::open(reference)?;
     let plan = src.plan(platform)?;
     let config: Config = serde_json::from_slice(&plan.config)
@@ -130,7 +151,12 @@ pub fn read(reference: &str, platform: &Platform, keep: &Keep, verify: bool) -> 
             .enumerate()
             .map(|(i, ((name, digest), diff_id))| {
                 let src = &src;
-                s.spawn(move || layer::read(src, i + 1, name, digest.as_deref(), diff_id, keep, verify))
+                let n = plan.layers.len();
+                s.spawn(move || {
+                    let (changes, bytes) = layer::read(src, i + 1, name, digest.as_deref(), diff_id, keep, verify)?;
+                    progress(i + 1, n, bytes);
+                    Ok(changes)
+                })
             })
             .collect();
         jobs.into_iter()
@@ -148,14 +174,13 @@ pub fn read(reference: &str, platform: &Platform, keep: &Keep, verify: bool) -> 
     }
     let layers =
         plan.layers.iter().zip(&config.rootfs.diff_ids).map(|((_, d), id)| d.clone().unwrap_or(id.clone())).collect();
-    Ok(Image {
+    let identity = Identity {
         reference: reference.to_string(),
         manifest_digest: plan.manifest_digest,
         config_digest: plan.config_digest,
-        config: config.config,
         layers,
-        tree,
-    })
+    };
+    Ok(Image { identity, config: config.config, tree })
 }
 
 /// A path inside an image, as a tree key: `/`-rooted, no `.` or `..`.

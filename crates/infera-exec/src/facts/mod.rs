@@ -166,6 +166,7 @@ impl Facts {
     /// The JSON shape, with the facts of the model the args name.
     pub fn view<'a>(&'a self, models: &'a BTreeMap<OsString, model::ModelFacts>) -> FactsView<'a> {
         FactsView {
+            image: self.root.image(),
             python: self.python.as_ref().ok(),
             rocm: match &self.rocm {
                 Ok(r) => Some(r),
@@ -211,6 +212,9 @@ fn find_program(root: &Root, env: &Env, name: &OsStr, chdir: Option<&Path>) -> P
 /// The JSON shape of facts in a plan (the README's stable fields plus a few more).
 #[derive(Debug, Clone, Serialize)]
 pub struct FactsView<'a> {
+    /// `check --image`: the image read from its archive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<&'a infera_core::image::Identity>,
     pub python: Option<&'a Python>,
     pub rocm: Option<&'a Rocm>,
     pub torch: Option<&'a Torch>,

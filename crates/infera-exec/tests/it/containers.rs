@@ -1461,7 +1461,14 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
             let o =
                 infera(&["check", "--output", "json", "--image", &reference, "--"]).args(args).overlay(&overlay).run();
             assert_eq!(o.code, 0, "{reference}: {}", o.stderr);
-            assert_eq!(o.json(), root, "{image} as {reference}");
+            let mut got = o.json();
+            let identity = got["facts"].as_object_mut().unwrap().remove("image").unwrap();
+            assert_eq!(identity["reference"], reference.as_str());
+            assert!(identity["config_digest"].as_str().unwrap().starts_with("sha256:"), "{identity}");
+            let layers = identity["layers"].as_array().unwrap().len();
+            let said = format!("[image-layer] {reference}: layer {layers} of {layers} read");
+            assert!(o.stderr.contains(&said), "{}", o.stderr);
+            assert_eq!(got, root, "{image} as {reference}");
         }
         for p in [&saved[0].1, &saved[1].1] {
             std::fs::remove_file(p).unwrap();

@@ -131,7 +131,7 @@ fn every_format_reads_as_the_mounted_image() {
     {
         let img = read(&reference).unwrap_or_else(|e| panic!("{reference}: {e}"));
         assert_eq!(listing_of_image(&img), want, "{reference}");
-        assert_eq!(img.layers.len(), 2, "{reference}");
+        assert_eq!(img.identity.layers.len(), 2, "{reference}");
     }
 }
 
