@@ -126,9 +126,16 @@ fn every_format_reads_as_the_mounted_image() {
         let dest = format!("oci:{tp}/{c}:v1");
         tool("podman", t, &["push", "-q", "--compression-format", c, "localhost/top:1", &dest]);
     }
-    for reference in
-        [format!("{tp}/oci.tar"), format!("{tp}/docker.tar"), format!("{tp}/gzip:v1"), format!("{tp}/zstd")]
-    {
+    // A multi-arch index (a manifest list of one linux/amd64 image): its platform's manifest.
+    tool("podman", t, &["manifest", "create", "localhost/multi:1"]);
+    tool("podman", t, &["manifest", "add", "localhost/multi:1", "containers-storage:localhost/top:1"]);
+    tool("podman", t, &["manifest", "push", "-q", "--all", "localhost/multi:1", &format!("oci:{tp}/multi:v1")]);
+    let index = std::fs::read_to_string(t.join("multi/index.json")).unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&index).unwrap();
+    let media = listed["manifests"][0]["mediaType"].as_str().unwrap().to_string();
+    assert!(media.contains("index") || media.contains("manifest.list"), "not an index: {index}");
+    let refs = [format!("{tp}/oci.tar"), format!("{tp}/docker.tar"), format!("{tp}/gzip:v1"), format!("{tp}/zstd")];
+    for reference in refs.into_iter().chain([format!("{tp}/multi:v1")]) {
         let img = read(&reference).unwrap_or_else(|e| panic!("{reference}: {e}"));
         assert_eq!(listing_of_image(&img), want, "{reference}");
         assert_eq!(img.identity.layers.len(), 2, "{reference}");
