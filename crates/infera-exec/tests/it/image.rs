@@ -134,12 +134,36 @@ fn every_format_reads_as_the_mounted_image() {
     let listed: serde_json::Value = serde_json::from_str(&index).unwrap();
     let media = listed["manifests"][0]["mediaType"].as_str().unwrap().to_string();
     assert!(media.contains("index") || media.contains("manifest.list"), "not an index: {index}");
+    docker25(&t.join("docker.tar"), &t.join("docker25.tar"));
     let refs = [format!("{tp}/oci.tar"), format!("{tp}/docker.tar"), format!("{tp}/gzip:v1"), format!("{tp}/zstd")];
-    for reference in refs.into_iter().chain([format!("{tp}/multi:v1")]) {
+    for reference in refs.into_iter().chain([format!("{tp}/multi:v1"), format!("{tp}/docker25.tar")]) {
         let img = read(&reference).unwrap_or_else(|e| panic!("{reference}: {e}"));
         assert_eq!(listing_of_image(&img), want, "{reference}");
         assert_eq!(img.identity.layers.len(), 2, "{reference}");
     }
+}
+
+/// A docker-archive as docker 25+ writes it, with an OCI layout beside `manifest.json`, and
+/// that layout's bug (moby#47210): `"manifests": null` in its index.json.
+fn docker25(from: &Path, to: &Path) {
+    let mut out = tar::Builder::new(std::fs::File::create(to).unwrap());
+    let mut a = tar::Archive::new(std::fs::File::open(from).unwrap());
+    for e in a.entries().unwrap() {
+        let mut e = e.unwrap();
+        let mut h = e.header().clone();
+        let path = e.path().unwrap().into_owned();
+        out.append_data(&mut h, path, &mut e).unwrap();
+    }
+    for (name, data) in [
+        ("oci-layout", r#"{"imageLayoutVersion": "1.0.0"}"#),
+        ("index.json", r#"{"schemaVersion": 2, "manifests": null}"#),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        out.append_data(&mut h, name, data.as_bytes()).unwrap();
+    }
+    out.finish().unwrap();
 }
 
 /// A hand-made OCI layout with `layer` as its one layer (a plain tar); returns its path.
