@@ -378,6 +378,19 @@ pub struct ImageArgs {
     /// With --image: do not hash the layers (the manifest and the config are always checked).
     #[arg(long, requires = "image")]
     pub no_verify: bool,
+    /// With --image: the platform a multi-arch image is read for, OS/ARCHITECTURE.
+    #[arg(long, requires = "image", value_name = "OS/ARCH", default_value = "linux/amd64", value_parser = platform)]
+    pub platform: Option<infera_core::image::Platform>,
+}
+
+/// `--platform linux/amd64`: an OS and an architecture as an OCI index names them.
+fn platform(s: &str) -> Result<infera_core::image::Platform, String> {
+    match s.split('/').collect::<Vec<_>>()[..] {
+        [os, arch] if !os.is_empty() && !arch.is_empty() => {
+            Ok(infera_core::image::Platform { os: os.to_string(), architecture: arch.to_string() })
+        }
+        _ => Err(format!("`{s}` is not OS/ARCHITECTURE (linux/amd64, linux/arm64)")),
+    }
 }
 
 /// The options alone, for the command form (`infera-exec [OPTIONS] PROGRAM ...`).

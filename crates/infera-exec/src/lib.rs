@@ -219,7 +219,8 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
 /// and the image's root, checked readable.
 fn prepare(req: &Request, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
     if let Some(reference) = &req.image.image {
-        return image_root(reference, !req.image.no_verify, env);
+        let platform = req.image.platform.clone().unwrap_or_default();
+        return image_root(reference, &platform, !req.image.no_verify, env);
     }
     let image_env = imageenv::resolve(&req.image_env, &req.root, &req.image_env_said)?;
     let mut env = env.clone();
@@ -233,15 +234,19 @@ fn prepare(req: &Request, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
 
 /// `check --image`: the image read from its archive, its config's `Env` over the launcher's
 /// environment (what `--image-env` gives for a directory).
-fn image_root(reference: &str, verify: bool, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
-    let platform = infera_core::image::Platform::default();
+fn image_root(
+    reference: &str,
+    platform: &infera_core::image::Platform,
+    verify: bool,
+    env: &Env,
+) -> Result<(Env, rootfs::Root), Refusal> {
     let started = std::time::Instant::now();
     // On stderr as each layer ends (the layers are read in parallel): the answer is stdout's.
     let progress = |i: usize, n: usize, bytes: u64| {
         let secs = started.elapsed().as_secs_f64();
         tracing::info!(code = "image-layer", "{reference}: layer {i} of {n} read ({} MiB) at {secs:.1} s", bytes >> 20);
     };
-    let img = infera_core::image::read_with_progress(reference, &platform, &facts::image_keep, verify, &progress)?;
+    let img = infera_core::image::read_with_progress(reference, platform, &facts::image_keep, verify, &progress)?;
     let mut env = env.clone();
     for kv in img.config.env.iter().flatten() {
         if let Some((k, v)) = kv.split_once('=') {

@@ -40,6 +40,13 @@ pub enum ImageError {
         hint = "nothing of an image is followed out of it: rebuild the layer without that entry"
     )]
     UnsafeEntry { reference: String, layer: usize, what: String, entry: String },
+    #[error("`{reference}` is an image for {found}, not {wanted}")]
+    #[refuse(
+        code = "image-platform",
+        exit = Invalid,
+        hint = "give --platform OS/ARCH of an image it holds (`skopeo inspect --raw` lists a multi-arch image's), or copy the image for this platform (`skopeo copy --override-arch`)"
+    )]
+    Platform { reference: String, found: String, wanted: String },
     #[error("`{reference}`: layer {layer} is larger than this reads ({what})")]
     #[refuse(code = "image-too-large", exit = Invalid, hint = "an engine image's layers are a few tens of GB and millions of entries at most: check the archive")]
     TooLarge { reference: String, layer: usize, what: String },
@@ -96,6 +103,10 @@ struct Config {
     #[serde(default)]
     config: RunConfig,
     rootfs: RootFs,
+    #[serde(default)]
+    os: Option<String>,
+    #[serde(default)]
+    architecture: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,14 +146,7 @@ pub fn read_with_progress(
     let plan = src.plan(platform)?;
     let config: Config = serde_json::from_slice(&plan.config)
         .map_err(|e| src.format(format!("its config {} is not an image config ({e})", plan.config_digest)))?;
-    if config.rootfs.diff_ids.len() != plan.layers.len() {
-        let reason = format!(
-            "the manifest lists {} layers, the config's rootfs.diff_ids {}",
-            plan.layers.len(),
-            config.rootfs.diff_ids.len()
-        );
-        return Err(src.format(reason));
-    }
+    matches(&src, &config, &plan, platform)?;
     let changes = std::thread::scope(|s| {
         let jobs: Vec<_> = plan
             .layers
@@ -181,6 +185,28 @@ pub fn read_with_progress(
         layers,
     };
     Ok(Image { identity, config: config.config, tree })
+}
+
+/// The config agrees with the platform asked for and with the manifest's layers.
+fn matches(src: &Source, config: &Config, plan: &Plan, platform: &Platform) -> Result<(), ImageError> {
+    if let (Some(os), Some(arch)) = (&config.os, &config.architecture) {
+        if (os, arch) != (&platform.os, &platform.architecture) {
+            return Err(ImageError::Platform {
+                reference: src.reference().to_string(),
+                found: format!("{os}/{arch}"),
+                wanted: format!("{}/{}", platform.os, platform.architecture),
+            });
+        }
+    }
+    if config.rootfs.diff_ids.len() != plan.layers.len() {
+        let reason = format!(
+            "the manifest lists {} layers, the config's rootfs.diff_ids {}",
+            plan.layers.len(),
+            config.rootfs.diff_ids.len()
+        );
+        return Err(src.format(reason));
+    }
+    Ok(())
 }
 
 /// A path inside an image, as a tree key: `/`-rooted, no `.` or `..`.

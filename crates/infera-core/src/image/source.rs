@@ -169,7 +169,17 @@ impl Source {
                     m.platform.as_ref().is_some_and(|p| p.os == platform.os && p.architecture == platform.architecture)
                 })
                 .cloned()
-                .ok_or_else(|| self.format(format!("no manifest for {}/{}", platform.os, platform.architecture)))?;
+                .ok_or_else(|| {
+                    let held: Vec<String> = m
+                        .iter()
+                        .filter_map(|m| m.platform.as_ref().map(|p| format!("{}/{}", p.os, p.architecture)))
+                        .collect();
+                    ImageError::Platform {
+                        reference: self.reference.clone(),
+                        found: held.join(", "),
+                        wanted: format!("{}/{}", platform.os, platform.architecture),
+                    }
+                })?;
         }
         let manifest: Manifest = serde_json::from_slice(&self.blob("the manifest", &d.digest)?)
             .map_err(|e| self.format(format!("the manifest {}: {e}", d.digest)))?;

@@ -139,6 +139,9 @@ fn every_format_reads_as_the_mounted_image() {
     for reference in refs.into_iter().chain([format!("{tp}/multi:v1"), format!("{tp}/docker25.tar")]) {
         let img = read(&reference).unwrap_or_else(|e| panic!("{reference}: {e}"));
         assert_eq!(listing_of_image(&img), want, "{reference}");
+        let arm = Platform { os: "linux".into(), architecture: "arm64".into() };
+        let e = image::read(&reference, &arm, &|_: &Path, _, _| 0, false).unwrap_err();
+        assert_eq!(e.to_string(), format!("`{reference}` is an image for linux/amd64, not linux/arm64"));
         assert_eq!(img.identity.layers.len(), 2, "{reference}");
     }
 }
