@@ -122,30 +122,25 @@ pub fn main(a: &Args) -> i32 {
     0
 }
 
-/// A file of the checkpoint: opened (or not yet), its size and identity, where it starts in
-/// the whole checkpoint.
+/// A file of the checkpoint, opened or not yet (its place: the `Place` of the same index).
 struct Shard {
     path: PathBuf,
     file: Option<File>,
-    len: u64,
-    id: (u64, u64),
-    start: u64,
 }
 
 /// Read every file, never more than the lead past the loader; returns the bytes read.
 fn run(a: &Args) -> u64 {
-    let mut start = 0;
-    let mut shards = Vec::new();
+    let (mut start, mut shards, mut places) = (0, Vec::new(), Vec::new());
     for (i, p) in a.files.iter().enumerate() {
         let Some(m) = std::fs::metadata(p).ok().filter(|m| m.is_file()) else {
             tracing::warn!(code = "prefetch", "`{}` is not a readable file: not read ahead", p.display());
             continue;
         };
         let file = (i < OPEN_AHEAD).then(|| open(p)).flatten();
-        shards.push(Shard { path: p.clone(), file, len: m.len(), id: (m.dev(), m.ino()), start });
+        shards.push(Shard { path: p.clone(), file });
+        places.push(Place { id: (m.dev(), m.ino()), start, len: m.len() });
         start += m.len();
     }
-    let places: Vec<Place> = shards.iter().map(|s| Place { id: s.id, start: s.start, len: s.len }).collect();
     let work = Mutex::new(Work { shard: 0, offset: 0, front: 0, read: 0 });
     let loader = Mutex::new(Loader { parent: a.parent, me: std::process::id() as i32, ..Loader::default() });
     let shards = Mutex::new(shards);
@@ -192,7 +187,7 @@ struct Chunk {
 /// loader got there first).
 fn reader(a: &Args, places: &[Place], shards: &Mutex<Vec<Shard>>, work: &Mutex<Work>, loader: &Mutex<Loader>) {
     let mut buf = vec![0u8; PIECE];
-    while let Some(c) = next_chunk(shards, work) {
+    while let Some(c) = next_chunk(places, shards, work) {
         let behind = loop {
             let Ok(mut l) = loader.lock() else { return };
             let front = work.lock().map(|w| w.front).unwrap_or(0);
@@ -236,12 +231,12 @@ fn read_range(c: &Chunk, buf: &mut [u8]) -> u64 {
     done
 }
 
-fn next_chunk(shards: &Mutex<Vec<Shard>>, work: &Mutex<Work>) -> Option<Chunk> {
+fn next_chunk(places: &[Place], shards: &Mutex<Vec<Shard>>, work: &Mutex<Work>) -> Option<Chunk> {
     let mut w = work.lock().ok()?;
     let mut s = shards.lock().ok()?;
     loop {
-        let sh = s.get_mut(w.shard)?;
-        if w.offset >= sh.len {
+        let (sh, place) = (s.get_mut(w.shard)?, &places[w.shard]);
+        if w.offset >= place.len {
             (w.shard, w.offset) = (w.shard + 1, 0);
             continue;
         }
@@ -252,8 +247,8 @@ fn next_chunk(shards: &Mutex<Vec<Shard>>, work: &Mutex<Work>) -> Option<Chunk> {
             (w.shard, w.offset) = (w.shard + 1, 0);
             continue;
         };
-        let len = (sh.len - w.offset).min(CHUNK);
-        let c = Chunk { index: w.shard, file, offset: w.offset, len, end: sh.start + w.offset + len };
+        let len = (place.len - w.offset).min(CHUNK);
+        let c = Chunk { index: w.shard, file, offset: w.offset, len, end: place.start + w.offset + len };
         w.offset += len;
         w.front = c.end;
         return Some(c);

@@ -10,8 +10,6 @@ pub mod layer;
 pub mod source;
 pub mod tree;
 
-use std::path::PathBuf;
-
 use serde::Deserialize;
 
 pub use layer::Keep;
@@ -207,17 +205,4 @@ fn matches(src: &Source, config: &Config, plan: &Plan, platform: &Platform) -> R
         return Err(src.format(reason));
     }
     Ok(())
-}
-
-/// A path inside an image, as a tree key: `/`-rooted, no `.` or `..`.
-pub(crate) fn tree_path(rel: &str) -> Option<PathBuf> {
-    let mut p = PathBuf::from("/");
-    for c in rel.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => return None,
-            c => p.push(c),
-        }
-    }
-    Some(p)
 }

@@ -251,11 +251,7 @@ fn index(path: &Path) -> std::io::Result<HashMap<String, Member>> {
                 } else {
                     dir.join(&target)
                 };
-                Member::Link(
-                    super::tree_path(&joined.to_string_lossy())
-                        .map(|p| p.to_string_lossy()[1..].to_string())
-                        .unwrap_or_default(),
-                )
+                Member::Link(member_name(&joined).unwrap_or_default())
             }
             _ => Member::File { offset: e.raw_file_position(), size: e.size() },
         };
@@ -265,6 +261,22 @@ fn index(path: &Path) -> std::io::Result<HashMap<String, Member>> {
         return Err(std::io::Error::other("no members"));
     }
     Ok(members)
+}
+
+/// A link's target as a member name: `.` dropped, `..` taken back (docker-archive's
+/// `<id>/layer.tar -> ../<diff_id>.tar`); None when it leaves the archive.
+fn member_name(p: &Path) -> Option<String> {
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::Normal(n) => parts.push(n),
+            std::path::Component::ParentDir => {
+                parts.pop()?;
+            }
+            _ => {}
+        }
+    }
+    Some(parts.iter().map(|n| n.to_string_lossy()).collect::<Vec<_>>().join("/"))
 }
 
 pub fn blob_path(digest: &str) -> Option<String> {
@@ -310,4 +322,15 @@ struct DockerEntry {
     config: String,
     repo_tags: Option<Vec<String>>,
     layers: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_link_target_as_a_member_name() {
+        let name = |p: &str| super::member_name(std::path::Path::new(p));
+        assert_eq!(name("abc/../def.tar").as_deref(), Some("def.tar"));
+        assert_eq!(name("./blobs/sha256/x").as_deref(), Some("blobs/sha256/x"));
+        assert_eq!(name("abc/../../etc/passwd"), None);
+    }
 }

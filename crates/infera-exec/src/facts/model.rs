@@ -51,16 +51,11 @@ pub struct Weights {
     pub source: String,
     /// The safetensors files in the order the engines' loaders read them: the index's
     /// `weight_map` files (else every `*.safetensors`), in natural name order (vLLM's
-    /// `sorted(hf_weights_files, key=_natural_sort_key)`). What a read-ahead reads.
+    /// `sorted(hf_weights_files, key=_natural_sort_key)`), as host paths (the container's at
+    /// root `/`; links are followed when they are opened, as the engine opens them). What a
+    /// read-ahead reads.
     #[serde(skip)]
-    pub files: Vec<WeightFile>,
-}
-
-/// One weight file: its host path (the one this launcher opens) and its size.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WeightFile {
-    pub host: PathBuf,
-    pub bytes: u64,
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -204,26 +199,21 @@ fn weights(root: &Root, dir: &Path) -> Option<Weights> {
     names.retain(|n| n.ends_with(".safetensors") && !n.contains('/'));
     names.sort_by_key(|a| natural_key(a));
     names.dedup();
-    let files: Vec<WeightFile> = names
-        .iter()
-        .filter_map(|n| {
-            let (_, host) = root.locate(&dir.join(n)).ok()?;
-            let m = root.metadata(&dir.join(n)).ok().filter(|m| m.is_file())?;
-            Some(WeightFile { host, bytes: m.size() })
-        })
-        .collect();
-    match index {
-        Some((name, bytes, _)) => Some(Weights { bytes, source: format!("metadata.total_size of {name}"), files }),
-        None => (!files.is_empty()).then(|| Weights {
-            bytes: files.iter().map(|f| f.bytes).sum(),
-            source: format!(
-                "the size of {} *.safetensors file{}",
-                files.len(),
-                if files.len() == 1 { "" } else { "s" }
-            ),
-            files,
-        }),
+    // Where the read-ahead opens them (no file is read for it here: this runs every start).
+    let host = |n: &String| root.host(&dir.join(n));
+    if let Some((name, bytes, _)) = index {
+        let files = names.iter().map(host).collect();
+        return Some(Weights { bytes, source: format!("metadata.total_size of {name}"), files });
     }
+    let sized: Vec<(PathBuf, u64)> = names
+        .iter()
+        .filter_map(|n| root.metadata(&dir.join(n)).ok().filter(|m| m.is_file()).map(|m| (host(n), m.size())))
+        .collect();
+    (!sized.is_empty()).then(|| Weights {
+        bytes: sized.iter().map(|(_, b)| b).sum(),
+        source: format!("the size of {} *.safetensors file{}", sized.len(), if sized.len() == 1 { "" } else { "s" }),
+        files: sized.into_iter().map(|(p, _)| p).collect(),
+    })
 }
 
 /// vLLM's `_natural_sort_key`: runs of digits compared as numbers, the rest as text.

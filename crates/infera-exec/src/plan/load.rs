@@ -233,13 +233,12 @@ fn read_ahead(w: &Weights, fs: Option<&Filesystem>, memory: Option<&PodMemory>) 
     if w.files.is_empty() {
         return None;
     }
-    let bytes: u64 = w.files.iter().map(|f| f.bytes).sum();
     let budget = memory.and_then(PodMemory::budget).unwrap_or(DEFAULT_BUDGET);
     let shared = fs.is_some_and(|f| class(&f.fstype) != Class::Local);
     Some(PrefetchSpec {
-        files: w.files.iter().map(|f| f.host.clone()).collect(),
-        bytes,
-        lead_bytes: (budget / 2).clamp(MIN_LEAD, bytes.max(MIN_LEAD)),
+        files: w.files.clone(),
+        bytes: w.bytes,
+        lead_bytes: (budget / 2).clamp(MIN_LEAD, w.bytes.max(MIN_LEAD)),
         ranges: if shared { 8 } else { 2 },
         after_open: fs.is_some_and(|f| is_fuse(&f.fstype)),
     })
@@ -266,7 +265,6 @@ fn budget_text(m: &PodMemory) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::model::WeightFile;
 
     const GIB: u64 = 1 << 30;
 
@@ -276,7 +274,7 @@ mod tests {
             crate::facts::model::ModelFacts::Known(m) => m,
             other => panic!("{other:?}"),
         };
-        let files = (1..=4).map(|i| WeightFile { host: format!("/models/m/{i}.safetensors").into(), bytes: bytes / 4 });
+        let files = (1..=4).map(|i| format!("/models/m/{i}.safetensors").into());
         m.weights = Some(Weights { bytes, source: "index".into(), files: files.collect() });
         m.filesystem = Some(Filesystem { fstype: fstype.into(), mount_point: "/models".into() });
         *m
