@@ -174,7 +174,12 @@ impl EngineChoice {
 pub enum Output {
     Text,
     Json,
+    /// JUnit XML (`check` only): a suite per image, a case per family, for CI reports.
+    Junit,
 }
+
+/// `check --family all`: every tree of the overlay, a column each.
+pub const ALL_FAMILIES: &str = "all";
 
 /// The options every role takes.
 #[derive(Debug, Clone, Args)]
@@ -203,7 +208,8 @@ pub struct CommonArgs {
     /// space separated), `1`/`true`/`all` for everything the native tree carries, `0` or empty for none.
     #[arg(long, env = ev::INFERA_REQUIRE_NATIVE, value_name = "CAPS")]
     pub require_native: Option<String>,
-    /// Force an overlay tree (with a warning) instead of matching the image's ABI.
+    /// Force an overlay tree (with a warning) instead of matching the image's ABI; with
+    /// `check`, `all` judges the image against every tree of the overlay (a matrix).
     #[arg(long, env = ev::INFERA_FAMILY, value_name = "NAME")]
     pub family: Option<String>,
     /// Override a refusal knowingly (comma-separated rule codes, or engine-version; repeatable).
@@ -372,9 +378,10 @@ pub struct CheckArgs {
 pub struct ImageArgs {
     /// Read the image from its archive, nothing unpacked: an OCI image layout directory, an
     /// oci-archive or a docker-archive, as `PATH`, `PATH:TAG` or `PATH@sha256:…` (for CI:
-    /// `skopeo copy docker://IMAGE oci:DIR:TAG`, then `--image DIR:TAG`).
+    /// `skopeo copy docker://IMAGE oci:DIR:TAG`, then `--image DIR:TAG`). Repeatable: each
+    /// image is a row of the matrix.
     #[arg(long, value_name = "REF", conflicts_with = "root")]
-    pub image: Option<String>,
+    pub image: Vec<String>,
     /// With --image: do not hash the layers (the manifest and the config are always checked).
     #[arg(long, requires = "image")]
     pub no_verify: bool,

@@ -59,6 +59,13 @@ pub enum UsageError {
     #[error("{said} describes an image read with --root, but the root is `/`: inside the container the environment already is the image's")]
     #[refuse(code = "image-env-without-root", exit = Usage, hint = "give --root DIR (the unpacked image) with it, or drop it")]
     ImageEnvWithoutRoot { said: String },
+    #[error("{said} {value} is for `check`: a run uses one tree and prints one plan")]
+    #[refuse(
+        code = "check-only",
+        exit = Usage,
+        hint = "judge images against trees with `infera-exec check --image REF --family all --output junit`; a run takes one --family or none"
+    )]
+    CheckOnly { said: String, value: String },
     #[error("{said} `{}` does not exist", path.display())]
     #[refuse(
         code = "image-env-missing",

@@ -14,6 +14,7 @@ pub mod imageenv;
 pub mod init;
 pub mod leader;
 pub mod logging;
+pub mod matrix;
 pub mod plan;
 pub mod prefetch;
 pub mod privs;
@@ -171,54 +172,107 @@ fn refuse(r: &Refusal, env: &Env) -> i32 {
 /// engine args (read once) → the model → selection (once) → the tree's facts → plan → print
 /// or exec. Each stage takes the values of the ones before it; only the last acts.
 pub fn launch(req: &Request, env: &Env) -> i32 {
+    if matrix::wanted(req) {
+        return matrix::run(req, env);
+    }
     if req.init.is_some() && !req.dry_run {
         init::block_signals();
     }
-    let (env, root) = match prepare(req, env) {
-        Ok(x) => x,
+    let mut g = match Gathered::read(req, env, req.image.image.first().map(String::as_str)) {
+        Ok(g) => g,
         Err(r) => return refuse_json(&r, req.output == Output::Json, env),
     };
-    let env = &env;
-    let facts = facts::Facts::gather(&root, env, &wanted(req, env));
-    let engine = plan::decide_engine(req, &facts).map_err(Refusal::from);
-    let args = engine.as_ref().ok().copied().flatten().map(|e| {
-        let version = facts.engine(e).map(|i| i.version.as_str());
-        engine_args::EngineArgs::read(e, version, &req.args, &root, req.chdir.as_deref())
-    });
-    let router = (req.role == request::Role::Server).then(|| router_args::RouterArgs::read(&req.args));
-    // The model the run reads: the worker's, or the router's tokenizer path.
-    let model = match &router {
-        Some(r) => r.as_ref().ok().and_then(|r| r.tokenizer_path()),
-        None => args.as_ref().and_then(|a| a.model()),
-    };
-    if let Some(code) = wait_for_model(req, &root, model) {
+    if let Some(code) = wait_for_model(req, &g.root, g.model()) {
         return code;
     }
-    let models = model_facts(&root, env, model);
+    g.models = model_facts(&g.root, &g.env, g.model());
     let (overlay, opts) = load_overlay(req);
-    let selected = select(req, &facts, &overlay, &opts, &root);
-    let inputs = plan::Inputs {
-        req,
-        facts: &facts,
-        engine: &engine,
-        args: args.as_ref(),
-        router: router.as_ref(),
-        models: &models,
-        overlay: &overlay,
-        selected: selected.as_ref(),
-        env,
-    };
-    let plan = plan::plan(&inputs);
-    if req.dry_run {
-        return print_plan(&plan, req, env);
+    g.with_plan(req, &overlay, &opts, |plan| {
+        if req.dry_run {
+            return print_plan(plan, req, &g.env);
+        }
+        run_plan(plan, req, &g.env)
+    })
+}
+
+/// What is read about one image before a tree is chosen: the environment its containers
+/// start with, its root, its facts, the engine and its args (or the router's), the model.
+pub(crate) struct Gathered {
+    env: Env,
+    root: rootfs::Root,
+    facts: facts::Facts,
+    engine: Result<Option<engines::Engine>, Refusal>,
+    args: Option<engine_args::EngineArgs>,
+    router: Option<Result<router_args::RouterArgs, router_args::RouterArgsError>>,
+    models: std::collections::BTreeMap<OsString, facts::model::ModelFacts>,
+}
+
+impl Gathered {
+    /// The image (`--root`, or the archive `image` names) and what the request reads of it;
+    /// the model's facts are left for [`model_facts`], after any wait for the model.
+    fn read(req: &Request, env: &Env, image: Option<&str>) -> Result<Gathered, Refusal> {
+        let (env, root) = prepare(req, env, image)?;
+        let facts = facts::Facts::gather(&root, &env, &wanted(req, &env));
+        let engine = plan::decide_engine(req, &facts).map_err(Refusal::from);
+        let args = engine.as_ref().ok().copied().flatten().map(|e| {
+            let version = facts.engine(e).map(|i| i.version.as_str());
+            engine_args::EngineArgs::read(e, version, &req.args, &root, req.chdir.as_deref())
+        });
+        let router = (req.role == request::Role::Server).then(|| router_args::RouterArgs::read(&req.args));
+        let models = Default::default();
+        Ok(Gathered { env, root, facts, engine, args, router, models })
     }
-    run_plan(&plan, req, env)
+
+    /// The model the run reads: the worker's, or the router's tokenizer path.
+    fn model(&self) -> Option<&OsString> {
+        match &self.router {
+            Some(r) => r.as_ref().ok().and_then(|r| r.tokenizer_path()),
+            None => self.args.as_ref().and_then(|a| a.model()),
+        }
+    }
+
+    /// The plan for this image with the tree the request selects (the selection and the
+    /// tree's facts are read here, once), given to `then`.
+    fn with_plan<R>(
+        &self,
+        req: &Request,
+        overlay: &Result<overlay::Overlay, Refusal>,
+        opts: &overlay::LoadOptions,
+        then: impl FnOnce(&plan::Plan) -> R,
+    ) -> R {
+        let selected = select(req, &self.facts, overlay, opts, &self.root);
+        let inputs = plan::Inputs {
+            req,
+            facts: &self.facts,
+            engine: &self.engine,
+            args: self.args.as_ref(),
+            router: self.router.as_ref(),
+            models: &self.models,
+            overlay,
+            selected: selected.as_ref(),
+            env: &self.env,
+        };
+        then(&plan::plan(&inputs))
+    }
+
+    /// A cell of `check`'s matrix: the plan as JSON, its refusal, and the tree it used.
+    fn judge(
+        &self,
+        req: &Request,
+        overlay: &Result<overlay::Overlay, Refusal>,
+        opts: &overlay::LoadOptions,
+    ) -> (serde_json::Value, Option<Refusal>, Option<String>) {
+        self.with_plan(req, overlay, opts, |p| {
+            let json = serde_json::to_value(p).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
+            (json, p.error.clone(), p.family.clone())
+        })
+    }
 }
 
 /// The environment the image's containers start with (`--image-env`) over the launcher's,
-/// and the image's root, checked readable.
-fn prepare(req: &Request, env: &Env) -> Result<(Env, rootfs::Root), Refusal> {
-    if let Some(reference) = &req.image.image {
+/// and the image's root, checked readable: `--root`, or the archive `image` names.
+fn prepare(req: &Request, env: &Env, image: Option<&str>) -> Result<(Env, rootfs::Root), Refusal> {
+    if let Some(reference) = image {
         let platform = req.image.platform.clone().unwrap_or_default();
         return image_root(reference, &platform, !req.image.no_verify, env);
     }
@@ -339,7 +393,8 @@ fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
             Ok(j) => j + "\n",
             Err(e) => return refuse(&error::internal(&format!("the plan cannot be written as JSON: {e}")), env),
         },
-        Output::Text => {
+        // JUnit is the matrix's (`matrix::wanted`): a single plan is never asked for in it.
+        Output::Text | Output::Junit => {
             // On one terminal the refusal is said once, on stderr with its hint.
             use std::io::IsTerminal;
             let one_terminal = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();

@@ -78,6 +78,9 @@ pub struct Request {
     /// `INFERA_REQUIRE_NATIVE=1|true|all`: everything the native tree carries.
     pub require_all_native: bool,
     pub family: Option<String>,
+    /// `family` is a column of `check`'s matrix, judged rather than forced: a tree built for
+    /// another ABI is refused (`family-mismatch`), not run with a warning.
+    pub family_judged: bool,
     pub allow: Vec<String>,
     /// The args after the module or program (`--` ARGS of the subcommands).
     pub args: Vec<OsString>,
@@ -347,6 +350,7 @@ impl Request {
             Some(d) if d.is_absolute() => Some(d),
             Some(dir) => return Err(UsageError::ChdirRelative { said: o.said("chdir"), dir }),
         };
+        check_only(role, &o)?;
         let (require, require_all_native) = required(&o);
         let volumes = volumes(&c.volume, &o.said("volume"))?;
         let image_env_said = o.said("image-env");
@@ -360,6 +364,7 @@ impl Request {
             require,
             require_all_native,
             family: c.family.filter(|f| !f.is_empty()),
+            family_judged: false,
             allow,
             args,
             root: c.root,
@@ -388,6 +393,20 @@ impl Request {
     pub fn interpreter(&self) -> Option<&OsStr> {
         self.python.as_deref().or_else(|| self.target.interpreter().filter(|i| !matches!(i.as_bytes(), b"python3")))
     }
+}
+
+/// `--family all` and `--output junit` judge images for CI: `check`'s, never a run's.
+fn check_only(role: Role, o: &Options) -> Result<(), UsageError> {
+    if role == Role::Check {
+        return Ok(());
+    }
+    if o.common.family.as_deref() == Some(crate::cli::ALL_FAMILIES) {
+        return Err(UsageError::CheckOnly { said: o.said("family"), value: crate::cli::ALL_FAMILIES.into() });
+    }
+    if o.common.output == crate::cli::Output::Junit {
+        return Err(UsageError::CheckOnly { said: o.said("output"), value: "junit".into() });
+    }
+    Ok(())
 }
 
 /// Is `program` a CPython interpreter (`python`, `python3`, `python3.12`, a path to one)?

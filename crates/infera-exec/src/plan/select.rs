@@ -34,6 +34,13 @@ pub enum SelectError {
         hint = "use one of the trees listed, or drop --family / INFERA_FAMILY to match the image"
     )]
     FamilyUnknown { family: String, trees: String },
+    #[error("tree {tree} is not built for this container ({detected})")]
+    #[refuse(
+        code = "family-mismatch",
+        exit = Unsupported,
+        hint = "the image runs with the tree built for its Python and ROCm; this column of the matrix does not apply to it"
+    )]
+    FamilyMismatch { tree: String, detected: String },
     #[error("tree {family} has no {engine} engine module; trees offering {engine}: {}", if others.is_empty() { "none".to_string() } else { others.join(", ") })]
     #[refuse(
         code = "engine-not-in-tree",
@@ -161,7 +168,10 @@ fn choose<'o>(
             ),
         ));
     }
-    if req.family.is_some() {
+    if req.family_judged && !matches(t, python, rocm) {
+        return Err(SelectError::FamilyMismatch { tree: t.describe(), detected });
+    }
+    if req.family.is_some() && !req.family_judged {
         findings.push(Finding::warn(
             "family-forced",
             if matches(t, python, rocm) {

@@ -182,6 +182,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         require: Vec::new(),
         require_all_native: false,
         family: None,
+        family_judged: false,
         allow: Vec::new(),
         args: args.iter().map(OsString::from).collect(),
         root: "/image".into(),

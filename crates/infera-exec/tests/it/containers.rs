@@ -1476,3 +1476,102 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
         std::fs::remove_dir_all(format!("{tp}/dir")).unwrap();
     }
 }
+
+/// CI's use: several images × every tree of the overlay. The vLLM image (py312) and the
+/// sglang image (py310) each run with their own tree and are refused with the other's; an
+/// archive that is not one is unreadable (65) in every column; text, JSON and JUnit say the
+/// same, and one image × one tree exits with the cell's own code.
+#[test]
+fn check_images_against_every_tree_as_a_matrix() {
+    images();
+    let t = tempfile::tempdir().unwrap();
+    let (vllm, sglang, bad) = (t.path().join("vllm.tar"), t.path().join("sglang.tar"), t.path().join("bad.tar"));
+    for (image, path) in [(VLLM, &vllm), (SGLANG, &sglang)] {
+        let saved = out(podman(&["save", "-q", "--format", "oci-archive", "-o", path.to_str().unwrap(), image]));
+        assert_eq!(saved.code, 0, "{}", saved.stderr);
+    }
+    std::fs::write(&bad, b"not an archive").unwrap();
+    let overlay = repo().join("target/e2e/overlay");
+    let (v, s, b) = (vllm.to_str().unwrap(), sglang.to_str().unwrap(), bad.to_str().unwrap());
+    let check = |extra: &[&str]| {
+        let mut a = vec!["check", "--family", "all", "--image", v, "--image", s];
+        a.extend(extra);
+        a.extend(["--", "--model", "/models/kimi-k3"]);
+        infera(&a).overlay(&overlay).run()
+    };
+    let text = check(&[]);
+    assert_eq!(text.code, 1, "{}{}", text.stdout, text.stderr);
+    let table: Vec<&str> = text.stdout.lines().take(5).collect();
+    assert_eq!(table[0], "infera-exec check: 2 images × 2 trees, 2 of 4 refused");
+    let cells =
+        |line: &str| line.split("   ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>();
+    assert_eq!(cells(table[2]), ["IMAGE", "rocm7-py310", "rocm7-py312"]);
+    assert_eq!(cells(table[3]), [v, "refused: family-mismatch", "ok"]);
+    assert_eq!(cells(table[4]), [s, "ok", "refused: family-mismatch"]);
+    assert!(text.stdout.contains(&format!("  {v}: config sha256:")), "{}", text.stdout);
+    assert!(text.stdout.contains("; python 3.12; HIP ABI 7, ROCm 7.0.0; vllm 0.11.0+rocm700\n"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains(&format!(
+            "  {v} with rocm7-py310: error[family-mismatch]: tree rocm7-py310 (python 3.10, HIP ABI 7) is not built for this container (python 3.12 at /usr/bin/python3.12"
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stderr.ends_with("check: 2 of 4 image × tree cells refused (exit 1); the matrix is on stdout\n"),
+        "{}",
+        text.stderr
+    );
+
+    let json = check(&["--output", "json"]);
+    assert_eq!(json.code, 1, "{}", json.stderr);
+    let j = json.json();
+    assert_eq!(j["columns"], serde_json::json!(["rocm7-py310", "rocm7-py312"]));
+    assert_eq!(j["exit_code"], 1);
+    let verdicts = |i: usize| {
+        j["images"][i]["families"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["verdict"].as_str().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!((verdicts(0), verdicts(1)), (vec!["refused", "ok"], vec!["ok", "refused"]));
+    assert_eq!(j["images"][0]["facts"]["python"]["version"], "3.12");
+    assert!(j["images"][0]["config_digest"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(j["images"][1]["families"][0]["plan"]["family"], "rocm7-py310");
+    assert_eq!(j["images"][1]["families"][0]["plan"]["exec"]["argv"][2], "infera.engine.sglang");
+    assert_eq!(j["images"][1]["families"][1]["error"]["code"], "family-mismatch");
+    assert_eq!(j["images"][1]["families"][1]["error"]["exit_code"], 69);
+
+    // Another archive that is no image: 65 wins over the refused cells.
+    let mut a = vec!["check", "--family", "all", "--image", v, "--image", b, "--output", "junit", "--"];
+    a.extend(["--model", "/models/kimi-k3"]);
+    let junit = infera(&a).overlay(&overlay).run();
+    assert_eq!(junit.code, 65, "{}", junit.stderr);
+    let doc = roxmltree::Document::parse(&junit.stdout).unwrap();
+    let top = doc.root_element();
+    assert_eq!(
+        [top.attribute("tests"), top.attribute("failures"), top.attribute("errors")],
+        [Some("4"), Some("1"), Some("2")]
+    );
+    let suites: Vec<_> = top.children().filter(|n| n.has_tag_name("testsuite")).collect();
+    assert_eq!(suites.iter().map(|s| s.attribute("name").unwrap()).collect::<Vec<_>>(), [v, b]);
+    let case = |s: usize, c: usize| suites[s].children().filter(|n| n.has_tag_name("testcase")).nth(c).unwrap();
+    assert_eq!(case(0, 0).attribute("name"), Some("rocm7-py310"));
+    assert_eq!(case(0, 0).first_element_child().unwrap().attribute("type"), Some("family-mismatch"));
+    assert!(case(0, 1).first_element_child().is_none(), "vllm with its tree is ok");
+    let error = case(1, 1).first_element_child().unwrap();
+    assert_eq!((error.tag_name().name(), error.attribute("type")), ("error", Some("image-format")));
+
+    // One image × one tree: the cell's own code (sglang's tree ships no hipfile: 69).
+    let one = infera(&["check", "--image", s, "--require", "hipfile", "--output", "junit", "--", "--model-path", "/m"])
+        .overlay(&overlay)
+        .run();
+    assert_eq!(one.code, 69, "{}", one.stderr);
+    let doc = roxmltree::Document::parse(&one.stdout).unwrap();
+    let failure = doc.descendants().find(|n| n.has_tag_name("failure")).unwrap();
+    assert_eq!(failure.attribute("type"), Some("capability-unavailable"), "{}", one.stdout);
+    let case = doc.descendants().find(|n| n.has_tag_name("testcase")).unwrap();
+    assert_eq!(case.attribute("name"), Some("rocm7-py310"), "the tree the image's ABI selects");
+}
