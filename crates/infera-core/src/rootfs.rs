@@ -411,7 +411,7 @@ impl Root {
             return match t.get(&c) {
                 Some(crate::image::tree::Node::File { size, .. }) if *size > limit => Err(too_large(limit)),
                 Some(crate::image::tree::Node::File { data: Some(d), size, .. }) if d.len() as u64 == *size => {
-                    Ok(d.clone())
+                    Ok(d.to_vec())
                 }
                 _ => Err(not_kept()),
             };

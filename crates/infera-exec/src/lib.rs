@@ -295,10 +295,28 @@ fn image_root(
     env: &Env,
 ) -> Result<(Env, rootfs::Root), Refusal> {
     let started = std::time::Instant::now();
-    // On stderr as each layer ends (the layers are read in parallel): the answer is stdout's.
-    let progress = |i: usize, n: usize, bytes: u64| {
+    let (done, read) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicU64::new(0));
+    // On stderr (the answer is stdout's) as each layer ends, and as a long one goes on; the
+    // layers are read in parallel, so the rate is of all the bytes ended so far.
+    let progress = |i: usize, n: usize, bytes: u64, end: bool| {
+        use std::sync::atomic::Ordering::Relaxed;
         let secs = started.elapsed().as_secs_f64();
-        tracing::info!(code = "image-layer", "{reference}: layer {i} of {n} read ({} MiB) at {secs:.1} s", bytes >> 20);
+        if !end {
+            tracing::info!(
+                code = "image-layer",
+                "{reference}: layer {i} of {n}: {} MiB so far at {secs:.1} s",
+                bytes >> 20
+            );
+            return;
+        }
+        let (k, total) = (done.fetch_add(1, Relaxed) + 1, read.fetch_add(bytes, Relaxed) + bytes);
+        let rate = total as f64 / secs.max(1e-3) / 1e6;
+        tracing::info!(
+            code = "image-layer",
+            "{reference}: layer {i} of {n} read ({} MiB); {k} of {n} layers, {} MiB in {secs:.1} s ({rate:.0} MB/s)",
+            bytes >> 20,
+            total >> 20
+        );
     };
     let img = infera_core::image::read_with_progress(reference, platform, &facts::image_keep, verify, &progress)?;
     let mut env = env.clone();

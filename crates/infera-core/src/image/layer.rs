@@ -3,8 +3,12 @@
 //! diff_id), each tar entry turned into a change of the tree. Entries that would reach out
 //! of the image are refused, never followed; a layer past the bounds is refused.
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::Digest as _;
 
@@ -16,142 +20,335 @@ use super::ImageError;
 /// size for all of it, a few hundred bytes for its header, 0 for nothing.
 pub type Keep = dyn Fn(&Path, u64, u32) -> u64 + Sync;
 
-/// A layer's bounds: its uncompressed bytes, its entries, a kept file's size.
+/// A layer's uncompressed bytes.
 const MAX_BYTES: u64 = 1 << 40;
-const MAX_ENTRIES: u64 = 10_000_000;
+/// Uncompressed over compressed bytes, checked past `RATIO_AFTER` of output: real layers
+/// are under 20:1 (10:1 for a layer of binaries); gzip of zeros is 1032:1, zstd's unbounded.
+const MAX_RATIO: u64 = 100;
+const RATIO_AFTER: u64 = 1 << 30;
+/// The GNU long-name and pax headers before one entry (the tar crate reads them whole).
+const MAX_HEADERS: u64 = 1 << 20;
+/// A name or link target: PATH_MAX, past which no runtime can create or open it.
+const MAX_NAME: usize = 4096;
+/// How often a long layer's progress is said, in uncompressed bytes.
+pub const PROGRESS_EVERY: u64 = 2 << 30;
+/// A kept file (the largest file a fact reads whole).
 const MAX_KEPT: u64 = 64 << 20;
 
-/// A reader that hashes what passes through it.
-struct Hashing<R> {
-    inner: R,
-    hash: Option<sha2::Sha256>,
-    bytes: u64,
+/// What one image may hold over all its layers, read in parallel: entries, the bytes of
+/// their names, the bytes of the files kept. Real engine images: about a million entries,
+/// a hundred MB of names, tens of MB kept.
+#[derive(Debug, Default)]
+pub struct Totals {
+    entries: AtomicU64,
+    names: AtomicU64,
+    kept: AtomicU64,
 }
 
-impl<R: Read> Read for Hashing<R> {
+const MAX_ENTRIES: u64 = 4_000_000;
+const MAX_NAME_BYTES: u64 = 512 << 20;
+const MAX_KEPT_TOTAL: u64 = 256 << 20;
+
+impl Totals {
+    /// Count `n` more of one total; Err(what) past its bound.
+    fn add(&self, which: &AtomicU64, n: u64, max: u64, what: &str) -> Result<(), String> {
+        if which.fetch_add(n, Ordering::Relaxed).saturating_add(n) > max {
+            return Err(format!("more than {what} in the image"));
+        }
+        Ok(())
+    }
+}
+
+/// A bound a layer's bytes passed, as the readers below say it.
+#[derive(Debug)]
+struct Bound(String);
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Bound {}
+
+fn bound(what: String) -> std::io::Error {
+    std::io::Error::other(Bound(what))
+}
+
+/// A reader that counts, and hashes, what passes through it; with `ratio_of` (the
+/// compressed bytes' count), it is a decompressed stream held to `MAX_RATIO`.
+struct Hashing<'p, R> {
+    inner: R,
+    hash: Option<sha2::Sha256>,
+    bytes: Rc<Cell<u64>>,
+    ratio_of: Option<Rc<Cell<u64>>>,
+    /// Told the bytes every `PROGRESS_EVERY`.
+    progress: Option<&'p dyn Fn(u64)>,
+}
+
+impl<R: Read> Read for Hashing<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         if let Some(h) = &mut self.hash {
             h.update(&buf[..n]);
         }
-        self.bytes += n as u64;
-        if self.bytes > MAX_BYTES {
-            return Err(std::io::Error::other("more than 1 TiB"));
+        let before = self.bytes.get();
+        let bytes = before + n as u64;
+        self.bytes.set(bytes);
+        if let Some(p) = self.progress.filter(|_| bytes / PROGRESS_EVERY > before / PROGRESS_EVERY) {
+            p(bytes);
+        }
+        if bytes > MAX_BYTES {
+            return Err(bound(format!("more than {} GiB uncompressed", MAX_BYTES >> 30)));
+        }
+        if let Some(c) =
+            self.ratio_of.as_ref().map(|c| c.get()).filter(|c| bytes > RATIO_AFTER && bytes / MAX_RATIO > *c)
+        {
+            return Err(bound(format!(
+                "{} GiB from {} KiB compressed, a ratio over {MAX_RATIO}:1 (a decompression bomb)",
+                bytes >> 30,
+                c >> 10
+            )));
         }
         Ok(n)
     }
 }
 
-fn hashing<R: Read>(inner: R, verify: bool) -> Hashing<R> {
-    Hashing { inner, hash: verify.then(sha2::Sha256::new), bytes: 0 }
+fn hashing<'p, R: Read>(inner: R, verify: bool, ratio_of: Option<Rc<Cell<u64>>>) -> Hashing<'p, R> {
+    Hashing { inner, hash: verify.then(sha2::Sha256::new), bytes: Rc::default(), ratio_of, progress: None }
+}
+
+/// The tar's stream, bounded between entries: the tar crate reads a GNU long name or link
+/// or a pax header whole into memory as it looks for the next entry. It may read what is
+/// left of the last entry (skipped, not kept) and then at most `MAX_HEADERS`.
+pub(super) struct Between<R> {
+    inner: R,
+    left: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Between<R> {
+    /// The stream, and the budget to set after each entry ([`Between::after`]).
+    pub(super) fn new(inner: R) -> (Between<R>, Rc<Cell<u64>>) {
+        let left = Rc::new(Cell::new(MAX_HEADERS));
+        (Between { inner, left: left.clone() }, left)
+    }
+}
+
+/// [`Between`]'s budget once an entry of `size` bytes was returned and `read` of them read.
+pub(super) fn after(size: u64, read: u64) -> u64 {
+    size.div_ceil(512).saturating_mul(512).saturating_sub(read).saturating_add(MAX_HEADERS)
+}
+
+impl<R: Read> Read for Between<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.left.get();
+        if left == 0 {
+            return Err(bound(format!("long-name or pax headers over {} MiB before one entry", MAX_HEADERS >> 20)));
+        }
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left.set(left - n as u64);
+        Ok(n)
+    }
 }
 
 /// Read layer `n` (1 = the bottom one) from member `name`; `digest` is what the blob must
-/// hash to (None: a docker-archive's layer), `diff_id` what its tar must. Returns its
-/// changes and its uncompressed size.
+/// hash to (None: a docker-archive's layer) and `size` its length, `diff_id` what its tar
+/// must hash to. Returns its changes and its uncompressed size.
+pub struct Layer<'a> {
+    pub n: usize,
+    pub name: &'a str,
+    pub digest: Option<&'a str>,
+    pub size: Option<u64>,
+    pub diff_id: &'a str,
+}
+
 pub fn read(
     src: &Source,
-    n: usize,
-    name: &str,
-    digest: Option<&str>,
-    diff_id: &str,
+    l: &Layer,
     keep: &Keep,
+    totals: &Totals,
     verify: bool,
+    progress: &dyn Fn(u64),
 ) -> Result<(Changes, u64), ImageError> {
+    let (n, name) = (l.n, l.name);
     let blob = src.member(name).ok_or_else(|| src.missing(&format!("layer {n}"), name))?;
-    let mut blob = BufReader::with_capacity(1 << 20, hashing(blob, verify && digest.is_some()));
-    let io = |e: std::io::Error| src.format(format!("layer {n} (`{name}`): {e}"));
+    // One byte more than its size, so that a longer blob is seen, never read to its end.
+    let blob = blob.take(l.size.map_or(u64::MAX, |s| s.saturating_add(1)));
+    let compressed = hashing(blob, verify && l.digest.is_some(), None);
+    let read_bytes = compressed.bytes.clone();
+    let mut blob = BufReader::with_capacity(1 << 20, compressed);
+    let io = |e: std::io::Error| io_error(src, n, name, e);
     let magic = blob.fill_buf().map_err(io)?.get(..4).map(<[u8]>::to_vec).unwrap_or_default();
-    let decoded: Box<dyn Read> = match magic.as_slice() {
-        [0x1f, 0x8b, ..] => Box::new(flate2::bufread::MultiGzDecoder::new(&mut blob)),
-        [0x28, 0xb5, 0x2f, 0xfd] => Box::new(zstd::Decoder::with_buffer(&mut blob).map_err(io)?),
-        _ => Box::new(&mut blob),
+    let (decoded, ratio): (Box<dyn Read>, _) = match magic.as_slice() {
+        [0x1f, 0x8b, ..] => (Box::new(flate2::bufread::MultiGzDecoder::new(&mut blob)), Some(read_bytes.clone())),
+        [0x28, 0xb5, 0x2f, 0xfd] => {
+            (Box::new(zstd::Decoder::with_buffer(&mut blob).map_err(io)?), Some(read_bytes.clone()))
+        }
+        _ => (Box::new(&mut blob), None),
     };
-    let mut tar_stream = hashing(decoded, verify);
-    let changes = entries(src, n, &mut tar_stream, keep)?;
+    let mut tar_stream = hashing(decoded, verify, ratio);
+    tar_stream.progress = Some(progress);
+    let changes = entries(src, n, &mut tar_stream, keep, totals)?;
     // The tar ends before its padding and the compressed stream's end: read them for the digests.
     std::io::copy(&mut tar_stream, &mut std::io::sink()).map_err(io)?;
     let found_diff = tar_stream.hash.take().map(|h| format!("sha256:{:x}", h.finalize()));
-    let bytes = tar_stream.bytes;
+    let bytes = tar_stream.bytes.get();
     drop(tar_stream);
     std::io::copy(&mut blob, &mut std::io::sink()).map_err(io)?;
     let found_blob = blob.into_inner().hash.map(|h| format!("sha256:{:x}", h.finalize()));
-    let mismatch = |what: &str, expected: &str, found: String| ImageError::DigestMismatch {
+    check(src, l, read_bytes.get(), found_blob, found_diff)?;
+    Ok((changes, bytes))
+}
+
+/// The blob's size and digest, and the tar's diff_id, are what the manifest and config say.
+fn check(src: &Source, l: &Layer, size: u64, blob: Option<String>, diff: Option<String>) -> Result<(), ImageError> {
+    let mismatch = |what: &str, expected: String, found: String| ImageError::DigestMismatch {
         reference: src.reference().to_string(),
-        what: format!("layer {n}'s {what}"),
-        name: name.to_string(),
-        expected: expected.to_string(),
+        what: format!("layer {}'s {what}", l.n),
+        name: l.name.to_string(),
+        expected,
         found,
     };
-    if let (Some(d), Some(f)) = (digest, found_blob) {
+    if let Some(s) = l.size.filter(|s| *s != size) {
+        let found = if size > s { format!("more than {s} bytes") } else { format!("{size} bytes") };
+        return Err(mismatch("size", format!("{s} bytes (the manifest's)"), found));
+    }
+    if let (Some(d), Some(f)) = (l.digest, blob) {
         if d != f {
-            return Err(mismatch("blob", d, f));
+            return Err(mismatch("blob", d.to_string(), f));
         }
     }
-    match found_diff {
-        Some(f) if f != diff_id => Err(mismatch("diff_id", diff_id, f)),
-        _ => Ok((changes, bytes)),
+    match diff {
+        Some(f) if f != l.diff_id => Err(mismatch("diff_id", l.diff_id.to_string(), f)),
+        _ => Ok(()),
+    }
+}
+
+/// A read error: a bound passed is `image-too-large`, anything else `image-format`.
+fn io_error(src: &Source, n: usize, name: &str, e: std::io::Error) -> ImageError {
+    match e.get_ref().and_then(|i| i.downcast_ref::<Bound>()) {
+        Some(Bound(what)) => {
+            ImageError::TooLarge { reference: src.reference().to_string(), layer: n, what: what.clone() }
+        }
+        None => src.format(format!("layer {n} (`{name}`): {e}")),
     }
 }
 
 /// The layer's tar, entry by entry, as changes.
-fn entries(src: &Source, n: usize, r: &mut dyn Read, keep: &Keep) -> Result<Changes, ImageError> {
-    let unsafe_entry = |what: &str, entry: &Path| ImageError::UnsafeEntry {
+fn entries(src: &Source, n: usize, r: &mut dyn Read, keep: &Keep, totals: &Totals) -> Result<Changes, ImageError> {
+    let io = |e: std::io::Error| io_error(src, n, "", e);
+    let (stream, left) = Between::new(r);
+    let mut archive = tar::Archive::new(stream);
+    let mut c = Changes::default();
+    for e in archive.entries().map_err(io)? {
+        let mut e = e.map_err(io)?;
+        left.set(u64::MAX);
+        let raw = e.path().map_err(io)?.into_owned();
+        let (path, put, read) = entry(src, n, &mut e, &raw, keep, totals)?;
+        // What the tar crate skips of this entry (to its 512-byte padding), then its headers.
+        left.set(after(e.size(), read));
+        let Some(put) = put else { continue };
+        if !whiteout(&path, &mut c).map_err(|what| unsafe_entry(src, n, what, &raw))? {
+            c.puts.push((path, put));
+        }
+    }
+    Ok(c)
+}
+
+fn unsafe_entry(src: &Source, n: usize, what: &str, entry: &Path) -> ImageError {
+    ImageError::UnsafeEntry {
         reference: src.reference().to_string(),
         layer: n,
         what: what.to_string(),
-        entry: entry.display().to_string(),
-    };
-    let io = |e: std::io::Error| src.format(format!("layer {n}: {e}"));
-    let mut archive = tar::Archive::new(r);
-    let mut c = Changes::default();
-    for (count, e) in archive.entries().map_err(io)?.enumerate() {
-        if count as u64 >= MAX_ENTRIES {
-            return Err(ImageError::TooLarge {
-                reference: src.reference().to_string(),
-                layer: n,
-                what: format!("more than {MAX_ENTRIES} entries"),
-            });
-        }
-        let mut e = e.map_err(io)?;
-        let raw = e.path().map_err(io)?.into_owned();
-        let path = inside(&raw).ok_or_else(|| unsafe_entry("a name that leaves the image (`..` or absolute)", &raw))?;
-        if whiteout(&path, &mut c).map_err(|what| unsafe_entry(what, &raw))? {
-            continue;
-        }
-        let h = e.header();
-        let mode = h.mode().unwrap_or(0);
-        let put = match h.entry_type() {
-            tar::EntryType::Directory => Put::Node(Node::Dir { mode }),
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let size = e.size();
-                let want = keep(&path, size, mode).min(size).min(MAX_KEPT);
-                let data = if want > 0 {
-                    let mut v = Vec::with_capacity(want as usize);
-                    (&mut e).take(want).read_to_end(&mut v).map_err(io)?;
-                    Some(v)
-                } else {
-                    None
-                };
-                Put::Node(Node::File { mode, size, data })
-            }
-            tar::EntryType::Symlink => {
-                let target = e.link_name().map_err(io)?.map(|t| t.into_owned()).unwrap_or_default();
-                Put::Node(Node::Symlink { target })
-            }
-            tar::EntryType::Link => {
-                let target = e.link_name().map_err(io)?.map(|t| t.into_owned()).unwrap_or_default();
-                let target = inside(&target).ok_or_else(|| unsafe_entry("a hard link out of the image", &target))?;
-                Put::HardLink(target)
-            }
-            tar::EntryType::Char => Put::Node(Node::Special { mode: nix::libc::S_IFCHR | mode }),
-            tar::EntryType::Block => Put::Node(Node::Special { mode: nix::libc::S_IFBLK | mode }),
-            tar::EntryType::Fifo => Put::Node(Node::Special { mode: nix::libc::S_IFIFO | mode }),
-            _ => continue, // pax and GNU headers are read by the tar crate; nothing else is a file
-        };
-        c.puts.push((path, put));
+        entry: shown(entry),
     }
-    Ok(c)
+}
+
+/// A name as a message shows it: a hostile one can be 4 KiB.
+fn shown(p: &Path) -> String {
+    let s = p.to_string_lossy().escape_debug().to_string();
+    match s.char_indices().nth(200) {
+        Some((at, _)) => format!("{}… ({} bytes)", &s[..at], p.as_os_str().len()),
+        None => s,
+    }
+}
+
+/// One entry: its path in the image, what it puts (None: nothing a tree holds), and the
+/// bytes of its data read.
+fn entry<R: Read>(
+    src: &Source,
+    n: usize,
+    e: &mut tar::Entry<R>,
+    raw: &Path,
+    keep: &Keep,
+    totals: &Totals,
+) -> Result<(PathBuf, Option<Put>, u64), ImageError> {
+    let too_large = |what: String| ImageError::TooLarge { reference: src.reference().to_string(), layer: n, what };
+    totals.add(&totals.entries, 1, MAX_ENTRIES, &format!("{MAX_ENTRIES} entries")).map_err(too_large)?;
+    let len = raw.as_os_str().len() as u64;
+    totals
+        .add(&totals.names, len, MAX_NAME_BYTES, &format!("{} MiB of names", MAX_NAME_BYTES >> 20))
+        .map_err(too_large)?;
+    let path = name(raw).map_err(|what| unsafe_entry(src, n, what, raw))?;
+    let io = |e: std::io::Error| io_error(src, n, "", e);
+    let link = |e: &tar::Entry<R>| -> Result<PathBuf, ImageError> {
+        let t = e.link_name().map_err(io)?.map(|t| t.into_owned()).unwrap_or_default();
+        let bytes = t.as_os_str().as_bytes();
+        if bytes.len() > MAX_NAME || bytes.contains(&0) {
+            return Err(unsafe_entry(src, n, "a link target longer than PATH_MAX (4096) or with a NUL byte", raw));
+        }
+        Ok(t)
+    };
+    let mode = e.header().mode().unwrap_or(0);
+    let put = match e.header().entry_type() {
+        tar::EntryType::Directory => Node::Dir { mode },
+        tar::EntryType::Regular | tar::EntryType::Continuous => {
+            let size = e.size();
+            let want = keep(&path, size, mode).min(size).min(MAX_KEPT);
+            totals
+                .add(
+                    &totals.kept,
+                    want,
+                    MAX_KEPT_TOTAL,
+                    &format!("{} MiB of the files the facts read", MAX_KEPT_TOTAL >> 20),
+                )
+                .map_err(too_large)?;
+            let data = (want > 0).then(|| -> Result<std::sync::Arc<[u8]>, ImageError> {
+                let mut v = Vec::with_capacity(want as usize);
+                e.take(want).read_to_end(&mut v).map_err(io)?;
+                Ok(v.into())
+            });
+            let data = data.transpose()?;
+            let read = data.as_ref().map_or(0, |d| d.len() as u64);
+            return Ok((path, Some(Put::Node(Node::File { mode, size, data })), read));
+        }
+        tar::EntryType::Symlink => Node::Symlink { target: link(e)? },
+        tar::EntryType::Link => {
+            let target = link(e)?;
+            let target =
+                inside(&target).ok_or_else(|| unsafe_entry(src, n, "a hard link out of the image", &target))?;
+            return Ok((path, Some(Put::HardLink(target)), 0));
+        }
+        tar::EntryType::Char => Node::Special { mode: nix::libc::S_IFCHR | mode },
+        tar::EntryType::Block => Node::Special { mode: nix::libc::S_IFBLK | mode },
+        tar::EntryType::Fifo => Node::Special { mode: nix::libc::S_IFIFO | mode },
+        _ => return Ok((path, None, 0)), // pax and GNU headers are read by the tar crate; nothing else is a file
+    };
+    Ok((path, Some(Put::Node(put)), 0))
+}
+
+/// A tar name as a path of the image; Err(what) when it leaves the image, holds a NUL
+/// byte or is longer than PATH_MAX.
+fn name(raw: &Path) -> Result<PathBuf, &'static str> {
+    let bytes = raw.as_os_str().as_bytes();
+    if bytes.len() > MAX_NAME {
+        return Err("a name longer than PATH_MAX (4096 bytes)");
+    }
+    if bytes.contains(&0) {
+        return Err("a name with a NUL byte");
+    }
+    inside(raw).ok_or("a name that leaves the image (`..` or absolute)")
 }
 
 /// A whiteout entry (`.wh.NAME`, `.wh..wh..opq`) recorded in `c`: Ok(true); any other
@@ -180,4 +377,26 @@ fn inside(name: &Path) -> Option<PathBuf> {
         }
     }
     Some(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_image_totals_are_shared_by_its_layers() {
+        let t = Totals::default();
+        assert!(t.add(&t.entries, MAX_ENTRIES - 1, MAX_ENTRIES, "E").is_ok());
+        assert!(t.add(&t.entries, 1, MAX_ENTRIES, "E").is_ok());
+        assert_eq!(t.add(&t.entries, 1, MAX_ENTRIES, "E"), Err("more than E in the image".to_string()));
+        assert!(t.add(&t.kept, MAX_KEPT_TOTAL, MAX_KEPT_TOTAL, "K").is_ok(), "each total on its own");
+    }
+
+    #[test]
+    fn the_budget_between_entries_covers_the_skipped_rest() {
+        assert_eq!(after(0, 0), MAX_HEADERS);
+        assert_eq!(after(1, 0), 512 + MAX_HEADERS);
+        assert_eq!(after(1000, 1000), 24 + MAX_HEADERS);
+        assert_eq!(after(u64::MAX, 0), u64::MAX);
+    }
 }

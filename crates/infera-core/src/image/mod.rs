@@ -118,18 +118,27 @@ pub(crate) struct Plan {
     pub manifest_digest: Option<String>,
     pub config_digest: String,
     pub config: Vec<u8>,
-    pub layers: Vec<(String, Option<String>)>,
+    pub layers: Vec<LayerBlob>,
 }
 
-/// What is said of a long read as each layer ends: its number (1 = the bottom one), the
-/// number of layers, and its uncompressed bytes.
-pub type Progress<'a> = dyn Fn(usize, usize, u64) + Sync + 'a;
+/// A layer's member (a blob path or an archive member), and the digest and size its
+/// descriptor gives (none for a docker-archive's layer).
+pub(crate) struct LayerBlob {
+    pub name: String,
+    pub digest: Option<String>,
+    pub size: Option<u64>,
+}
+
+/// What is said of a long read: a layer's number (1 = the bottom one), the number of
+/// layers, its uncompressed bytes so far, and whether it is done. Said as each layer ends,
+/// and every `layer::PROGRESS_EVERY` bytes of a long one.
+pub type Progress<'a> = dyn Fn(usize, usize, u64, bool) + Sync + 'a;
 
 /// Read `reference` (`PATH`, `PATH:TAG` or `PATH@sha256:…`): the manifest for `platform`,
 /// its config, and every layer in parallel, keeping what `keep` asks for. `verify`: check
 /// the layers' digests (the manifest's and config's are always checked).
 pub fn read(reference: &str, platform: &Platform, keep: &Keep, verify: bool) -> Result<Image, ImageError> {
-    read_with_progress(reference, platform, keep, verify, &|_, _, _| {})
+    read_with_progress(reference, platform, keep, verify, &|_, _, _, _| {})
 }
 
 /// [`read`], calling `progress` as each layer ends.
@@ -145,18 +154,22 @@ pub fn read_with_progress(
     let config: Config = serde_json::from_slice(&plan.config)
         .map_err(|e| src.format(format!("its config {} is not an image config ({e})", plan.config_digest)))?;
     matches(&src, &config, &plan, platform)?;
+    let totals = layer::Totals::default();
     let changes = std::thread::scope(|s| {
         let jobs: Vec<_> = plan
             .layers
             .iter()
             .zip(&config.rootfs.diff_ids)
             .enumerate()
-            .map(|(i, ((name, digest), diff_id))| {
-                let src = &src;
+            .map(|(i, (b, diff_id))| {
+                let (src, totals) = (&src, &totals);
                 let n = plan.layers.len();
                 s.spawn(move || {
-                    let (changes, bytes) = layer::read(src, i + 1, name, digest.as_deref(), diff_id, keep, verify)?;
-                    progress(i + 1, n, bytes);
+                    let l =
+                        layer::Layer { n: i + 1, name: &b.name, digest: b.digest.as_deref(), size: b.size, diff_id };
+                    let every = |bytes| progress(i + 1, n, bytes, false);
+                    let (changes, bytes) = layer::read(src, &l, keep, totals, verify, &every)?;
+                    progress(i + 1, n, bytes, true);
                     Ok(changes)
                 })
             })
@@ -167,15 +180,20 @@ pub fn read_with_progress(
     });
     let mut tree = Tree::default();
     for (i, c) in changes.into_iter().enumerate() {
-        tree.apply(c?).map_err(|target| ImageError::UnsafeEntry {
-            reference: reference.to_string(),
-            layer: i + 1,
-            what: "a hard link to a path that is not in the image".into(),
-            entry: target.display().to_string(),
+        tree.apply(c?).map_err(|e| match e {
+            tree::ApplyError::HardLink(target) => ImageError::UnsafeEntry {
+                reference: reference.to_string(),
+                layer: i + 1,
+                what: "a hard link to a path that is not in the image".into(),
+                entry: target.display().to_string(),
+            },
+            tree::ApplyError::TooLarge(what) => {
+                ImageError::TooLarge { reference: reference.to_string(), layer: i + 1, what }
+            }
         })?;
     }
     let layers =
-        plan.layers.iter().zip(&config.rootfs.diff_ids).map(|((_, d), id)| d.clone().unwrap_or(id.clone())).collect();
+        plan.layers.iter().zip(&config.rootfs.diff_ids).map(|(b, id)| b.digest.clone().unwrap_or(id.clone())).collect();
     let identity = Identity {
         reference: reference.to_string(),
         manifest_digest: plan.manifest_digest,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::Digest as _;
 
-use super::{ImageError, Plan, Platform};
+use super::{ImageError, LayerBlob, Plan, Platform};
 
 /// The manifests, index and configs read whole are small; more is not an image.
 const SMALL: u64 = 8 << 20;
@@ -187,7 +187,7 @@ impl Source {
         let layers = manifest
             .layers
             .iter()
-            .map(|l| blob_path(&l.digest).map(|p| (p, Some(l.digest.clone()))))
+            .map(|l| blob_path(&l.digest).map(|name| LayerBlob { name, digest: Some(l.digest.clone()), size: l.size }))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| self.format("a layer digest is not sha256".into()))?;
         Ok(Plan { manifest_digest: Some(d.digest), config_digest: manifest.config.digest, config, layers })
@@ -208,7 +208,7 @@ impl Source {
             _ => return Err(self.format(format!("it holds {} images: name one (PATH:TAG)", found.len()))),
         };
         let config = self.small("the config", &e.config)?;
-        let layers = e.layers.iter().map(|l| (l.clone(), None)).collect();
+        let layers = e.layers.iter().map(|l| LayerBlob { name: l.clone(), digest: None, size: None }).collect();
         Ok(Plan { manifest_digest: None, config_digest: sha256(&config), config, layers })
     }
 
@@ -235,12 +235,20 @@ fn split(reference: &str) -> (PathBuf, Option<String>, Option<String>) {
     }
 }
 
+/// The most members an image archive has (blobs and a few files: dozens to hundreds).
+const MAX_MEMBERS: usize = 100_000;
+
 /// Each member of a tar archive: where its data starts and its size, or a link's target.
 fn index(path: &Path) -> std::io::Result<HashMap<String, Member>> {
-    let mut a = tar::Archive::new(File::open(path)?);
+    let (stream, left) = super::layer::Between::new(File::open(path)?);
+    let mut a = tar::Archive::new(stream);
     let mut members = HashMap::new();
     for e in a.entries()? {
         let e = e?;
+        left.set(super::layer::after(e.size(), 0));
+        if members.len() == MAX_MEMBERS {
+            return Err(std::io::Error::other(format!("more than {MAX_MEMBERS} members")));
+        }
         let name = e.path()?.to_string_lossy().trim_start_matches("./").to_string();
         let member = match e.header().entry_type() {
             tar::EntryType::Symlink | tar::EntryType::Link => {
@@ -299,6 +307,9 @@ struct Descriptor {
     #[serde(default)]
     media_type: String,
     digest: String,
+    /// The blob's length; checked for layers (read whole for the small blobs).
+    #[serde(default)]
+    size: Option<u64>,
     #[serde(default)]
     annotations: HashMap<String, String>,
     platform: Option<PlatformField>,

@@ -6,6 +6,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The most paths a tree holds, and the most bytes of their names: an image's are a few
+/// hundred thousand and tens of MB; a layer of deep names whose directories are implied
+/// would otherwise grow the tree by the square of their depth.
+#[cfg(not(test))]
+const MAX_NODES: usize = 8_000_000;
+#[cfg(test)]
+const MAX_NODES: usize = 100;
+const MAX_PATH_BYTES: u64 = 1 << 30;
 
 /// What a path is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,11 +23,12 @@ pub enum Node {
     Dir {
         mode: u32,
     },
-    /// `data`: what the reader kept of the contents (all of them, or their first bytes).
+    /// `data`: what the reader kept of the contents (all of them, or their first bytes),
+    /// shared by the hard links to it.
     File {
         mode: u32,
         size: u64,
-        data: Option<Vec<u8>>,
+        data: Option<Arc<[u8]>>,
     },
     Symlink {
         target: PathBuf,
@@ -49,6 +60,17 @@ pub enum Put {
 #[derive(Debug, Default)]
 pub struct Tree {
     nodes: BTreeMap<PathBuf, Node>,
+    /// The bytes of the names ever put (a bound, not a count of what is left).
+    path_bytes: u64,
+}
+
+/// Why a layer cannot be put on the tree.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ApplyError {
+    /// A hard link to a path that is not in the tree.
+    HardLink(PathBuf),
+    /// The tree would pass its bounds (what, said).
+    TooLarge(String),
 }
 
 impl Tree {
@@ -82,9 +104,8 @@ impl Tree {
             .take_while(move |p| p.starts_with(dir))
     }
 
-    /// Put a layer on top: its deletions of lower entries first, then its entries. Returns
-    /// the hard links whose target is not in the tree.
-    pub fn apply(&mut self, layer: Changes) -> Result<(), PathBuf> {
+    /// Put a layer on top: its deletions of lower entries first, then its entries.
+    pub fn apply(&mut self, layer: Changes) -> Result<(), ApplyError> {
         for dir in &layer.opaque {
             let gone: Vec<PathBuf> = self.below(dir).cloned().collect();
             for p in gone {
@@ -101,7 +122,7 @@ impl Tree {
         for (p, put) in layer.puts {
             let node = match put {
                 Put::Node(n) => n,
-                Put::HardLink(target) => self.nodes.get(&target).cloned().ok_or(target)?,
+                Put::HardLink(target) => self.nodes.get(&target).cloned().ok_or(ApplyError::HardLink(target))?,
             };
             // A directory over a directory keeps what is below it; anything else replaces.
             if !matches!(node, Node::Dir { .. }) {
@@ -111,11 +132,25 @@ impl Tree {
                 }
             }
             // A tar may leave out an entry's directories: they exist, as a runtime makes them.
+            // A path's ancestors are always in the tree, so the walk stops at the first one.
             for dir in p.ancestors().skip(1) {
-                self.nodes.entry(dir.to_path_buf()).or_insert(Node::Dir { mode: 0o755 });
+                if self.nodes.contains_key(dir) {
+                    break;
+                }
+                self.put(dir.to_path_buf(), Node::Dir { mode: 0o755 })?;
             }
-            self.nodes.insert(p, node);
+            self.put(p, node)?;
         }
+        Ok(())
+    }
+
+    fn put(&mut self, p: PathBuf, node: Node) -> Result<(), ApplyError> {
+        self.path_bytes += p.as_os_str().len() as u64;
+        if self.nodes.len() >= MAX_NODES || self.path_bytes > MAX_PATH_BYTES {
+            let what = format!("more than {MAX_NODES} paths or {} MiB of path names", MAX_PATH_BYTES >> 20);
+            return Err(ApplyError::TooLarge(what));
+        }
+        self.nodes.insert(p, node);
         Ok(())
     }
 }
@@ -125,7 +160,7 @@ mod tests {
     use super::*;
 
     fn file(data: &str) -> Put {
-        Put::Node(Node::File { mode: 0o644, size: data.len() as u64, data: Some(data.as_bytes().to_vec()) })
+        Put::Node(Node::File { mode: 0o644, size: data.len() as u64, data: Some(data.as_bytes().into()) })
     }
 
     fn dir() -> Put {
@@ -159,8 +194,17 @@ mod tests {
         };
         t.apply(top).unwrap();
         assert_eq!(paths(&t), ["/", "/a", "/a/new", "/c"]);
-        assert_eq!(t.get(Path::new("/c")), Some(&Node::File { mode: 0o644, size: 1, data: Some(b"6".to_vec()) }));
+        assert_eq!(t.get(Path::new("/c")), Some(&Node::File { mode: 0o644, size: 1, data: Some(b"6"[..].into()) }));
         assert_eq!(t.children(Path::new("/a")).collect::<Vec<_>>(), [Path::new("/a/new")]);
+    }
+
+    #[test]
+    fn implied_directories_count_against_the_bound() {
+        let mut t = Tree::default();
+        let deep: PathBuf = format!("/{}f", "d/".repeat(MAX_NODES)).into();
+        let e = t.apply(Changes { puts: vec![(deep, file("x"))], ..Changes::default() }).unwrap_err();
+        assert!(matches!(&e, ApplyError::TooLarge(w) if w.starts_with("more than 100 paths")), "{e:?}");
+        assert_eq!(t.len(), MAX_NODES, "it stopped at the bound");
     }
 
     #[test]
@@ -173,6 +217,6 @@ mod tests {
         t.apply(l).unwrap();
         assert_eq!(t.get(Path::new("/y")), t.get(Path::new("/x")));
         let bad = Changes { puts: vec![("/z".into(), Put::HardLink("/nowhere".into()))], ..Changes::default() };
-        assert_eq!(t.apply(bad), Err(PathBuf::from("/nowhere")));
+        assert_eq!(t.apply(bad), Err(ApplyError::HardLink("/nowhere".into())));
     }
 }

@@ -171,6 +171,11 @@ fn docker25(from: &Path, to: &Path) {
 
 /// A hand-made OCI layout with `layer` as its one layer (a plain tar); returns its path.
 fn layout(t: &Path, layer: &[u8], diff_id: Option<&str>) -> PathBuf {
+    layout_sized(t, layer, diff_id, layer.len())
+}
+
+/// [`layout`] whose manifest gives the layer's size as `size`.
+fn layout_sized(t: &Path, layer: &[u8], diff_id: Option<&str>, size: usize) -> PathBuf {
     use infera_core::image::source::sha256;
     let d = t.join("layout");
     std::fs::create_dir_all(d.join("blobs/sha256")).unwrap();
@@ -184,8 +189,7 @@ fn layout(t: &Path, layer: &[u8], diff_id: Option<&str>) -> PathBuf {
     let config = put(format!(r#"{{"rootfs": {{"type": "layers", "diff_ids": ["{diff}"]}}}}"#).as_bytes());
     let manifest = put(
         format!(
-            r#"{{"schemaVersion": 2, "config": {{"digest": "{config}", "size": 1}}, "layers": [{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": "{l}", "size": {}}}]}}"#,
-            layer.len()
+            r#"{{"schemaVersion": 2, "config": {{"digest": "{config}", "size": 1}}, "layers": [{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": "{l}", "size": {size}}}]}}"#
         )
         .as_bytes(),
     );
@@ -252,7 +256,7 @@ fn damaged_layouts_are_refused() {
     // Unchecked with verify off: the layer's digests are not computed.
     let ok =
         image::read(&d.display().to_string(), &Platform::default(), &|_: &Path, size: u64, _| size, false).unwrap();
-    assert!(matches!(ok.tree.get(Path::new("/f")), Some(Node::File { data: Some(v), .. }) if v == b"data"));
+    assert!(matches!(ok.tree.get(Path::new("/f")), Some(Node::File { data: Some(v), .. }) if **v == *b"data"));
 
     let t = tempfile::tempdir().unwrap();
     let d = layout(t.path(), &layer, None);
@@ -272,4 +276,198 @@ fn damaged_layouts_are_refused() {
     assert_eq!(infera_core::error::Refuse::code(&e), "image-blob-missing", "{e}");
     let e = read(&t.path().join("nothing-here").display().to_string()).unwrap_err();
     assert_eq!(infera_core::error::Refuse::code(&e), "image-format", "{e}");
+}
+
+/// A tar entry as the tar crate writes it, for the headers a builder would not write.
+fn raw_entry(kind: tar::EntryType, name: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    h.set_cksum();
+    let mut out = h.as_bytes().to_vec();
+    out.extend_from_slice(data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+/// A pax record (`LEN key=value\n`, LEN counting itself).
+fn pax(key: &str, value: &[u8]) -> Vec<u8> {
+    let body = [format!(" {key}=").as_bytes(), value, b"\n"].concat();
+    let mut len = body.len() + 1;
+    while format!("{len}").len() + body.len() != len {
+        len += 1;
+    }
+    [format!("{len}").as_bytes(), &body].concat()
+}
+
+/// A tar of one regular file `f` of `size` zero bytes, as repeated compressed members of
+/// 64 MiB (gzip members and zstd frames both concatenate): a decompression bomb of a few
+/// hundred KB.
+fn zero_bomb(size: u64, compress: fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(size);
+    h.set_mode(0o644);
+    h.set_path("f").unwrap();
+    h.set_cksum();
+    let chunk = compress(&vec![0u8; 64 << 20]);
+    let mut out = compress(h.as_bytes());
+    for _ in 0..size / (64 << 20) {
+        out.extend_from_slice(&chunk);
+    }
+    out.extend(compress(&[0u8; 1024]));
+    out
+}
+
+fn gzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}
+
+fn zstd(b: &[u8]) -> Vec<u8> {
+    zstd::encode_all(b, 3).unwrap()
+}
+
+/// Bombs and hostile headers: each refused by name before it costs memory or time, what
+/// it found said.
+#[test]
+fn bombs_are_refused_before_they_cost() {
+    use tar::EntryType::{GNULongName, Regular, XHeader};
+    let end = [0u8; 1024];
+    let long_name =
+        [raw_entry(GNULongName, "././@LongLink", &vec![b'a'; 2 << 20]), raw_entry(Regular, "x", b"")].concat();
+    let long_pax =
+        [raw_entry(XHeader, "pax", &pax("comment", &vec![b'c'; 2 << 20])), raw_entry(Regular, "x", b"")].concat();
+    let path_max =
+        [raw_entry(GNULongName, "././@LongLink", "d/".repeat(2100).as_bytes()), raw_entry(Regular, "x", b"")].concat();
+    let nul = [raw_entry(XHeader, "pax", &pax("path", b"usr/a\0b")), raw_entry(Regular, "x", b"")].concat();
+    let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        ("gzip bomb", zero_bomb(2 << 30, gzip), "image-too-large", "a ratio over 100:1 (a decompression bomb)"),
+        ("zstd bomb", zero_bomb(2 << 30, zstd), "image-too-large", "a ratio over 100:1 (a decompression bomb)"),
+        (
+            "GNU long name",
+            [long_name, end.to_vec()].concat(),
+            "image-too-large",
+            "long-name or pax headers over 1 MiB before one entry",
+        ),
+        (
+            "pax header",
+            [long_pax, end.to_vec()].concat(),
+            "image-too-large",
+            "long-name or pax headers over 1 MiB before one entry",
+        ),
+        (
+            "deep name",
+            [path_max, end.to_vec()].concat(),
+            "image-unsafe-entry",
+            "a name longer than PATH_MAX (4096 bytes) (`d/d/d/",
+        ),
+        ("NUL", [nul, end.to_vec()].concat(), "image-unsafe-entry", "a name with a NUL byte"),
+    ];
+    for (what, layer, code, said) in cases {
+        let t = tempfile::tempdir().unwrap();
+        let d = layout(t.path(), &layer, None);
+        let started = std::time::Instant::now();
+        let e = read(&d.display().to_string()).unwrap_err();
+        assert_eq!(infera_core::error::Refuse::code(&e), code, "{what}: {e}");
+        assert!(e.to_string().contains(said), "{what}: {e}");
+        eprintln!("{what}: refused in {:?}: {e}", started.elapsed());
+    }
+}
+
+/// A blob longer or shorter than its descriptor says is refused without reading past it; a
+/// nested archive is a file (never opened), a twice-compressed layer no tar; a device node
+/// is recorded, never created.
+#[test]
+fn sizes_nesting_and_devices() {
+    let layer = tar_of(&[("f", tar::EntryType::Regular, "", b"data")]);
+    for size in [layer.len() - 1, layer.len() + 1] {
+        let t = tempfile::tempdir().unwrap();
+        let e = read(&layout_sized(t.path(), &layer, None, size).display().to_string()).unwrap_err();
+        assert!(matches!(&e, ImageError::DigestMismatch { what, .. } if what == "layer 1's size"), "{e}");
+        assert!(e.to_string().contains(&format!("{size} bytes (the manifest's)")), "{e}");
+    }
+
+    let bomb = zero_bomb(2 << 30, zstd);
+    let nested = tar_of(&[("bomb.tar.zst", tar::EntryType::Regular, "", &bomb)]);
+    let t = tempfile::tempdir().unwrap();
+    let img = read(&layout(t.path(), &nested, None).display().to_string()).unwrap();
+    let kept = |p: &str| match img.tree.get(Path::new(p)) {
+        Some(Node::File { size, data, .. }) => (*size, data.as_ref().map(|d| d.len())),
+        other => panic!("{p}: {other:?}"),
+    };
+    assert_eq!(kept("/bomb.tar.zst"), (bomb.len() as u64, Some(bomb.len())), "a file, its bytes as they are");
+
+    let t = tempfile::tempdir().unwrap();
+    let e = read(&layout(t.path(), &gzip(&gzip(&layer)), None).display().to_string()).unwrap_err();
+    assert_eq!(infera_core::error::Refuse::code(&e), "image-format", "{e}");
+
+    let dev = tar_of(&[("dev/null", tar::EntryType::Char, "", b""), ("run/fifo", tar::EntryType::Fifo, "", b"")]);
+    let t = tempfile::tempdir().unwrap();
+    let img = read(&layout(t.path(), &dev, None).display().to_string()).unwrap();
+    assert!(
+        matches!(img.tree.get(Path::new("/dev/null")), Some(Node::Special { mode }) if mode & nix::libc::S_IFMT == nix::libc::S_IFCHR)
+    );
+    assert!(
+        matches!(img.tree.get(Path::new("/run/fifo")), Some(Node::Special { mode }) if mode & nix::libc::S_IFMT == nix::libc::S_IFIFO)
+    );
+    let on_disk: Vec<_> = walk(t.path());
+    assert!(
+        on_disk.iter().all(|p| p.starts_with(t.path().join("layout"))),
+        "nothing made outside the layout: {on_disk:?}"
+    );
+    assert!(!on_disk.iter().any(|p| p.ends_with("null") || p.ends_with("fifo")), "{on_disk:?}");
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// A long layer says how far it has got as it goes, not only when it ends: a plain tar of
+/// one file of 2.5 GiB, its data a hole of the blob's sparse file (read unverified: hashing it
+/// would be the test's time).
+#[test]
+fn a_long_layer_says_its_progress_as_it_goes() {
+    let t = tempfile::tempdir().unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_size(5 << 29);
+    h.set_mode(0o644);
+    h.set_path("big").unwrap();
+    h.set_cksum();
+    let blob_len = 512 + (5u64 << 29) + 1024;
+    let hex = "ab".repeat(32);
+    let d = layout_sized(t.path(), b"placeholder", Some(&format!("sha256:{hex}")), blob_len as usize);
+    // The layer's blob: the header, then zeros (a hole) and the end-of-archive blocks.
+    let manifest_layer = std::fs::read_dir(d.join("blobs/sha256"))
+        .unwrap()
+        .flatten()
+        .find(|e| std::fs::read(e.path()).unwrap() == b"placeholder")
+        .unwrap()
+        .path();
+    let f = std::fs::File::create(&manifest_layer).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, h.as_bytes(), 0).unwrap();
+    f.set_len(blob_len).unwrap();
+    let said = std::sync::Mutex::new(Vec::new());
+    let keep = |_: &Path, _: u64, _: u32| 0;
+    let img =
+        image::read_with_progress(&d.display().to_string(), &Platform::default(), &keep, false, &|i, n, b, end| {
+            said.lock().unwrap().push((i, n, b, end))
+        })
+        .unwrap();
+    assert!(matches!(img.tree.get(Path::new("/big")), Some(Node::File { size, data: None, .. }) if *size == 5 << 29));
+    let said = said.into_inner().unwrap();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(matches!(said[0], (1, 1, b, false) if (2 << 30..5 << 29).contains(&b)), "at 2 GiB: {said:?}");
+    assert_eq!(said[1], (1, 1, blob_len, true), "the tar's bytes when it ends: {said:?}");
 }
