@@ -410,8 +410,10 @@ impl Root {
             m.regular()?;
             return match t.get(&c) {
                 Some(crate::image::tree::Node::File { size, .. }) if *size > limit => Err(too_large(limit)),
-                Some(crate::image::tree::Node::File { data: Some(d), size, .. }) if d.len() as u64 == *size => {
-                    Ok(d.to_vec())
+                Some(crate::image::tree::Node::File { data: Some(d), size, .. })
+                    if d.head().is_some_and(|h| h.len() as u64 == *size) =>
+                {
+                    Ok(d.head().unwrap_or_default().to_vec())
                 }
                 _ => Err(not_kept()),
             };
@@ -436,14 +438,38 @@ impl Root {
         open_checked(&self.host(&c))
     }
 
+    /// A regular file for reading at offsets, with its size: the open file of a directory
+    /// root, or what an image's reader kept of it (all of it, or the parts a
+    /// [`crate::image::layer::Capture`] chose).
+    pub fn open_at(&self, cpath: &Path) -> io::Result<(Box<dyn crate::at::ReadAt>, u64)> {
+        let Some(t) = &self.image else {
+            let (f, size) = self.open_file(cpath)?;
+            return Ok((Box::new(f), size));
+        };
+        let (c, m) = self.stat(cpath)?;
+        m.regular()?;
+        use crate::image::tree::{Kept, Node};
+        match t.get(&c) {
+            Some(Node::File { data: Some(Kept::Parts(r)), .. }) => Ok((Box::new(r.as_ref().clone()), r.size)),
+            Some(Node::File { data: Some(Kept::Head(d)), size, .. }) if d.len() as u64 == *size => {
+                let whole = crate::at::Ranges { size: *size, parts: vec![(0, d.clone())], marks: None };
+                Ok((Box::new(whole), *size))
+            }
+            _ => Err(not_kept()),
+        }
+    }
+
     /// The first `n` bytes of a regular file (fewer when it is shorter), links followed.
     pub fn head(&self, cpath: &Path, n: u64) -> io::Result<Vec<u8>> {
         let (c, m) = self.stat(cpath)?;
         m.regular()?;
         match &self.image {
             Some(t) => match t.get(&c) {
-                Some(crate::image::tree::Node::File { data: Some(d), size, .. }) if d.len() as u64 >= n.min(*size) => {
-                    Ok(d[..d.len().min(n as usize)].to_vec())
+                Some(crate::image::tree::Node::File { data: Some(d), size, .. })
+                    if d.head().is_some_and(|h| h.len() as u64 >= n.min(*size)) =>
+                {
+                    let h = d.head().unwrap_or_default();
+                    Ok(h[..h.len().min(n as usize)].to_vec())
                 }
                 _ => Err(not_kept()),
             },

@@ -13,12 +13,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sha2::Digest as _;
 
 use super::source::Source;
-use super::tree::{Changes, Node, Put};
+use super::tree::{Changes, Kept, Node, Put};
 use super::ImageError;
 
-/// How much of a file to keep, given its path in the image, its size and its mode: its
-/// size for all of it, a few hundred bytes for its header, 0 for nothing.
-pub type Keep = dyn Fn(&Path, u64, u32) -> u64 + Sync;
+/// What to keep of a file, given its path in the image, its size and its mode.
+pub type Keep = dyn Fn(&Path, u64, u32) -> Want + Sync;
+
+pub enum Want {
+    /// Its first bytes: its size for all of it, a few hundred for its header, 0 for nothing.
+    Head(u64),
+    /// The parts a reader that seeks will read, chosen as the bytes stream past.
+    Capture(Box<dyn Capture>),
+}
+
+/// Chooses what to keep of one file while its bytes stream past, once and in order.
+pub trait Capture {
+    /// The bytes at offset `at`.
+    fn feed(&mut self, at: u64, bytes: &[u8]);
+    /// What was kept of the file of `size` bytes.
+    fn finish(self: Box<Self>, size: u64) -> crate::at::Ranges;
+}
 
 /// A layer's uncompressed bytes.
 const MAX_BYTES: u64 = 1 << 40;
@@ -305,22 +319,14 @@ fn entry<R: Read>(
         tar::EntryType::Directory => Node::Dir { mode },
         tar::EntryType::Regular | tar::EntryType::Continuous => {
             let size = e.size();
-            let want = keep(&path, size, mode).min(size).min(MAX_KEPT);
-            totals
-                .add(
-                    &totals.kept,
-                    want,
-                    MAX_KEPT_TOTAL,
-                    &format!("{} MiB of the files the facts read", MAX_KEPT_TOTAL >> 20),
-                )
-                .map_err(too_large)?;
-            let data = (want > 0).then(|| -> Result<std::sync::Arc<[u8]>, ImageError> {
-                let mut v = Vec::with_capacity(want as usize);
-                e.take(want).read_to_end(&mut v).map_err(io)?;
-                Ok(v.into())
-            });
-            let data = data.transpose()?;
-            let read = data.as_ref().map_or(0, |d| d.len() as u64);
+            let (data, read) = kept(e, keep(&path, size, mode)).map_err(io)?;
+            let bytes = match &data {
+                Some(Kept::Head(d)) => d.len() as u64,
+                Some(Kept::Parts(r)) => r.kept(),
+                None => 0,
+            };
+            let what = format!("{} MiB of the files the facts read", MAX_KEPT_TOTAL >> 20);
+            totals.add(&totals.kept, bytes, MAX_KEPT_TOTAL, &what).map_err(too_large)?;
             return Ok((path, Some(Put::Node(Node::File { mode, size, data })), read));
         }
         tar::EntryType::Symlink => Node::Symlink { target: link(e)? },
@@ -336,6 +342,35 @@ fn entry<R: Read>(
         _ => return Ok((path, None, 0)), // pax and GNU headers are read by the tar crate; nothing else is a file
     };
     Ok((path, Some(Put::Node(put)), 0))
+}
+
+/// What `want` keeps of the entry's data, and the bytes of it read.
+fn kept<R: Read>(e: &mut tar::Entry<R>, want: Want) -> std::io::Result<(Option<Kept>, u64)> {
+    let size = e.size();
+    match want {
+        Want::Head(n) => {
+            let n = n.min(size).min(MAX_KEPT);
+            if n == 0 {
+                return Ok((None, 0));
+            }
+            let mut v = Vec::with_capacity(n as usize);
+            e.take(n).read_to_end(&mut v)?;
+            let read = v.len() as u64;
+            Ok((Some(Kept::Head(v.into())), read))
+        }
+        Want::Capture(mut c) => {
+            let (mut buf, mut at) = (vec![0u8; 256 << 10], 0u64);
+            loop {
+                let n = e.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                c.feed(at, &buf[..n]);
+                at += n as u64;
+            }
+            Ok((Some(Kept::Parts(std::sync::Arc::new(c.finish(size)))), at))
+        }
+    }
 }
 
 /// A tar name as a path of the image; Err(what) when it leaves the image, holds a NUL

@@ -12,7 +12,7 @@ pub mod tree;
 
 use serde::Deserialize;
 
-pub use layer::Keep;
+pub use layer::{Capture, Keep, Want};
 use source::Source;
 use tree::Tree;
 

@@ -23,12 +23,11 @@ pub enum Node {
     Dir {
         mode: u32,
     },
-    /// `data`: what the reader kept of the contents (all of them, or their first bytes),
-    /// shared by the hard links to it.
+    /// `data`: what the reader kept of the contents, shared by the hard links to it.
     File {
         mode: u32,
         size: u64,
-        data: Option<Arc<[u8]>>,
+        data: Option<Kept>,
     },
     Symlink {
         target: PathBuf,
@@ -37,6 +36,25 @@ pub enum Node {
     Special {
         mode: u32,
     },
+}
+
+/// What was kept of a file's contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// Its first bytes (all of them when as long as the file).
+    Head(Arc<[u8]>),
+    /// Parts of it, for a reader that seeks (`Keep` gave a [`super::layer::Capture`]).
+    Parts(Arc<crate::at::Ranges>),
+}
+
+impl Kept {
+    /// The first bytes kept, when the file's start was.
+    pub fn head(&self) -> Option<&[u8]> {
+        match self {
+            Kept::Head(d) => Some(d),
+            Kept::Parts(r) => r.parts.iter().find(|(o, _)| *o == 0).map(|(_, b)| &b[..]),
+        }
+    }
 }
 
 /// One layer's changes, in tar order.
@@ -160,7 +178,7 @@ mod tests {
     use super::*;
 
     fn file(data: &str) -> Put {
-        Put::Node(Node::File { mode: 0o644, size: data.len() as u64, data: Some(data.as_bytes().into()) })
+        Put::Node(Node::File { mode: 0o644, size: data.len() as u64, data: Some(Kept::Head(data.as_bytes().into())) })
     }
 
     fn dir() -> Put {
@@ -194,7 +212,10 @@ mod tests {
         };
         t.apply(top).unwrap();
         assert_eq!(paths(&t), ["/", "/a", "/a/new", "/c"]);
-        assert_eq!(t.get(Path::new("/c")), Some(&Node::File { mode: 0o644, size: 1, data: Some(b"6"[..].into()) }));
+        assert_eq!(
+            t.get(Path::new("/c")),
+            Some(&Node::File { mode: 0o644, size: 1, data: Some(Kept::Head(b"6"[..].into())) })
+        );
         assert_eq!(t.children(Path::new("/a")).collect::<Vec<_>>(), [Path::new("/a/new")]);
     }
 

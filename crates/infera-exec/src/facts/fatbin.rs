@@ -10,11 +10,15 @@
 //! reads only the ELF header and section headers (goblin parses them), each bundle's id table
 //! (decompression stops as soon as the table is complete) and at most `MAX_BUNDLES` bundles.
 //! Every length is bounded: a truncated or hostile file gives an error, never a large read.
+//!
+//! It reads at offsets ([`ReadAt`]): a file of a directory root, or what [`Capture`] kept of
+//! one as an image archive's layer streamed past — the same parts this reader reads, chosen
+//! before the section headers (at the file's end) are seen.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::FileExt;
+
+use infera_core::at::{Ranges, ReadAt};
 
 use goblin::container::{Container, Ctx, Endian};
 use goblin::elf::{Elf, SectionHeader};
@@ -48,7 +52,7 @@ impl Targets {
 }
 
 /// The targets of an ELF file's `.hip_fatbin`; Ok(None) when it has no such section.
-pub fn read(file: &File, size: u64) -> Result<Option<Targets>, String> {
+pub fn read(file: &dyn ReadAt, size: u64) -> Result<Option<Targets>, String> {
     let Some((start, len)) = section(file, size)? else { return Ok(None) };
     let end = start.checked_add(len).filter(|e| *e <= size).ok_or("`.hip_fatbin` lies outside the file")?;
     let mut sets: Vec<(BTreeSet<String>, usize)> = Vec::new();
@@ -77,7 +81,7 @@ pub fn read(file: &File, size: u64) -> Result<Option<Targets>, String> {
 }
 
 /// `.hip_fatbin`'s offset and size, from the ELF header and section headers only.
-fn section(file: &File, size: u64) -> Result<Option<(u64, u64)>, String> {
+fn section(file: &dyn ReadAt, size: u64) -> Result<Option<(u64, u64)>, String> {
     let mut head = [0u8; 64];
     read_at(file, &mut head, 0).map_err(|_| "too short for an ELF header".to_string())?;
     let h = Elf::parse_header(&head).map_err(|e| format!("not an ELF file: {e}"))?;
@@ -103,7 +107,7 @@ fn section(file: &File, size: u64) -> Result<Option<(u64, u64)>, String> {
 }
 
 /// One bundle at `pos`: its entry ids, and where the next may start (None: unknown).
-fn bundle(file: &File, pos: u64, end: u64) -> Result<(Vec<String>, Option<u64>), String> {
+fn bundle(file: &dyn ReadAt, pos: u64, end: u64) -> Result<(Vec<String>, Option<u64>), String> {
     let mut magic = [0u8; 24];
     read_at(file, &mut magic, pos).map_err(|_| format!("truncated bundle at {pos:#x}"))?;
     if &magic == PLAIN {
@@ -155,7 +159,7 @@ fn table(head: &[u8]) -> Result<Option<Vec<Entry>>, String> {
 }
 
 /// A `CCOB` bundle: decompress until the inner bundle's id table is complete.
-fn compressed(file: &File, pos: u64, head: &[u8; 24]) -> Result<(Vec<String>, Option<u64>), String> {
+fn compressed(file: &dyn ReadAt, pos: u64, head: &[u8; 24]) -> Result<(Vec<String>, Option<u64>), String> {
     let version = u16::from_le_bytes([head[4], head[5]]);
     let method = u16::from_le_bytes([head[6], head[7]]);
     let mut h32 = [0u8; 32];
@@ -186,9 +190,22 @@ fn compressed(file: &File, pos: u64, head: &[u8; 24]) -> Result<(Vec<String>, Op
     }
 }
 
-/// The next bundle's magic at or after `from` (bundles are aligned: padding is skipped).
-fn next_magic(file: &File, from: u64, end: u64) -> Option<u64> {
-    for want in [8u64 << 10, 64 << 10] {
+/// How far past a bundle's end the next one's magic is looked for (bundles are aligned:
+/// padding is skipped).
+const NEXT_WITHIN: u64 = 64 << 10;
+
+/// The next bundle's magic at or after `from`, within `NEXT_WITHIN`: from the marks where a
+/// capture recorded them, else by reading.
+fn next_magic(file: &dyn ReadAt, from: u64, end: u64) -> Option<u64> {
+    if let Some(marks) = file.marks() {
+        let limit = end.min(from.saturating_add(NEXT_WITHIN));
+        return marks
+            .iter()
+            .map(|(at, len)| (*at, *len))
+            .find(|(at, len)| *at >= from && at + u64::from(*len) <= limit)
+            .map(|m| m.0);
+    }
+    for want in [8u64 << 10, NEXT_WITHIN] {
         let mut buf = vec![0u8; end.saturating_sub(from).min(want) as usize];
         if buf.len() < 4 || read_at(file, &mut buf, from).is_err() {
             return None;
@@ -204,13 +221,13 @@ fn next_magic(file: &File, from: u64, end: u64) -> Option<u64> {
     None
 }
 
-fn read_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+fn read_at(file: &dyn ReadAt, buf: &mut [u8], at: u64) -> std::io::Result<()> {
     file.read_exact_at(buf, at)
 }
 
 /// A bounded reader over the file from `at`.
 struct Window<'f> {
-    file: &'f File,
+    file: &'f dyn ReadAt,
     at: u64,
     left: u64,
 }
@@ -222,6 +239,103 @@ impl Read for Window<'_> {
         self.at += n as u64;
         self.left -= n as u64;
         Ok(n)
+    }
+}
+
+/// What [`read`] will read of a file, kept as an image layer streams it past: the ELF header,
+/// the section header table and the MiB before it (where `.shstrtab` is in a linked library),
+/// and from each of the first `MAX_BUNDLES + 8` bundle magics the bytes its id table can
+/// need (a plain table, or a compressed one's first zstd block); every magic's offset is
+/// recorded for [`next_magic`]. At most about 12 MiB of a library of any size.
+#[derive(Default)]
+pub struct Capture {
+    /// The ELF header as it arrives.
+    head: Vec<u8>,
+    /// `(start, stop, bytes so far)`: the header, the section header table and the MiB
+    /// before it, and a window from each kept magic.
+    parts: Vec<(u64, u64, Vec<u8>)>,
+    marks: Vec<(u64, u32)>,
+    /// The last bytes of the previous piece: a magic may straddle two.
+    carry: Vec<u8>,
+}
+
+/// The bytes kept from a magic: a plain bundle's largest table, or a compressed bundle's
+/// header and a zstd block (128 KiB at most; zlib gives the table sooner).
+const PLAIN_KEEP: u64 = MAX_TABLE as u64;
+const CCOB_KEEP: u64 = 32 + (128 << 10) + 1024;
+/// Magics whose bytes are kept (a few spurious `CCOB` in other sections allowed for), and
+/// offsets recorded.
+const KEPT_MAGICS: usize = MAX_BUNDLES + 8;
+const MAX_MARKS: usize = 1 << 20;
+
+impl Capture {
+    pub fn new() -> Capture {
+        Capture::default()
+    }
+
+    /// The ELF header's section header table, once its 64 bytes are in (with the piece at
+    /// `at`): it and 1 MiB before, from what is still to come.
+    fn header(&mut self, at: u64) {
+        let Ok(h) = Elf::parse_header(&self.head) else { return };
+        let table = u64::from(h.e_shnum) * u64::from(h.e_shentsize);
+        if h.e_shoff > 0 && table > 0 && table <= 1 << 20 {
+            let start = h.e_shoff.saturating_sub(1 << 20).max(at);
+            self.parts.push((start, h.e_shoff.saturating_add(table), Vec::new()));
+        }
+    }
+
+    fn magics(&mut self, at: u64, bytes: &[u8]) {
+        let base = at - self.carry.len() as u64;
+        let mut hay = std::mem::take(&mut self.carry);
+        hay.extend_from_slice(bytes);
+        let mut found: Vec<(u64, u32)> =
+            memchr::memmem::find_iter(&hay, PLAIN).map(|i| (base + i as u64, 24)).collect();
+        found.extend(memchr::memmem::find_iter(&hay, CCOB).map(|i| (base + i as u64, 4)));
+        found.sort_unstable();
+        for (m, len) in found {
+            // A magic wholly in the carry was found with the previous piece.
+            if m + u64::from(len) <= at || self.marks.len() >= MAX_MARKS {
+                continue;
+            }
+            self.marks.push((m, len));
+            if self.marks.len() <= KEPT_MAGICS {
+                let keep = if len == 4 { CCOB_KEEP } else { PLAIN_KEEP };
+                let mut first = Vec::new();
+                if m < at {
+                    first.extend_from_slice(&hay[(m - base) as usize..(at - base) as usize]);
+                }
+                self.parts.push((m, m + keep, first));
+            }
+        }
+        let from = hay.len().saturating_sub(PLAIN.len() - 1);
+        self.carry = hay[from..].to_vec();
+    }
+}
+
+impl infera_core::image::Capture for Capture {
+    fn feed(&mut self, at: u64, bytes: &[u8]) {
+        if self.head.len() < 64 && at == self.head.len() as u64 {
+            let n = bytes.len().min(64 - self.head.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            if self.head.len() == 64 {
+                self.parts.push((0, 64, self.head.clone()));
+                self.header(at);
+            }
+        }
+        self.magics(at, bytes);
+        let end = at + bytes.len() as u64;
+        for (start, stop, kept) in &mut self.parts {
+            let filled = *start + kept.len() as u64;
+            if filled < *stop && filled >= at && filled < end {
+                let upto = (*stop).min(end);
+                kept.extend_from_slice(&bytes[(filled - at) as usize..(upto - at) as usize]);
+            }
+        }
+    }
+
+    fn finish(self: Box<Self>, size: u64) -> Ranges {
+        let parts = self.parts.into_iter().filter(|p| !p.2.is_empty()).map(|(at, _, b)| (at, b.into())).collect();
+        Ranges { size, parts, marks: Some(self.marks) }
     }
 }
 
@@ -267,7 +381,7 @@ pub mod tests {
         b
     }
 
-    fn file(bytes: &[u8]) -> (tempfile::NamedTempFile, File) {
+    fn file(bytes: &[u8]) -> (tempfile::NamedTempFile, std::fs::File) {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(bytes).unwrap();
         let h = f.reopen().unwrap();
@@ -290,6 +404,39 @@ pub mod tests {
             assert_eq!(ids, [HOST, G942, G950], "v{v}");
             assert_eq!(next, Some(c.len() as u64), "v{v}: the next bundle after this one");
         }
+    }
+
+    /// What a capture keeps, fed in pieces of any size (a magic split between two pieces
+    /// included), reads as the file does: each bundle's ids, the next one found by its mark.
+    #[test]
+    fn a_capture_keeps_what_the_reader_reads() {
+        use infera_core::image::Capture as _;
+        let mut bytes = vec![0x55u8; 1000];
+        let first = bytes.len() as u64;
+        bytes.extend(plain(&[HOST, G942]));
+        bytes.resize(bytes.len() + 300_000, 0x77);
+        let second = bytes.len() as u64;
+        bytes.extend(ccob(3, &plain(&[G950])));
+        bytes.resize(bytes.len() + 5000, 0);
+        let size = bytes.len() as u64;
+        let kept = |piece: usize| {
+            let mut c = Box::new(Capture::new());
+            for (k, chunk) in bytes.chunks(piece).enumerate() {
+                c.feed((k * piece) as u64, chunk);
+            }
+            c.finish(size)
+        };
+        let whole = kept(256 << 10);
+        for piece in [7, 23, 24, 4096] {
+            assert_eq!(kept(piece), whole, "pieces of {piece}");
+        }
+        assert_eq!(whole.marks, Some(vec![(first, 24), (second, 4)]));
+        assert!(whole.kept() < 200_000, "{} of {size}", whole.kept());
+        assert_eq!(bundle(&whole, first, size).unwrap().0, [HOST, G942]);
+        assert_eq!(bundle(&whole, second, size).unwrap().0, [G950]);
+        assert_eq!(next_magic(&whole, first + 100, size), Some(second).filter(|s| s - first - 100 <= NEXT_WITHIN));
+        assert_eq!(next_magic(&whole, second - 10, size), Some(second));
+        assert!(read_at(&whole, &mut [0u8; 8], first + 200_000).is_err(), "the rest is not kept");
     }
 
     /// Truncated and hostile headers: an error naming where, never a panic or a large read.

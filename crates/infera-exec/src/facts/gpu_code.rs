@@ -60,6 +60,27 @@ fn code(t: &Targets) -> Code {
     Code { processors, partial, bundles: t.bundles, sampled: t.sampled }
 }
 
+/// The libraries read, relative to a site directory: torch's, and vLLM's own.
+const TORCH: &str = "torch/lib/libtorch_hip.so";
+const VLLM: [&str; 3] = ["vllm/_C.abi3.so", "vllm/_rocm_C.abi3.so", "vllm/_moe_C.abi3.so"];
+/// sglang's: every `.so` of this package directory.
+const SGLANG_DIR: &str = "sgl_kernel";
+/// flash-attn's, named by the interpreter's ABI tag.
+const FLASH_ATTN: (&str, &str) = ("flash_attn_2_cuda.cpython-", "-x86_64-linux-gnu.so");
+
+/// Is `path` one of the libraries [`gather`] reads, in whatever site directory? (`check
+/// --image` keeps their GPU code's parts as the layers stream: the site directories are not
+/// known yet.)
+pub fn is_gpu_library(path: &Path) -> bool {
+    let s = path.to_string_lossy();
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let dir = path.parent().and_then(Path::file_name).map(|n| n.to_string_lossy()).unwrap_or_default();
+    s.ends_with(&format!("/{TORCH}"))
+        || VLLM.iter().any(|v| s.ends_with(&format!("/{v}")))
+        || (dir == SGLANG_DIR && name.ends_with(".so"))
+        || (name.starts_with(FLASH_ATTN.0) && name.ends_with(FLASH_ATTN.1))
+}
+
 /// The GPU libraries of torch, of each engine installed, of flash-attn and aiter, in the
 /// site directories.
 pub fn gather(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), engines: &[Engine]) -> Vec<GpuLib> {
@@ -67,21 +88,20 @@ pub fn gather(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), engines: &[
     let mut files: Vec<(&'static str, PathBuf, bool)> = Vec::new();
     for site in site_dirs {
         let found = |rel: &str| Some(site.join(rel)).filter(|p| root.is_file(p));
-        files.extend(found("torch/lib/libtorch_hip.so").map(|p| ("torch", p, true)));
+        files.extend(found(TORCH).map(|p| ("torch", p, true)));
         if engines.contains(&Engine::Vllm) {
-            for rel in ["vllm/_C.abi3.so", "vllm/_rocm_C.abi3.so", "vllm/_moe_C.abi3.so"] {
+            for rel in VLLM {
                 files.extend(found(rel).map(|p| ("vllm", p, true)));
             }
         }
         if engines.contains(&Engine::Sglang) {
-            files.extend(so_files(root, &site.join("sgl_kernel")).into_iter().map(|p| ("sglang", p, true)));
+            files.extend(so_files(root, &site.join(SGLANG_DIR)).into_iter().map(|p| ("sglang", p, true)));
         }
         // Named by the interpreter's ABI tag: looked up, never listed (a site directory can
         // hold thousands of entries).
         let (major, minor) = minor;
         files.extend(
-            found(&format!("flash_attn_2_cuda.cpython-{major}{minor}-x86_64-linux-gnu.so"))
-                .map(|p| ("flash-attn", p, false)),
+            found(&format!("{}{major}{minor}{}", FLASH_ATTN.0, FLASH_ATTN.1)).map(|p| ("flash-attn", p, false)),
         );
         // aiter's wheel installs its prebuilt kernels beside the package, one directory per GPU:
         // `aiter_meta/hsa/gfx942/…` (its AITER_ASM_DIR). An editable checkout keeps them in
@@ -110,11 +130,11 @@ pub fn gather(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), engines: &[
 
 /// A library's code; None when it carries none (a host-only library).
 fn read(root: &Root, path: &Path) -> Option<Result<Code, String>> {
-    let (file, size) = match root.open_file(path) {
+    let (file, size) = match root.open_at(path) {
         Ok(f) => f,
         Err(e) => return Some(Err(crate::rootfs::io_reason(&e))),
     };
-    match fatbin::read(&file, size) {
+    match fatbin::read(file.as_ref(), size) {
         Ok(Some(t)) => Some(Ok(code(&t))),
         Ok(None) => None,
         Err(e) => Some(Err(e)),

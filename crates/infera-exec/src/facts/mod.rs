@@ -231,9 +231,18 @@ pub struct FactsView<'a> {
 /// What `check --image` keeps of an image's files as it streams the layers (the rest is
 /// only their names and types): the whole of the small files the facts read — os-release,
 /// dist-info and egg records, `.pth` files, the engines' and torch's version files, a
-/// venv's `pyvenv.cfg`, ROCm's version files and header — and the header of every
+/// venv's `pyvenv.cfg`, ROCm's version files and header —, the parts of the GPU libraries
+/// that the offload-bundle reader reads (`fatbin::Capture`), and the header of every
 /// executable (its format: ELF, a script's `#!`).
-pub fn image_keep(path: &std::path::Path, size: u64, mode: u32) -> u64 {
+pub fn image_keep(path: &std::path::Path, size: u64, mode: u32) -> infera_core::image::Want {
+    use infera_core::image::Want;
+    if gpu_code::is_gpu_library(path) {
+        return Want::Capture(Box::new(fatbin::Capture::new()));
+    }
+    Want::Head(keep_head(path, size, mode))
+}
+
+fn keep_head(path: &std::path::Path, size: u64, mode: u32) -> u64 {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let in_dir = |d: &str| path.parent().and_then(|p| p.file_name()).is_some_and(|p| p == d);
     let read = matches!(

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use infera_core::image::{self, tree::Node, ImageError, Platform};
+use infera_core::image::{self, tree::Node, ImageError, Platform, Want};
 
 /// podman or buildah on a private store in `t` (vfs: nothing shared with other tests).
 fn tool(name: &str, t: &Path, args: &[&str]) -> String {
@@ -91,7 +91,9 @@ fn listing_of_image(img: &image::Image) -> BTreeMap<String, String> {
             let v = match n {
                 Node::Dir { .. } => "dir".to_string(),
                 Node::Symlink { target } => format!("link {}", target.display()),
-                Node::File { data, .. } => format!("file {}", String::from_utf8_lossy(data.as_deref().unwrap_or(b"?"))),
+                Node::File { data, .. } => {
+                    format!("file {}", String::from_utf8_lossy(data.as_ref().and_then(|d| d.head()).unwrap_or(b"?")))
+                }
                 Node::Special { .. } => "special".to_string(),
             };
             (p.display().to_string(), v)
@@ -100,7 +102,12 @@ fn listing_of_image(img: &image::Image) -> BTreeMap<String, String> {
 }
 
 fn read(reference: &str) -> Result<image::Image, ImageError> {
-    image::read(reference, &Platform::default(), &|_: &Path, size: u64, _| if size < 1 << 20 { size } else { 0 }, true)
+    image::read(
+        reference,
+        &Platform::default(),
+        &|_: &Path, size: u64, _| Want::Head(if size < 1 << 20 { size } else { 0 }),
+        true,
+    )
 }
 
 /// Each format podman writes — oci-archive, docker-archive, an OCI layout with gzip and with
@@ -140,7 +147,7 @@ fn every_format_reads_as_the_mounted_image() {
         let img = read(&reference).unwrap_or_else(|e| panic!("{reference}: {e}"));
         assert_eq!(listing_of_image(&img), want, "{reference}");
         let arm = Platform { os: "linux".into(), architecture: "arm64".into() };
-        let e = image::read(&reference, &arm, &|_: &Path, _, _| 0, false).unwrap_err();
+        let e = image::read(&reference, &arm, &|_: &Path, _, _| Want::Head(0), false).unwrap_err();
         assert_eq!(e.to_string(), format!("`{reference}` is an image for linux/amd64, not linux/arm64"));
         assert_eq!(img.identity.layers.len(), 2, "{reference}");
     }
@@ -255,8 +262,11 @@ fn damaged_layouts_are_refused() {
     assert!(matches!(&e, ImageError::DigestMismatch { what, .. } if what == "layer 1's diff_id"), "{e}");
     // Unchecked with verify off: the layer's digests are not computed.
     let ok =
-        image::read(&d.display().to_string(), &Platform::default(), &|_: &Path, size: u64, _| size, false).unwrap();
-    assert!(matches!(ok.tree.get(Path::new("/f")), Some(Node::File { data: Some(v), .. }) if **v == *b"data"));
+        image::read(&d.display().to_string(), &Platform::default(), &|_: &Path, size: u64, _| Want::Head(size), false)
+            .unwrap();
+    assert!(
+        matches!(ok.tree.get(Path::new("/f")), Some(Node::File { data: Some(v), .. }) if v.head() == Some(&b"data"[..]))
+    );
 
     let t = tempfile::tempdir().unwrap();
     let d = layout(t.path(), &layer, None);
@@ -396,7 +406,7 @@ fn sizes_nesting_and_devices() {
     let t = tempfile::tempdir().unwrap();
     let img = read(&layout(t.path(), &nested, None).display().to_string()).unwrap();
     let kept = |p: &str| match img.tree.get(Path::new(p)) {
-        Some(Node::File { size, data, .. }) => (*size, data.as_ref().map(|d| d.len())),
+        Some(Node::File { size, data, .. }) => (*size, data.as_ref().and_then(|d| d.head()).map(<[u8]>::len)),
         other => panic!("{p}: {other:?}"),
     };
     assert_eq!(kept("/bomb.tar.zst"), (bomb.len() as u64, Some(bomb.len())), "a file, its bytes as they are");
@@ -459,7 +469,7 @@ fn a_long_layer_says_its_progress_as_it_goes() {
     std::os::unix::fs::FileExt::write_all_at(&f, h.as_bytes(), 0).unwrap();
     f.set_len(blob_len).unwrap();
     let said = std::sync::Mutex::new(Vec::new());
-    let keep = |_: &Path, _: u64, _: u32| 0;
+    let keep = |_: &Path, _: u64, _: u32| Want::Head(0);
     let img =
         image::read_with_progress(&d.display().to_string(), &Platform::default(), &keep, false, &|i, n, b, end| {
             said.lock().unwrap().push((i, n, b, end))
@@ -470,4 +480,131 @@ fn a_long_layer_says_its_progress_as_it_goes() {
     assert_eq!(said.len(), 2, "{said:?}");
     assert!(matches!(said[0], (1, 1, b, false) if (2 << 30..5 << 29).contains(&b)), "at 2 GiB: {said:?}");
     assert_eq!(said[1], (1, 1, blob_len, true), "the tar's bytes when it ends: {said:?}");
+}
+
+/// A library whose `.hip_fatbin` (after `bulk` bytes of another section) holds `bundles`
+/// plain and CCOB v2 bundles, alternating, each 4 KiB aligned: gcc, then objcopy.
+fn hip_library(dir: &Path, bulk: usize, bundles: usize) -> PathBuf {
+    use std::io::Write;
+    let c = dir.join("lib.c");
+    std::fs::write(&c, "int infera_test_symbol(void) { return 0; }\n").unwrap();
+    let so = dir.join("libbig.so");
+    assert!(Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&so).arg(&c).status().unwrap().success());
+    let ids = |k: usize| {
+        let g = if k.is_multiple_of(3) { "gfx942" } else { "gfx950" };
+        vec![format!("host-x86_64-unknown-linux-gnu-"), format!("hipv4-amdgcn-amd-amdhsa--{g}")]
+    };
+    let mut fatbin = Vec::new();
+    for k in 0..bundles {
+        let ids = ids(k);
+        let inner = plain(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut b = if k.is_multiple_of(2) { inner } else { ccob_v2(&inner) };
+        b.resize(b.len().next_multiple_of(4096) + 8192, 0);
+        fatbin.extend(b);
+    }
+    let (bulk_file, fat_file) = (dir.join("bulk.bin"), dir.join("fat.bin"));
+    let mut noise = vec![0u8; bulk];
+    let mut x = 0x9e3779b97f4a7c15u64;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::File::create(&bulk_file).unwrap().write_all(&noise).unwrap();
+    std::fs::write(&fat_file, fatbin).unwrap();
+    let st = Command::new("objcopy")
+        .arg(format!("--add-section=.bulk={}", bulk_file.display()))
+        .arg(format!("--add-section=.hip_fatbin={}", fat_file.display()))
+        .arg("--set-section-flags=.hip_fatbin=alloc,readonly")
+        .arg(&so)
+        .status()
+        .unwrap();
+    assert!(st.success(), "objcopy");
+    so
+}
+
+/// A plain offload bundle of these ids (infera-exec's fatbin test helper's format).
+fn plain(ids: &[&str]) -> Vec<u8> {
+    let table: usize = 32 + ids.iter().map(|i| 24 + i.len()).sum::<usize>();
+    let mut b = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
+    b.extend((ids.len() as u64).to_le_bytes());
+    for (k, id) in ids.iter().enumerate() {
+        b.extend(((table + 16 * k) as u64).to_le_bytes());
+        b.extend(16u64.to_le_bytes());
+        b.extend((id.len() as u64).to_le_bytes());
+        b.extend(id.as_bytes());
+    }
+    b.extend(std::iter::repeat_n(0xc0u8, 16 * ids.len()));
+    b
+}
+
+fn ccob_v2(inner: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(inner).unwrap();
+    let body = z.finish().unwrap();
+    let mut b = b"CCOB".to_vec();
+    b.extend(2u16.to_le_bytes());
+    b.extend(0u16.to_le_bytes());
+    b.extend(((24 + body.len()) as u32).to_le_bytes());
+    b.extend((inner.len() as u32).to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    b.extend(body);
+    b
+}
+
+/// The GPU code of an image's libraries, read from its archive, is what the same reader
+/// finds in the files themselves: real ROCm binaries (plain bundles, CCOB v3 zstd) and a
+/// generated library of 100 bundles after 96 MiB of another section, of which only
+/// the parts the reader reads are kept.
+#[test]
+fn gpu_code_read_from_an_archive_is_the_files() {
+    use infera_exec::facts::{fatbin, image_keep};
+    let t = tempfile::tempdir().unwrap();
+    let real = crate::gpu_code::rocm_binaries();
+    let site = "usr/lib/python3.12/site-packages";
+    let ctx = t.path().join("ctx");
+    let big = hip_library(t.path(), 96 << 20, 100);
+    let libs: Vec<(String, PathBuf)> = vec![
+        (format!("{site}/torch/lib/libtorch_hip.so"), big),
+        (format!("{site}/vllm/_C.abi3.so"), real.join("gafime_rocm/libgafime_rocm.so")),
+        (format!("{site}/vllm/_rocm_C.abi3.so"), real.join("jax_rocm7_plugin/_linalg.so")),
+        (format!("{site}/sgl_kernel/common_ops.so"), real.join("jax_rocm7_plugin/_prng.so")),
+        (format!("{site}/sgl_kernel/solver.so"), real.join("jax_rocm7_plugin/_solver.so")),
+        (format!("{site}/sgl_kernel/sparse.so"), real.join("jax_rocm7_plugin/_sparse.so")),
+    ];
+    for (at, from) in &libs {
+        std::fs::create_dir_all(ctx.join(at).parent().unwrap()).unwrap();
+        std::fs::copy(from, ctx.join(at)).unwrap();
+    }
+    std::fs::write(t.path().join("Containerfile"), "FROM scratch\nCOPY ctx/ /\n").unwrap();
+    let tp = t.path().display().to_string();
+    tool("podman", t.path(), &["build", "-q", "-t", "localhost/gpu:1", "-f", &format!("{tp}/Containerfile"), &tp]);
+    tool(
+        "podman",
+        t.path(),
+        &["push", "-q", "--compression-format", "gzip", "localhost/gpu:1", &format!("oci:{tp}/oci:1")],
+    );
+    let img = image::read(&format!("{tp}/oci:1"), &Platform::default(), &image_keep, true).unwrap();
+    match img.tree.get(Path::new(&format!("/{site}/torch/lib/libtorch_hip.so"))) {
+        Some(Node::File { size, data: Some(image::tree::Kept::Parts(r)), .. }) => {
+            assert!(*size > 96 << 20, "{size}");
+            assert!(r.kept() < 12 << 20, "kept {} of {size}", r.kept());
+        }
+        other => panic!("{other:?}"),
+    }
+    let root = infera_exec::rootfs::Root::of_image(img.tree, img.identity);
+    let (mut sampled, mut with_code) = (0, 0);
+    for (at, _) in &libs {
+        let p = Path::new("/").join(at);
+        let (kept, size) = root.open_at(&p).unwrap();
+        let f = std::fs::File::open(ctx.join(at)).unwrap();
+        let want = fatbin::read(&f, f.metadata().unwrap().len()).unwrap();
+        assert_eq!(fatbin::read(kept.as_ref(), size).unwrap(), want, "{at}");
+        with_code += usize::from(want.is_some());
+        sampled += usize::from(want.is_some_and(|w| w.sampled));
+    }
+    assert_eq!(with_code, 5, "jax's _sparse.so has no GPU code, read as such from both");
+    assert_eq!(sampled, 1, "the generated library has more bundles than are read");
 }
