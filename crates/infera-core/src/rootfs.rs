@@ -491,7 +491,7 @@ impl Root {
     pub fn each_name(&self, cpath: &Path, mut f: impl FnMut(&OsStr)) {
         if let Some(t) = &self.image {
             if let Ok(dir) = self.resolve(cpath) {
-                t.children(&dir).filter_map(|p| p.file_name()).for_each(f);
+                t.children(&dir).for_each(f);
             }
         } else if self.is_host_root() {
             let _ = each_entry(cpath, |name, _| f(name));

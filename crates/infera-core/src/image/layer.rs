@@ -5,8 +5,8 @@
 
 use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -401,17 +401,28 @@ fn whiteout(path: &Path, c: &mut Changes) -> Result<bool, &'static str> {
 }
 
 /// A tar name as a path of the image (`/`-rooted), or None when it leaves it: a `..`
-/// component, or an absolute name.
+/// component, or an absolute name. `.` and empty components go, as `Path::components`
+/// drops them (done on the bytes: it runs once per entry of every layer).
 fn inside(name: &Path) -> Option<PathBuf> {
-    let mut p = PathBuf::from("/");
-    for c in name.components() {
+    let b = name.as_os_str().as_bytes();
+    if b.first() == Some(&b'/') {
+        return None;
+    }
+    let mut p = Vec::with_capacity(b.len() + 1);
+    for c in b.split(|x| *x == b'/') {
         match c {
-            Component::Normal(x) => p.push(x),
-            Component::CurDir => {}
-            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+            b"" | b"." => {}
+            b".." => return None,
+            c => {
+                p.push(b'/');
+                p.extend_from_slice(c);
+            }
         }
     }
-    Some(p)
+    if p.is_empty() {
+        p.push(b'/');
+    }
+    Some(PathBuf::from(std::ffi::OsString::from_vec(p)))
 }
 
 #[cfg(test)]
@@ -425,6 +436,16 @@ mod tests {
         assert!(t.add(&t.entries, 1, MAX_ENTRIES, "E").is_ok());
         assert_eq!(t.add(&t.entries, 1, MAX_ENTRIES, "E"), Err("more than E in the image".to_string()));
         assert!(t.add(&t.kept, MAX_KEPT_TOTAL, MAX_KEPT_TOTAL, "K").is_ok(), "each total on its own");
+    }
+
+    #[test]
+    fn names_inside_the_image() {
+        let p = |s: &str| inside(Path::new(s)).map(|p| p.display().to_string());
+        assert_eq!(p("./usr//lib/./x/").as_deref(), Some("/usr/lib/x"));
+        assert_eq!(p(".").as_deref(), Some("/"));
+        assert_eq!(p("a/../b"), None);
+        assert_eq!(p("/etc"), None);
+        assert_eq!(p("..."), Some("/...".into()));
     }
 
     #[test]

@@ -10,6 +10,9 @@ pub mod layer;
 pub mod source;
 pub mod tree;
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
 use serde::Deserialize;
 
 pub use layer::{Capture, Keep, Want};
@@ -154,33 +157,10 @@ pub fn read_with_progress(
     let config: Config = serde_json::from_slice(&plan.config)
         .map_err(|e| src.format(format!("its config {} is not an image config ({e})", plan.config_digest)))?;
     matches(&src, &config, &plan, platform)?;
-    let totals = layer::Totals::default();
-    let changes = std::thread::scope(|s| {
-        let jobs: Vec<_> = plan
-            .layers
-            .iter()
-            .zip(&config.rootfs.diff_ids)
-            .enumerate()
-            .map(|(i, (b, diff_id))| {
-                let (src, totals) = (&src, &totals);
-                let n = plan.layers.len();
-                s.spawn(move || {
-                    let l =
-                        layer::Layer { n: i + 1, name: &b.name, digest: b.digest.as_deref(), size: b.size, diff_id };
-                    let every = |bytes| progress(i + 1, n, bytes, false);
-                    let (changes, bytes) = layer::read(src, &l, keep, totals, verify, &every)?;
-                    progress(i + 1, n, bytes, true);
-                    Ok(changes)
-                })
-            })
-            .collect();
-        jobs.into_iter()
-            .map(|j| j.join().unwrap_or_else(|_| Err(src.format("a layer's reader failed".into()))))
-            .collect::<Vec<_>>()
-    });
+    let changes = read_layers(&src, &plan, &config.rootfs.diff_ids, keep, verify, progress)?;
     let mut tree = Tree::default();
     for (i, c) in changes.into_iter().enumerate() {
-        tree.apply(c?).map_err(|e| match e {
+        tree.apply(c).map_err(|e| match e {
             tree::ApplyError::HardLink(target) => ImageError::UnsafeEntry {
                 reference: reference.to_string(),
                 layer: i + 1,
@@ -201,6 +181,54 @@ pub fn read_with_progress(
         layers,
     };
     Ok(Image { identity, config: config.config, tree })
+}
+
+/// Every layer's changes, bottom first: the layers read by as many threads as this process
+/// may run on (more would share a core and each other's caches), the largest first; after a
+/// refusal no other layer is started.
+fn read_layers(
+    src: &Source,
+    plan: &Plan,
+    diff_ids: &[String],
+    keep: &Keep,
+    verify: bool,
+    progress: &Progress<'_>,
+) -> Result<Vec<tree::Changes>, ImageError> {
+    let n = plan.layers.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(plan.layers[*i].size.unwrap_or(0)));
+    let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let done: Mutex<Vec<Option<Result<tree::Changes, ImageError>>>> = Mutex::new((0..n).map(|_| None).collect());
+    let totals = layer::Totals::default();
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(n);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let (b, diff_id) = (&plan.layers[i], &diff_ids[i]);
+                    let l =
+                        layer::Layer { n: i + 1, name: &b.name, digest: b.digest.as_deref(), size: b.size, diff_id };
+                    let every = |bytes| progress(i + 1, n, bytes, false);
+                    let r = layer::read(src, &l, keep, &totals, verify, &every).map(|(changes, bytes)| {
+                        progress(i + 1, n, bytes, true);
+                        changes
+                    });
+                    failed.fetch_or(r.is_err(), Ordering::Relaxed);
+                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                }
+            });
+        }
+    });
+    // After a refusal some layers were not read (None): the first refusal is the answer.
+    let done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut out = Vec::with_capacity(n);
+    for r in done.into_iter().flatten() {
+        out.push(r?);
+    }
+    Ok(out)
 }
 
 /// The config agrees with the platform asked for and with the manifest's layers.

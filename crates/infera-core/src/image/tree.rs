@@ -4,7 +4,8 @@
 //! empties its directory of the lower layers' entries (wherever it sits in the layer's tar,
 //! it applies before the layer's own entries).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -74,10 +75,13 @@ pub enum Put {
     HardLink(PathBuf),
 }
 
-/// The merged filesystem: absolute paths (`/usr/bin/python3`) to what they are.
+/// The merged filesystem: absolute paths (`/usr/bin/python3`) to what they are, and each
+/// directory's names. Hashed, not ordered: an ordered map compared long shared path prefixes
+/// a few dozen times per entry, a fifth of the CPU of reading a zstd image.
 #[derive(Debug, Default)]
 pub struct Tree {
-    nodes: BTreeMap<PathBuf, Node>,
+    nodes: HashMap<OsString, Node>,
+    kids: HashMap<OsString, BTreeSet<OsString>>,
     /// The bytes of the names ever put (a bound, not a count of what is left).
     path_bytes: u64,
 }
@@ -93,7 +97,7 @@ pub enum ApplyError {
 
 impl Tree {
     pub fn get(&self, p: &Path) -> Option<&Node> {
-        self.nodes.get(p)
+        self.nodes.get(p.as_os_str())
     }
 
     pub fn len(&self) -> usize {
@@ -104,55 +108,59 @@ impl Tree {
         self.nodes.is_empty()
     }
 
-    /// Every path, in order.
-    pub fn paths(&self) -> impl Iterator<Item = (&PathBuf, &Node)> {
-        self.nodes.iter()
+    /// Every path, in no order.
+    pub fn paths(&self) -> impl Iterator<Item = (&Path, &Node)> {
+        self.nodes.iter().map(|(k, n)| (Path::new(k), n))
     }
 
-    /// The names directly in directory `dir`.
-    pub fn children<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a PathBuf> + 'a {
-        self.below(dir).filter(move |p| p.parent() == Some(dir))
+    /// The names directly in directory `dir`, in byte order.
+    pub fn children<'a>(&'a self, dir: &Path) -> impl Iterator<Item = &'a OsStr> + 'a {
+        self.kids.get(dir.as_os_str()).into_iter().flatten().map(OsString::as_os_str)
     }
 
-    fn below<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a PathBuf> + 'a {
-        self.nodes
-            .range(dir.to_path_buf()..)
-            .map(|(p, _)| p)
-            .skip_while(move |p| *p == dir)
-            .take_while(move |p| p.starts_with(dir))
+    /// Remove `p` and everything below it.
+    fn remove(&mut self, p: &Path) {
+        if let (Some(parent), Some(name)) = (p.parent(), p.file_name()) {
+            if let Some(k) = self.kids.get_mut(parent.as_os_str()) {
+                k.remove(name);
+            }
+        }
+        let mut stack = vec![p.to_path_buf()];
+        while let Some(q) = stack.pop() {
+            self.nodes.remove(q.as_os_str());
+            stack.extend(self.kids.remove(q.as_os_str()).into_iter().flatten().map(|n| q.join(n)));
+        }
+    }
+
+    /// Remove everything below `dir`, keeping it.
+    fn clear(&mut self, dir: &Path) {
+        let names: Vec<OsString> = self.children(dir).map(OsStr::to_os_string).collect();
+        for n in names {
+            self.remove(&dir.join(n));
+        }
     }
 
     /// Put a layer on top: its deletions of lower entries first, then its entries.
     pub fn apply(&mut self, layer: Changes) -> Result<(), ApplyError> {
         for dir in &layer.opaque {
-            let gone: Vec<PathBuf> = self.below(dir).cloned().collect();
-            for p in gone {
-                self.nodes.remove(&p);
-            }
+            self.clear(dir);
         }
         for p in &layer.whiteouts {
-            let gone: Vec<PathBuf> = self.below(p).cloned().collect();
-            for g in gone {
-                self.nodes.remove(&g);
-            }
-            self.nodes.remove(p);
+            self.remove(p);
         }
         for (p, put) in layer.puts {
             let node = match put {
                 Put::Node(n) => n,
-                Put::HardLink(target) => self.nodes.get(&target).cloned().ok_or(ApplyError::HardLink(target))?,
+                Put::HardLink(target) => self.get(&target).cloned().ok_or(ApplyError::HardLink(target))?,
             };
             // A directory over a directory keeps what is below it; anything else replaces.
             if !matches!(node, Node::Dir { .. }) {
-                let gone: Vec<PathBuf> = self.below(&p).cloned().collect();
-                for g in gone {
-                    self.nodes.remove(&g);
-                }
+                self.clear(&p);
             }
             // A tar may leave out an entry's directories: they exist, as a runtime makes them.
             // A path's ancestors are always in the tree, so the walk stops at the first one.
             for dir in p.ancestors().skip(1) {
-                if self.nodes.contains_key(dir) {
+                if self.nodes.contains_key(dir.as_os_str()) {
                     break;
                 }
                 self.put(dir.to_path_buf(), Node::Dir { mode: 0o755 })?;
@@ -168,7 +176,13 @@ impl Tree {
             let what = format!("more than {MAX_NODES} paths or {} MiB of path names", MAX_PATH_BYTES >> 20);
             return Err(ApplyError::TooLarge(what));
         }
-        self.nodes.insert(p, node);
+        let name = p.file_name().map(OsStr::to_os_string);
+        let parent = p.parent().map(|d| d.as_os_str().to_os_string());
+        if self.nodes.insert(p.into_os_string(), node).is_none() {
+            if let (Some(parent), Some(name)) = (parent, name) {
+                self.kids.entry(parent).or_default().insert(name);
+            }
+        }
         Ok(())
     }
 }
@@ -186,7 +200,9 @@ mod tests {
     }
 
     fn paths(t: &Tree) -> Vec<String> {
-        t.paths().map(|(p, _)| p.display().to_string()).collect()
+        let mut v: Vec<String> = t.paths().map(|(p, _)| p.display().to_string()).collect();
+        v.sort();
+        v
     }
 
     #[test]
@@ -216,7 +232,26 @@ mod tests {
             t.get(Path::new("/c")),
             Some(&Node::File { mode: 0o644, size: 1, data: Some(Kept::Head(b"6"[..].into())) })
         );
-        assert_eq!(t.children(Path::new("/a")).collect::<Vec<_>>(), [Path::new("/a/new")]);
+        assert_eq!(t.children(Path::new("/a")).collect::<Vec<_>>(), ["new"]);
+    }
+
+    #[test]
+    fn children_and_removal_of_a_subtree() {
+        let mut t = Tree::default();
+        let names = ["/d/a", "/d/a-b", "/d/a/x", "/d/a/x/y", "/d/a0", "/d/b", "/d-e"];
+        t.apply(Changes { puts: names.iter().map(|n| (PathBuf::from(n), file("1"))).collect(), ..Changes::default() })
+            .unwrap();
+        let kids =
+            |t: &Tree, d: &str| t.children(Path::new(d)).map(|n| n.to_string_lossy().into_owned()).collect::<Vec<_>>();
+        assert_eq!(kids(&t, "/d"), ["a", "a-b", "a0", "b"]);
+        assert_eq!(kids(&t, "/"), ["d", "d-e"]);
+        assert_eq!(kids(&t, "/d/a/x"), ["y"]);
+        assert!(kids(&t, "/d/b").is_empty());
+        t.apply(Changes { whiteouts: vec!["/d/a".into()], ..Changes::default() }).unwrap();
+        assert_eq!(paths(&t), ["/", "/d", "/d-e", "/d/a-b", "/d/a0", "/d/b"]);
+        assert_eq!(kids(&t, "/d"), ["a-b", "a0", "b"]);
+        t.apply(Changes { puts: vec![("/d".into(), file("f"))], ..Changes::default() }).unwrap();
+        assert_eq!(paths(&t), ["/", "/d", "/d-e"], "a file over a directory replaces what was below");
     }
 
     #[test]

@@ -73,10 +73,11 @@ const FLASH_ATTN: (&str, &str) = ("flash_attn_2_cuda.cpython-", "-x86_64-linux-g
 /// known yet.)
 pub fn is_gpu_library(path: &Path) -> bool {
     let s = path.to_string_lossy();
+    let under = |rel: &str| s.strip_suffix(rel).is_some_and(|head| head.ends_with('/'));
     let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
     let dir = path.parent().and_then(Path::file_name).map(|n| n.to_string_lossy()).unwrap_or_default();
-    s.ends_with(&format!("/{TORCH}"))
-        || VLLM.iter().any(|v| s.ends_with(&format!("/{v}")))
+    under(TORCH)
+        || VLLM.iter().any(|v| under(v))
         || (dir == SGLANG_DIR && name.ends_with(".so"))
         || (name.starts_with(FLASH_ATTN.0) && name.ends_with(FLASH_ATTN.1))
 }

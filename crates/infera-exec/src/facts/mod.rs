@@ -257,7 +257,7 @@ fn keep_head(path: &std::path::Path, size: u64, mode: u32) -> u64 {
             | "rocm_version.h"
     ) || name.ends_with(".pth")
         || (name == "__init__.py" && (in_dir("vllm") || in_dir("sglang")))
-        || path.components().any(|c| c.as_os_str() == ".info");
+        || memchr::memmem::find(path.as_os_str().as_encoded_bytes(), b"/.info/").is_some();
     if read && size <= infera_core::rootfs::SMALL_FILE_LIMIT {
         size
     } else if mode & 0o111 != 0 {

@@ -86,7 +86,7 @@ fn listing_of_dir(root: &Path) -> BTreeMap<String, String> {
 fn listing_of_image(img: &image::Image) -> BTreeMap<String, String> {
     img.tree
         .paths()
-        .filter(|(p, _)| p.as_path() != Path::new("/"))
+        .filter(|(p, _)| *p != Path::new("/"))
         .map(|(p, n)| {
             let v = match n {
                 Node::Dir { .. } => "dir".to_string(),
