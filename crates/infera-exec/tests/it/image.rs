@@ -8,7 +8,9 @@ use std::process::Command;
 
 use infera_core::image::{self, tree::Node, ImageError, Platform, Want};
 
-/// podman or buildah on a private store in `t` (vfs: nothing shared with other tests).
+/// podman or buildah on a private store in `t` (nothing shared with other tests). The
+/// overlay driver, as on a build host: a directory removed and made again is an opaque
+/// directory in the layer it commits (vfs would write a whiteout per file instead).
 fn tool(name: &str, t: &Path, args: &[&str]) -> String {
     let store = [
         "--root".to_string(),
@@ -16,7 +18,7 @@ fn tool(name: &str, t: &Path, args: &[&str]) -> String {
         "--runroot".into(),
         t.join("run").display().to_string(),
         "--storage-driver".into(),
-        "vfs".into(),
+        "overlay".into(),
     ];
     let o = Command::new(name)
         .env("CONTAINERS_CONF", crate::support::repo().join("tests/containers/containers.conf"))
@@ -142,6 +144,11 @@ fn every_format_reads_as_the_mounted_image() {
     let media = listed["manifests"][0]["mediaType"].as_str().unwrap().to_string();
     assert!(media.contains("index") || media.contains("manifest.list"), "not an index: {index}");
     docker25(&t.join("docker.tar"), &t.join("docker25.tar"));
+    // The top layer holds real whiteouts: a file's, and an opaque directory's.
+    let top = top_layer_names(&t.join("gzip"));
+    for w in ["keep/.wh.b", "keep/sub/.wh..wh..opq", "keep/sub/d"] {
+        assert!(top.iter().any(|n| n == w), "{w} not in the top layer: {top:?}");
+    }
     let refs = [format!("{tp}/oci.tar"), format!("{tp}/docker.tar"), format!("{tp}/gzip:v1"), format!("{tp}/zstd")];
     for reference in refs.into_iter().chain([format!("{tp}/multi:v1"), format!("{tp}/docker25.tar")]) {
         let img = read(&reference).unwrap_or_else(|e| panic!("{reference}: {e}"));
@@ -174,6 +181,18 @@ fn docker25(from: &Path, to: &Path) {
         out.append_data(&mut h, name, data.as_bytes()).unwrap();
     }
     out.finish().unwrap();
+}
+
+/// The entry names of the top layer (gzip) of the OCI layout `dir`.
+fn top_layer_names(dir: &Path) -> Vec<String> {
+    let json = |p: PathBuf| -> serde_json::Value { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
+    let blob = |d: &serde_json::Value| dir.join("blobs/sha256").join(&d.as_str().unwrap()[7..]);
+    let index = json(dir.join("index.json"));
+    let manifest = json(blob(&index["manifests"][0]["digest"]));
+    let layers = manifest["layers"].as_array().unwrap();
+    let gz = std::fs::File::open(blob(&layers[layers.len() - 1]["digest"])).unwrap();
+    let mut t = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+    t.entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect()
 }
 
 /// A hand-made OCI layout with `layer` as its one layer (a plain tar); returns its path.
