@@ -501,27 +501,21 @@ fn a_long_layer_says_its_progress_as_it_goes() {
     assert_eq!(said[1], (1, 1, blob_len, true), "the tar's bytes when it ends: {said:?}");
 }
 
-/// A library whose `.hip_fatbin` (after `bulk` bytes of another section) holds `bundles`
-/// plain and CCOB v2 bundles, alternating, each 4 KiB aligned: gcc, then objcopy.
+/// A library whose `.hip_fatbin` holds `bundles` plain and CCOB v2 bundles, alternating,
+/// followed by `bulk` bytes of another section (gcc, then objcopy).
 fn hip_library(dir: &Path, bulk: usize, bundles: usize) -> PathBuf {
-    use std::io::Write;
-    let c = dir.join("lib.c");
-    std::fs::write(&c, "int infera_test_symbol(void) { return 0; }\n").unwrap();
-    let so = dir.join("libbig.so");
-    assert!(Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&so).arg(&c).status().unwrap().success());
-    let ids = |k: usize| {
-        let g = if k.is_multiple_of(3) { "gfx942" } else { "gfx950" };
-        vec![format!("host-x86_64-unknown-linux-gnu-"), format!("hipv4-amdgcn-amd-amdhsa--{g}")]
-    };
-    let mut fatbin = Vec::new();
-    for k in 0..bundles {
-        let ids = ids(k);
-        let inner = plain(&ids.iter().map(String::as_str).collect::<Vec<_>>());
-        let mut b = if k.is_multiple_of(2) { inner } else { ccob_v2(&inner) };
-        b.resize(b.len().next_multiple_of(4096) + 8192, 0);
-        fatbin.extend(b);
-    }
-    let (bulk_file, fat_file) = (dir.join("bulk.bin"), dir.join("fat.bin"));
+    use crate::preflight::{ccob_v2, plain};
+    let all: Vec<Vec<u8>> = (0..bundles)
+        .map(|k| {
+            let inner = plain(&[if k.is_multiple_of(3) { "gfx942" } else { "gfx950" }]);
+            if k.is_multiple_of(2) {
+                inner
+            } else {
+                ccob_v2(&inner)
+            }
+        })
+        .collect();
+    let so = crate::preflight::hip_library(dir, "libbig", &all);
     let mut noise = vec![0u8; bulk];
     let mut x = 0x9e3779b97f4a7c15u64;
     for b in noise.iter_mut() {
@@ -530,53 +524,17 @@ fn hip_library(dir: &Path, bulk: usize, bundles: usize) -> PathBuf {
         x ^= x << 17;
         *b = x as u8;
     }
-    std::fs::File::create(&bulk_file).unwrap().write_all(&noise).unwrap();
-    std::fs::write(&fat_file, fatbin).unwrap();
-    let st = Command::new("objcopy")
-        .arg(format!("--add-section=.bulk={}", bulk_file.display()))
-        .arg(format!("--add-section=.hip_fatbin={}", fat_file.display()))
-        .arg("--set-section-flags=.hip_fatbin=alloc,readonly")
-        .arg(&so)
-        .status()
-        .unwrap();
-    assert!(st.success(), "objcopy");
+    let bulk_file = dir.join("bulk.bin");
+    std::fs::write(&bulk_file, noise).unwrap();
+    let st = Command::new("objcopy").arg(format!("--add-section=.bulk={}", bulk_file.display())).arg(&so).status();
+    assert!(st.unwrap().success(), "objcopy");
     so
-}
-
-/// A plain offload bundle of these ids (infera-exec's fatbin test helper's format).
-fn plain(ids: &[&str]) -> Vec<u8> {
-    let table: usize = 32 + ids.iter().map(|i| 24 + i.len()).sum::<usize>();
-    let mut b = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
-    b.extend((ids.len() as u64).to_le_bytes());
-    for (k, id) in ids.iter().enumerate() {
-        b.extend(((table + 16 * k) as u64).to_le_bytes());
-        b.extend(16u64.to_le_bytes());
-        b.extend((id.len() as u64).to_le_bytes());
-        b.extend(id.as_bytes());
-    }
-    b.extend(std::iter::repeat_n(0xc0u8, 16 * ids.len()));
-    b
-}
-
-fn ccob_v2(inner: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-    z.write_all(inner).unwrap();
-    let body = z.finish().unwrap();
-    let mut b = b"CCOB".to_vec();
-    b.extend(2u16.to_le_bytes());
-    b.extend(0u16.to_le_bytes());
-    b.extend(((24 + body.len()) as u32).to_le_bytes());
-    b.extend((inner.len() as u32).to_le_bytes());
-    b.extend(0u64.to_le_bytes());
-    b.extend(body);
-    b
 }
 
 /// The GPU code of an image's libraries, read from its archive, is what the same reader
 /// finds in the files themselves: real ROCm binaries (plain bundles, CCOB v3 zstd) and a
-/// generated library of 100 bundles after 96 MiB of another section, of which only
-/// the parts the reader reads are kept.
+/// generated library of 100 bundles and 96 MiB of another section, of which only the parts
+/// the reader reads are kept.
 #[test]
 fn gpu_code_read_from_an_archive_is_the_files() {
     use infera_exec::facts::{fatbin, image_keep};

@@ -21,7 +21,7 @@ fn id(gfx: &str) -> String {
 }
 
 /// A plain offload bundle of these targets (and the host entry), 16 bytes of code each.
-fn plain(targets: &[&str]) -> Vec<u8> {
+pub fn plain(targets: &[&str]) -> Vec<u8> {
     let ids: Vec<String> = std::iter::once(HOST.to_string()).chain(targets.iter().map(|t| id(t))).collect();
     let table: usize = 32 + ids.iter().map(|i| 24 + i.len()).sum::<usize>();
     let mut b = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
@@ -38,7 +38,7 @@ fn plain(targets: &[&str]) -> Vec<u8> {
 }
 
 /// A CCOB v2 (zlib) bundle of a plain one.
-fn ccob_v2(inner: &[u8]) -> Vec<u8> {
+pub fn ccob_v2(inner: &[u8]) -> Vec<u8> {
     let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
     z.write_all(inner).unwrap();
     let body = z.finish().unwrap();
@@ -54,7 +54,7 @@ fn ccob_v2(inner: &[u8]) -> Vec<u8> {
 }
 
 /// A shared library whose `.hip_fatbin` holds these bundles.
-fn hip_library(dir: &Path, name: &str, bundles: &[Vec<u8>]) -> PathBuf {
+pub fn hip_library(dir: &Path, name: &str, bundles: &[Vec<u8>]) -> PathBuf {
     let c = dir.join(format!("{name}.c"));
     std::fs::write(&c, "int infera_test_symbol(void) { return 0; }\n").unwrap();
     let so = dir.join(format!("{name}.so"));
