@@ -168,23 +168,34 @@ fn choose<'o>(
             ),
         ));
     }
-    if req.family_judged && !matches(t, python, rocm) {
+    named(req, t, matches(t, python, rocm), detected, findings)?;
+    Ok(t)
+}
+
+/// A tree `--family` named: judged (a column of `check`'s matrix), one built for another
+/// ABI is refused; forced, it is said with a warning.
+fn named(
+    req: &Request,
+    t: &Tree,
+    fits: bool,
+    detected: String,
+    findings: &mut Vec<Finding>,
+) -> Result<(), SelectError> {
+    if req.family_judged && !fits {
         return Err(SelectError::FamilyMismatch { tree: t.describe(), detected });
     }
     if req.family.is_some() && !req.family_judged {
-        findings.push(Finding::warn(
-            "family-forced",
-            if matches(t, python, rocm) {
-                format!("tree {} forced by --family; it also matches this image", t.family)
-            } else {
-                format!(
-                    "tree {} forced by --family although this image has {detected}; its extensions may not load",
-                    t.describe()
-                )
-            },
-        ));
+        let said = if fits {
+            format!("tree {} forced by --family; it also matches this image", t.family)
+        } else {
+            format!(
+                "tree {} forced by --family although this image has {detected}; its extensions may not load",
+                t.describe()
+            )
+        };
+        findings.push(Finding::warn("family-forced", said));
     }
-    Ok(t)
+    Ok(())
 }
 
 /// The engine the run starts, decided once: for a worker or a check, the one asked for (it
