@@ -197,11 +197,12 @@ fn top_layer_names(dir: &Path) -> Vec<String> {
 
 /// A hand-made OCI layout with `layer` as its one layer (a plain tar); returns its path.
 fn layout(t: &Path, layer: &[u8], diff_id: Option<&str>) -> PathBuf {
-    layout_sized(t, layer, diff_id, layer.len())
+    layout_sized(t, layer, diff_id.map(|d| vec![d]).as_deref(), layer.len())
 }
 
-/// [`layout`] whose manifest gives the layer's size as `size`.
-fn layout_sized(t: &Path, layer: &[u8], diff_id: Option<&str>, size: usize) -> PathBuf {
+/// [`layout`] whose manifest gives the layer's size as `size`, and whose config lists
+/// `diff_ids` (default: the layer's digest).
+fn layout_sized(t: &Path, layer: &[u8], diff_ids: Option<&[&str]>, size: usize) -> PathBuf {
     use infera_core::image::source::sha256;
     let d = t.join("layout");
     std::fs::create_dir_all(d.join("blobs/sha256")).unwrap();
@@ -211,8 +212,8 @@ fn layout_sized(t: &Path, layer: &[u8], diff_id: Option<&str>, size: usize) -> P
         digest
     };
     let l = put(layer);
-    let diff = diff_id.map(str::to_string).unwrap_or(l.clone());
-    let config = put(format!(r#"{{"rootfs": {{"type": "layers", "diff_ids": ["{diff}"]}}}}"#).as_bytes());
+    let diffs = serde_json::to_string(&diff_ids.map_or(vec![l.as_str()], <[&str]>::to_vec)).unwrap();
+    let config = put(format!(r#"{{"rootfs": {{"type": "layers", "diff_ids": {diffs}}}}}"#).as_bytes());
     let manifest = put(
         format!(
             r#"{{"schemaVersion": 2, "config": {{"digest": "{config}", "size": 1}}, "layers": [{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": "{l}", "size": {size}}}]}}"#
@@ -303,6 +304,13 @@ fn damaged_layouts_are_refused() {
     std::fs::remove_file(&blob).unwrap();
     let e = read(&d.display().to_string()).unwrap_err();
     assert_eq!(infera_core::error::Refuse::code(&e), "image-blob-missing", "{e}");
+    let t = tempfile::tempdir().unwrap();
+    let zero = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    let two = [zero, zero];
+    let d = layout_sized(t.path(), &layer, Some(&two), layer.len());
+    let e = read(&d.display().to_string()).unwrap_err();
+    assert_eq!(infera_core::error::Refuse::code(&e), "image-format", "{e}");
+    assert!(e.to_string().contains("the manifest lists 1 layers, the config's rootfs.diff_ids 2"), "{e}");
     let e = read(&t.path().join("nothing-here").display().to_string()).unwrap_err();
     assert_eq!(infera_core::error::Refuse::code(&e), "image-format", "{e}");
 }
@@ -476,7 +484,8 @@ fn a_long_layer_says_its_progress_as_it_goes() {
     h.set_cksum();
     let blob_len = 512 + (5u64 << 29) + 1024;
     let hex = "ab".repeat(32);
-    let d = layout_sized(t.path(), b"placeholder", Some(&format!("sha256:{hex}")), blob_len as usize);
+    let diff = format!("sha256:{hex}");
+    let d = layout_sized(t.path(), b"placeholder", Some(&[diff.as_str()]), blob_len as usize);
     // The layer's blob: the header, then zeros (a hole) and the end-of-archive blocks.
     let manifest_layer = std::fs::read_dir(d.join("blobs/sha256"))
         .unwrap()
