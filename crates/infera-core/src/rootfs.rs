@@ -50,6 +50,12 @@ impl Place {
         (!self.is_image() && !self.is_host_root()).then(|| self.host(cpath))
     }
 
+    /// Whether a container path is under one of the volumes.
+    fn in_volume(&self, cpath: &Path) -> bool {
+        let parts = normal(cpath);
+        self.volumes.iter().any(|(at, _)| parts.starts_with(&normal(at)))
+    }
+
     /// Where a container path lives on this host (no symlink resolution): under the volume
     /// that holds it, else under the root.
     pub fn host(&self, cpath: &Path) -> PathBuf {
@@ -217,6 +223,19 @@ impl Root {
         Root { place, image: Some(tree.into()) }
     }
 
+    /// This image with container paths read from host directories (`--volume`, the model's
+    /// files for a `check --image` in CI).
+    pub fn with_image_volumes(mut self, mut volumes: Vec<(PathBuf, PathBuf)>) -> Self {
+        volumes.sort_by_key(|(at, _)| std::cmp::Reverse(at.components().count()));
+        self.place.volumes = volumes;
+        self
+    }
+
+    /// The image's tree when `cpath` (resolved) is one of its files, not a volume's.
+    fn tree(&self, cpath: &Path) -> Option<&crate::image::tree::Tree> {
+        self.image.as_deref().filter(|_| !self.place.in_volume(cpath))
+    }
+
     /// Whether this root is an image read from its archive.
     pub fn is_image(&self) -> bool {
         self.image.is_some()
@@ -240,13 +259,13 @@ impl Root {
     /// The root is a directory this process can read: otherwise every fact would be
     /// "missing" for a reason that is not the image's.
     pub fn check(&self) -> Result<(), RootError> {
-        if self.is_image() {
-            return Ok(());
-        }
         for (at, dir) in &self.place.volumes {
             if !fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
                 return Err(RootError::VolumeMissing { at: at.clone(), dir: dir.clone() });
             }
+        }
+        if self.is_image() {
+            return Ok(());
         }
         let dir = &self.place.host;
         match fs::read_dir(dir) {
@@ -299,7 +318,7 @@ impl Root {
 
     /// What `cpath` (its directories already resolved) is, a last link not followed.
     fn lstat(&self, cpath: &Path) -> io::Result<Stat> {
-        match &self.image {
+        match self.tree(cpath) {
             Some(t) => t.get(cpath).map(Stat::of_node).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
             None => fs::symlink_metadata(self.host(cpath)).map(|m| Stat::of(&m)),
         }
@@ -308,7 +327,7 @@ impl Root {
     /// The target of `cpath` (its directories already resolved) when it is a symbolic link.
     fn link_target(&self, cpath: &Path) -> io::Result<Option<PathBuf>> {
         use crate::image::tree::Node;
-        match &self.image {
+        match self.tree(cpath) {
             Some(t) => match t.get(cpath) {
                 Some(Node::Symlink { target }) => Ok(Some(target.clone())),
                 Some(_) => Ok(None),
@@ -405,9 +424,10 @@ impl Root {
 
     /// Read a file up to `limit` bytes (a larger one is an error, not a truncated read).
     pub fn read_file(&self, cpath: &Path, limit: u64) -> io::Result<Vec<u8>> {
-        if let Some(t) = &self.image {
+        if self.is_image() {
             let (c, m) = self.stat(cpath)?;
             m.regular()?;
+            let Some(t) = self.tree(&c) else { return read_up_to(open_checked(&self.host(&c))?.0, limit) };
             return match t.get(&c) {
                 Some(crate::image::tree::Node::File { size, .. }) if *size > limit => Err(too_large(limit)),
                 Some(crate::image::tree::Node::File { data: Some(d), size, .. })
@@ -426,15 +446,15 @@ impl Root {
     /// the resolution (no device or FIFO is opened) and is checked again on the open
     /// descriptor.
     pub fn open_file(&self, cpath: &Path) -> io::Result<(fs::File, u64)> {
-        if self.is_image() {
-            return Err(not_kept());
-        }
         if self.is_host_root() {
             self.metadata(cpath)?.regular()?;
             return open_checked(cpath);
         }
         let (c, m) = self.stat(cpath)?;
         m.regular()?;
+        if self.tree(&c).is_some() {
+            return Err(not_kept());
+        }
         open_checked(&self.host(&c))
     }
 
@@ -442,11 +462,11 @@ impl Root {
     /// root, or what an image's reader kept of it (all of it, or the parts a
     /// [`crate::image::layer::Capture`] chose).
     pub fn open_at(&self, cpath: &Path) -> io::Result<(Box<dyn crate::at::ReadAt>, u64)> {
-        let Some(t) = &self.image else {
+        let (c, m) = self.stat(cpath)?;
+        let Some(t) = self.tree(&c) else {
             let (f, size) = self.open_file(cpath)?;
             return Ok((Box::new(f), size));
         };
-        let (c, m) = self.stat(cpath)?;
         m.regular()?;
         use crate::image::tree::{Kept, Node};
         match t.get(&c) {
@@ -463,7 +483,7 @@ impl Root {
     pub fn head(&self, cpath: &Path, n: u64) -> io::Result<Vec<u8>> {
         let (c, m) = self.stat(cpath)?;
         m.regular()?;
-        match &self.image {
+        match self.tree(&c) {
             Some(t) => match t.get(&c) {
                 Some(crate::image::tree::Node::File { data: Some(d), size, .. })
                     if d.head().is_some_and(|h| h.len() as u64 >= n.min(*size)) =>
@@ -489,9 +509,13 @@ impl Root {
     /// Call `f` with each name in a directory (resolved inside the root). Missing
     /// directory → no call.
     pub fn each_name(&self, cpath: &Path, mut f: impl FnMut(&OsStr)) {
-        if let Some(t) = &self.image {
-            if let Ok(dir) = self.resolve(cpath) {
-                t.children(&dir).for_each(f);
+        if self.is_image() {
+            match self.resolve(cpath) {
+                Ok(dir) => match self.tree(&dir) {
+                    Some(t) => t.children(&dir).for_each(f),
+                    None => drop(each_entry(&self.host(&dir), |name, _| f(name))),
+                },
+                Err(_) => {}
             }
         } else if self.is_host_root() {
             let _ = each_entry(cpath, |name, _| f(name));
@@ -818,6 +842,51 @@ mod tests {
             Root::with_volumes("/", vec![("/m".into(), "/tmp".into())]).place().host(Path::new("/m"))
                 == Path::new("/tmp")
         );
+    }
+
+    /// An image read from its archive with a volume: paths under it are the host directory's
+    /// (the model's files in CI), the rest the image's; a link in the image into the volume
+    /// resolves there.
+    #[test]
+    fn an_image_with_a_volume_reads_each_path_from_its_own_side() {
+        use crate::image::tree::{Changes, Kept, Node, Put, Tree};
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("kimi")).unwrap();
+        std::fs::write(d.path().join("kimi/config.json"), b"{}").unwrap();
+        let mut t = Tree::default();
+        let file =
+            |b: &[u8]| Put::Node(Node::File { mode: 0o644, size: b.len() as u64, data: Some(Kept::Head(b.into())) });
+        let puts = vec![
+            ("/etc/os-release".into(), file(b"ID=ubuntu\n")),
+            ("/models/inside".into(), file(b"shadowed")),
+            ("/m".into(), Put::Node(Node::Symlink { target: "/models/kimi".into() })),
+        ];
+        t.apply(Changes { puts, ..Changes::default() }).unwrap();
+        let id = crate::image::Identity {
+            reference: "x".into(),
+            manifest_digest: None,
+            config_digest: "sha256:0".into(),
+            layers: Vec::new(),
+        };
+        let r = Root::of_image(t, id).with_image_volumes(vec![("/models".into(), d.path().into())]);
+        r.check().unwrap();
+        assert_eq!(r.read_small(Path::new("/etc/os-release")).unwrap(), b"ID=ubuntu\n");
+        assert_eq!(r.read_small(Path::new("/models/kimi/config.json")).unwrap(), b"{}");
+        assert_eq!(r.read_small(Path::new("/m/config.json")).unwrap(), b"{}", "a link into the volume");
+        assert_eq!(r.list(Path::new("/models")), ["kimi"], "the volume hides the image's own /models");
+        assert_eq!(r.head(Path::new("/models/kimi/config.json"), 1).unwrap(), b"{");
+        assert_eq!(r.open_at(Path::new("/models/kimi/config.json")).unwrap().1, 2);
+        let missing = Root::of_image(
+            Tree::default(),
+            crate::image::Identity {
+                reference: "x".into(),
+                manifest_digest: None,
+                config_digest: "sha256:0".into(),
+                layers: Vec::new(),
+            },
+        )
+        .with_image_volumes(vec![("/models".into(), d.path().join("nope"))]);
+        assert!(matches!(missing.check(), Err(RootError::VolumeMissing { .. })));
     }
 
     #[test]

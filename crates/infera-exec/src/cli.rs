@@ -194,8 +194,8 @@ pub struct CommonArgs {
     /// (`podman image inspect` JSON, an OCI image config, or KEY=VALUE lines) or one KEY=VALUE.
     #[arg(long, env = ev::INFERA_IMAGE_ENV, value_name = "FILE|KEY=VALUE")]
     pub image_env: Vec<OsString>,
-    /// With --root: read the container path PATH from the local directory DIR (a pod's volume,
-    /// the model's files copied here), repeatable, e.g. /models=/data/models.
+    /// With --root or --image: read the container path PATH from the local directory DIR (a
+    /// pod's volume, the model's files copied here), repeatable, e.g. /models=/data/models.
     #[arg(long, env = ev::INFERA_VOLUME, value_delimiter = ',', value_name = "PATH=DIR", value_parser = clap::value_parser!(OsString))]
     pub volume: Vec<OsString>,
     /// The image's interpreter to run (default: the one the command names, else python3 on PATH).
@@ -380,7 +380,7 @@ pub struct ImageArgs {
     /// oci-archive or a docker-archive, as `PATH`, `PATH:TAG` or `PATH@sha256:…` (for CI:
     /// `skopeo copy docker://IMAGE oci:DIR:TAG`, then `--image DIR:TAG`). Repeatable: each
     /// image is a row of the matrix.
-    #[arg(long, value_name = "REF", conflicts_with = "root")]
+    #[arg(long, value_name = "REF", conflicts_with_all = ["root", "image_env"])]
     pub image: Vec<String>,
     /// With --image: do not hash the layers (the manifest and the config are always checked).
     #[arg(long, requires = "image")]

@@ -272,15 +272,18 @@ impl Gathered {
 /// The environment the image's containers start with (`--image-env`) over the launcher's,
 /// and the image's root, checked readable: `--root`, or the archive `image` names.
 fn prepare(req: &Request, env: &Env, image: Option<&str>) -> Result<(Env, rootfs::Root), Refusal> {
+    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
     if let Some(reference) = image {
         let platform = req.image.platform.clone().unwrap_or_default();
-        return image_root(reference, &platform, !req.image.no_verify, env);
+        let (env, root) = image_root(reference, &platform, !req.image.no_verify, env)?;
+        let root = root.with_image_volumes(volumes);
+        root.check()?;
+        return Ok((env, root));
     }
     let image_env = imageenv::resolve(&req.image_env, &req.root, &req.image_env_said)?;
     let mut env = env.clone();
     env.extend(image_env);
-    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
     let root = rootfs::Root::with_volumes(abs(&req.root), volumes);
     root.check()?;
     Ok((env, root))

@@ -1427,30 +1427,34 @@ fn a_64_mib_dev_shm_is_refused_for_a_tp8_worker() {
 
 /// `check --image` reads the image from its archive — oci-archive, docker-archive, an OCI
 /// layout with zstd layers — and plans exactly what `check --root` plans on `podman image
-/// mount` of the same image with its config's environment (`--image-env`); only the host
-/// paths of `--root` have no counterpart.
+/// mount` of the same image with its config's environment (`--image-env`), the model's files
+/// given to both with `--volume` (so its rules run); only the host paths of `--root` have no
+/// counterpart.
 #[test]
 fn check_image_plans_as_check_root_on_the_mounted_image() {
     images();
     let t = tempfile::tempdir().unwrap();
     let tp = t.path().display().to_string();
     let overlay = repo().join("target/e2e/overlay");
+    let volume = format!("/models={}", repo().join("examples/models").display());
     for (image, args) in [(VLLM, &SEED[..2]), (SGLANG, &["--model-path", "/models/kimi-k3"][..])] {
         let m = out(podman(&["image", "mount", image]));
         assert_eq!(m.code, 0, "{}", m.stderr);
         let inspect = t.path().join("inspect.json");
         std::fs::write(&inspect, out(podman(&["image", "inspect", image])).stdout).unwrap();
-        let mut root = infera(&["check", "--output", "json", "--root", m.stdout.trim(), "--image-env"])
-            .args([&inspect])
-            .args(["--"])
-            .args(args)
-            .overlay(&overlay)
-            .run()
-            .json();
+        let mut root =
+            infera(&["check", "--output", "json", "--volume", &volume, "--root", m.stdout.trim(), "--image-env"])
+                .args([&inspect])
+                .args(["--"])
+                .args(args)
+                .overlay(&overlay)
+                .run()
+                .json();
         let _ = out(podman(&["image", "unmount", image]));
         for k in ["host_cwd", "host_program", "host_argv0"] {
             root["exec"].as_object_mut().unwrap().remove(k);
         }
+        assert_eq!(root["facts"]["models"][0]["status"], "known", "the model's rules run: {root}");
         let saved = [("oci-archive", format!("{tp}/i.oci.tar")), ("docker-archive", format!("{tp}/i.docker.tar"))];
         for (format, path) in &saved {
             assert_eq!(out(podman(&["save", "-q", "--format", format, "-o", path, image])).code, 0);
@@ -1458,8 +1462,10 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
         let dir = format!("oci:{tp}/dir:v1");
         assert_eq!(out(podman(&["push", "-q", "--compression-format", "zstd", image, &dir])).code, 0);
         for reference in [saved[0].1.clone(), saved[1].1.clone(), format!("{tp}/dir:v1")] {
-            let o =
-                infera(&["check", "--output", "json", "--image", &reference, "--"]).args(args).overlay(&overlay).run();
+            let o = infera(&["check", "--output", "json", "--volume", &volume, "--image", &reference, "--"])
+                .args(args)
+                .overlay(&overlay)
+                .run();
             assert_eq!(o.code, 0, "{reference}: {}", o.stderr);
             let mut got = o.json();
             let identity = got["facts"].as_object_mut().unwrap().remove("image").unwrap();
