@@ -510,12 +510,11 @@ impl Root {
     /// directory → no call.
     pub fn each_name(&self, cpath: &Path, mut f: impl FnMut(&OsStr)) {
         if self.is_image() {
-            match self.resolve(cpath) {
-                Ok(dir) => match self.tree(&dir) {
+            if let Ok(dir) = self.resolve(cpath) {
+                match self.tree(&dir) {
                     Some(t) => t.children(&dir).for_each(f),
                     None => drop(each_entry(&self.host(&dir), |name, _| f(name))),
-                },
-                Err(_) => {}
+                }
             }
         } else if self.is_host_root() {
             let _ = each_entry(cpath, |name, _| f(name));
