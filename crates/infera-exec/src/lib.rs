@@ -262,9 +262,12 @@ impl Gathered {
         overlay: &Result<overlay::Overlay, Refusal>,
         opts: &overlay::LoadOptions,
     ) -> (serde_json::Value, Option<Refusal>, Option<String>) {
-        self.with_plan(req, overlay, opts, |p| {
-            let json = serde_json::to_value(p).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
-            (json, p.error.clone(), p.family.clone())
+        self.with_plan(req, overlay, opts, |p| match serde_json::to_value(p) {
+            Ok(json) => (json, p.error.clone(), p.family.clone()),
+            Err(e) => {
+                let r = error::internal(&format!("the plan cannot be written as JSON: {e}"));
+                (serde_json::Value::Null, Some(r), p.family.clone())
+            }
         })
     }
 }

@@ -166,9 +166,8 @@ impl<R: Read> Read for Between<R> {
     }
 }
 
-/// Read layer `n` (1 = the bottom one) from member `name`; `digest` is what the blob must
-/// hash to (None: a docker-archive's layer) and `size` its length, `diff_id` what its tar
-/// must hash to. Returns its changes and its uncompressed size.
+/// A layer to read: its number (1 = the bottom one), its member, what its blob must hash to
+/// (None: a docker-archive's layer) and its length, what its tar must hash to.
 pub struct Layer<'a> {
     pub n: usize,
     pub name: &'a str,
@@ -177,6 +176,7 @@ pub struct Layer<'a> {
     pub diff_id: &'a str,
 }
 
+/// Read a layer in one pass: its changes, and its uncompressed size.
 pub fn read(
     src: &Source,
     l: &Layer,
@@ -245,6 +245,7 @@ fn io_error(src: &Source, n: usize, name: &str, e: std::io::Error) -> ImageError
         Some(Bound(what)) => {
             ImageError::TooLarge { reference: src.reference().to_string(), layer: n, what: what.clone() }
         }
+        None if name.is_empty() => src.format(format!("layer {n}: {e}")),
         None => src.format(format!("layer {n} (`{name}`): {e}")),
     }
 }
