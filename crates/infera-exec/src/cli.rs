@@ -711,10 +711,17 @@ fn moved_after_dashes(argv: &[OsString], at: usize, sub: &clap::Command) -> Stri
 /// when the value came from its variable, say the variable: that is what the pod spec sets.
 fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
-    if !matches!(e.kind(), ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::InvalidUtf8) {
-        return e;
-    }
-    let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else { return e };
+    // The option whose value is wrong; of two in conflict, the one named second.
+    let context = match e.kind() {
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::InvalidUtf8 => ContextKind::InvalidArg,
+        ErrorKind::ArgumentConflict => ContextKind::PriorArg,
+        _ => return e,
+    };
+    let shown = match e.get(context) {
+        Some(ContextValue::String(s)) => s.clone(),
+        Some(ContextValue::Strings(v)) if v.len() == 1 => v[0].clone(),
+        _ => return e,
+    };
     let long = shown.trim_start_matches('-').split([' ', '=']).next().unwrap_or_default();
     // The options region of argv: up to `--`.
     let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
