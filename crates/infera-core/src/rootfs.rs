@@ -462,21 +462,15 @@ impl Root {
     /// root, or what an image's reader kept of it (all of it, or the parts a
     /// [`crate::image::layer::Capture`] chose).
     pub fn open_at(&self, cpath: &Path) -> io::Result<(Box<dyn crate::at::ReadAt>, u64)> {
-        let (c, m) = self.stat(cpath)?;
-        let Some(t) = self.tree(&c) else {
-            let (f, size) = self.open_file(cpath)?;
-            return Ok((Box::new(f), size));
-        };
-        m.regular()?;
-        use crate::image::tree::{Kept, Node};
-        match t.get(&c) {
-            Some(Node::File { data: Some(Kept::Parts(r)), .. }) => Ok((Box::new(r.as_ref().clone()), r.size)),
-            Some(Node::File { data: Some(Kept::Head(d)), size, .. }) if d.len() as u64 == *size => {
-                let whole = crate::at::Ranges { size: *size, parts: vec![(0, d.clone())], marks: None };
-                Ok((Box::new(whole), *size))
+        if self.is_image() {
+            let (c, m) = self.stat(cpath)?;
+            if let Some(t) = self.tree(&c) {
+                m.regular()?;
+                return kept_at(t, &c);
             }
-            _ => Err(not_kept()),
         }
+        let (f, size) = self.open_file(cpath)?;
+        Ok((Box::new(f), size))
     }
 
     /// The first `n` bytes of a regular file (fewer when it is shorter), links followed.
@@ -528,6 +522,20 @@ impl Root {
         let mut names = Vec::new();
         self.each_name(cpath, |n| names.push(n.to_os_string()));
         names
+    }
+}
+
+/// What an image's reader kept of the regular file `c`, for reading at offsets: the parts a
+/// capture chose, or the whole file.
+fn kept_at(t: &crate::image::tree::Tree, c: &Path) -> io::Result<(Box<dyn crate::at::ReadAt>, u64)> {
+    use crate::image::tree::{Kept, Node};
+    match t.get(c) {
+        Some(Node::File { data: Some(Kept::Parts(r)), .. }) => Ok((Box::new(r.as_ref().clone()), r.size)),
+        Some(Node::File { data: Some(Kept::Head(d)), size, .. }) if d.len() as u64 == *size => {
+            let whole = crate::at::Ranges { size: *size, parts: vec![(0, d.clone())], marks: None };
+            Ok((Box::new(whole), *size))
+        }
+        _ => Err(not_kept()),
     }
 }
 

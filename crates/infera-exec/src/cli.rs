@@ -387,7 +387,7 @@ pub struct ImageArgs {
     pub no_verify: bool,
     /// With --image: the platform a multi-arch image is read for, OS/ARCHITECTURE.
     #[arg(long, requires = "image", value_name = "OS/ARCH", default_value = "linux/amd64", value_parser = platform)]
-    pub platform: Option<infera_core::image::Platform>,
+    pub platform: infera_core::image::Platform,
 }
 
 /// `--platform linux/amd64`: an OS and an architecture as an OCI index names them.

@@ -185,7 +185,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     if let Some(code) = wait_for_model(req, &g.root, g.model()) {
         return code;
     }
-    g.models = model_facts(&g.root, &g.env, g.model());
+    g.read_models();
     let (overlay, opts) = load_overlay(req);
     g.with_plan(req, &overlay, &opts, |plan| {
         if req.dry_run {
@@ -221,6 +221,11 @@ impl Gathered {
         let router = (req.role == request::Role::Server).then(|| router_args::RouterArgs::read(&req.args));
         let models = Default::default();
         Ok(Gathered { env, root, facts, engine, args, router, models })
+    }
+
+    /// The facts of the model the run reads (after any wait for it).
+    fn read_models(&mut self) {
+        self.models = model_facts(&self.root, &self.env, self.model());
     }
 
     /// The model the run reads: the worker's, or the router's tokenizer path.
@@ -278,8 +283,7 @@ fn prepare(req: &Request, env: &Env, image: Option<&str>) -> Result<(Env, rootfs
     let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
     if let Some(reference) = image {
-        let platform = req.image.platform.clone().unwrap_or_default();
-        let (env, root) = image_root(reference, &platform, !req.image.no_verify, env)?;
+        let (env, root) = image_root(reference, &req.image.platform, !req.image.no_verify, env)?;
         let root = root.with_image_volumes(volumes);
         root.check()?;
         return Ok((env, root));

@@ -141,7 +141,7 @@ pub(super) struct Between<R> {
 }
 
 impl<R: Read> Between<R> {
-    /// The stream, and the budget to set after each entry ([`Between::after`]).
+    /// The stream, and the budget to set after each entry ([`after`]).
     pub(super) fn new(inner: R) -> (Between<R>, Rc<Cell<u64>>) {
         let left = Rc::new(Cell::new(MAX_HEADERS));
         (Between { inner, left: left.clone() }, left)
@@ -151,6 +151,14 @@ impl<R: Read> Between<R> {
 /// [`Between`]'s budget once an entry of `size` bytes was returned and `read` of them read.
 pub(super) fn after(size: u64, read: u64) -> u64 {
     size.div_ceil(512).saturating_mul(512).saturating_sub(read).saturating_add(MAX_HEADERS)
+}
+
+/// An archive on disk is indexed by seeking past each member's data, not reading it: the
+/// budget is of bytes read.
+impl<R: std::io::Seek> std::io::Seek for Between<R> {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.inner.seek(pos)
+    }
 }
 
 impl<R: Read> Read for Between<R> {

@@ -85,18 +85,12 @@ pub struct Identity {
     pub layers: Vec<String>,
 }
 
-/// The image config's `config`: what `--image-env` gives for a directory.
+/// The image config's `config`: its `Env`, what `--image-env` gives for a directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct RunConfig {
     #[serde(default)]
     pub env: Option<Vec<String>>,
-    #[serde(default)]
-    pub entrypoint: Option<Vec<String>>,
-    #[serde(default)]
-    pub cmd: Option<Vec<String>>,
-    #[serde(default)]
-    pub working_dir: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -144,7 +138,7 @@ pub fn read(reference: &str, platform: &Platform, keep: &Keep, verify: bool) -> 
     read_with_progress(reference, platform, keep, verify, &|_, _, _, _| {})
 }
 
-/// [`read`], calling `progress` as each layer ends.
+/// [`read`], calling `progress` as each layer ends and as a long one goes on.
 pub fn read_with_progress(
     reference: &str,
     platform: &Platform,

@@ -243,7 +243,8 @@ fn index(path: &Path) -> std::io::Result<HashMap<String, Member>> {
     let (stream, left) = super::layer::Between::new(File::open(path)?);
     let mut a = tar::Archive::new(stream);
     let mut members = HashMap::new();
-    for e in a.entries()? {
+    // Seeking past each member: the layers are read once, when they are read.
+    for e in a.entries_with_seek()? {
         let e = e?;
         left.set(super::layer::after(e.size(), 0));
         if members.len() == MAX_MEMBERS {

@@ -123,8 +123,8 @@ fn row(
         Ok(g) => g,
         Err(e) => return Row { image: name, identity: None, facts: Value::Null, cells: Vec::new(), error: Some(e) },
     };
-    g.models = crate::model_facts(&g.root, &g.env, g.model());
-    let mut facts = Value::Null;
+    g.read_models();
+    let facts = serde_json::to_value(g.facts.view(&g.models)).unwrap_or(Value::Null);
     let cells = columns
         .iter()
         .map(|c| {
@@ -135,7 +135,6 @@ fn row(
             };
             r.family_judged = matches!(c, Column::Judged(_));
             let (plan, error, family) = g.judge(&r, overlay, opts);
-            facts = plan.get("facts").cloned().unwrap_or(Value::Null);
             Cell { family, plan: without_facts(plan), error }
         })
         .collect();

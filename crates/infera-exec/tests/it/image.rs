@@ -594,3 +594,29 @@ fn gpu_code_read_from_an_archive_is_the_files() {
     assert_eq!(with_code, 5, "jax's _sparse.so has no GPU code, read as such from both");
     assert_eq!(sampled, 1, "the generated library has more bundles than are read");
 }
+
+/// This process's bytes read so far (`rchar` of /proc/self/io: every read call's bytes).
+fn bytes_read() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap();
+    io.lines().find_map(|l| l.strip_prefix("rchar: ")).unwrap().trim().parse().unwrap()
+}
+
+/// An archive's layers are read once: indexing the archive seeks past its members' data.
+/// An oci-archive of one 48 MiB layer costs about 48 MiB of reads, not twice that.
+#[test]
+fn an_archive_is_read_once() {
+    let t = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..48u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let d = layout(t.path(), &tar_of(&[("big", tar::EntryType::Regular, "", &data)]), None);
+    let archive = t.path().join("oci.tar");
+    let mut b = tar::Builder::new(std::fs::File::create(&archive).unwrap());
+    b.append_dir_all(".", &d).unwrap();
+    b.finish().unwrap();
+    let before = bytes_read();
+    let img = image::read(&archive.display().to_string(), &Platform::default(), &|_: &Path, _, _| Want::Head(0), false)
+        .unwrap();
+    let read = bytes_read() - before;
+    assert!(img.tree.get(Path::new("/big")).is_some());
+    assert!(read < (56 << 20), "{} MiB read for a 48 MiB layer", read >> 20);
+    assert!(read >= (48 << 20), "the layer itself is read: {} MiB", read >> 20);
+}
