@@ -1,8 +1,6 @@
 //! sglang: its row of the engine table, its spellings, its recorded option lists.
 
-use super::{
-    ConfigFalse, Engine, Info, Normalise, Opt, OptionList, PdReading, PdRole, Rendezvous, Spelling, Value, Var,
-};
+use super::{ConfigFalse, Engine, Info, Normalise, Opt, PdReading, PdRole, Rendezvous, Spelling, Value, Var};
 
 pub const INFO: Info = Info {
     engine: Engine::Sglang,
@@ -15,6 +13,8 @@ pub const INFO: Info = Info {
     normalise: Normalise::Verbatim,
     wrapper_abbrev: true,
     wrapper_options: include_str!("options/infera.engine.sglang.txt"),
+    // No recorded release passes argparse anything its plain parser cannot take.
+    parser_sources: &[],
     defaults: &[(Opt::DisaggregationBackend, "mooncake")],
     host_default: "sglang binds 127.0.0.1 by default",
     config_false: ConfigFalse::Omitted,
@@ -27,7 +27,7 @@ pub const INFO: Info = Info {
     follower: None,
     wrapper_reads_only_its_command_line: &[],
     spell,
-    options: || &OPTIONS,
+    options: || super::lists::SGLANG,
 };
 
 fn bootstrap_port(_: Var, value: Value) -> Option<u16> {
@@ -41,10 +41,6 @@ fn transfer(_: Option<&serde_json::Value>, value: Value) -> &'static str {
         _ => "mooncake",
     }
 }
-
-/// Its recorded option lists (see [`OptionList`]).
-static OPTIONS: [OptionList; 1] =
-    [OptionList::new(Engine::Sglang, ">=0.5.23, <0.6", "0.5.23", include_str!("options/sglang-0.5.23.txt"))];
 
 // [python/sglang/srt/server_args.py]
 fn spell(o: Opt) -> Option<Spelling> {

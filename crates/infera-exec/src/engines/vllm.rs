@@ -1,8 +1,6 @@
 //! vLLM: its row of the engine table, its spellings, its recorded option lists.
 
-use super::{
-    ConfigFalse, Engine, Info, Normalise, Opt, OptionList, PdReading, PdRole, Rendezvous, Spelling, Value, Var,
-};
+use super::{ConfigFalse, Engine, Info, Normalise, Opt, PdReading, PdRole, Rendezvous, Spelling, Value, Var};
 
 pub const INFO: Info = Info {
     engine: Engine::Vllm,
@@ -16,6 +14,10 @@ pub const INFO: Info = Info {
     normalise: Normalise::UnderscoresToDashes,
     wrapper_abbrev: false,
     wrapper_options: include_str!("options/infera.engine.vllm.txt"),
+    // make_arg_parser (cli_args.py) and EngineArgs.add_cli_args (arg_utils.py): up to 0.16.0
+    // they pass `deprecated=True` (`--disable-log-requests`), which infera.engine.vllm's plain
+    // ArgumentParser raises TypeError on before CPython 3.13 (the recorded lists' headers).
+    parser_sources: &["vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py"],
     defaults: &[],
     host_default:
         "with vLLM's default (None) infera.engine.vllm waits for http://None:PORT/health and never becomes ready",
@@ -38,7 +40,7 @@ pub const INFO: Info = Info {
         (Opt::KvCacheDtype, "without it there it appends --kv-cache-dtype fp8_e4m3, overriding the file"),
     ],
     spell,
-    options: || &OPTIONS,
+    options: || super::lists::VLLM,
 };
 
 /// What a vLLM rank > 0 runs instead of `-m infera.engine.vllm` (as `python -c`): the real
@@ -92,12 +94,6 @@ fn own_addresses(kv: Option<&serde_json::Value>, var: Var, prefill: bool) -> Vec
     }
     out
 }
-
-/// Its recorded option lists (see [`OptionList`]).
-static OPTIONS: [OptionList; 2] = [
-    OptionList::new(Engine::Vllm, ">=0.11.1, <0.29", "0.28.0", include_str!("options/vllm-0.28.0.txt")),
-    OptionList::new(Engine::Vllm, ">=0.33, <0.34", "0.33.0", include_str!("options/vllm-0.33.0.txt")),
-];
 
 // [vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py]
 fn spell(o: Opt) -> Option<Spelling> {

@@ -113,7 +113,10 @@ impl Facts {
         };
         let rocm = rocm::detect(root, &places, torch.as_ref(), &mut findings);
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
-        let engines = site::engines(root, &site_dirs, minor, w.engine);
+        let mut engines = site::engines(root, &site_dirs, minor, w.engine);
+        for e in &mut engines {
+            e.argparse_deprecated = site::argparse_deprecated(root, &site_dirs, e);
+        }
         let found: Vec<crate::engines::Engine> = engines.iter().map(|e| e.engine).collect();
         let gpu_code = if w.gpu_code { gpu_code::gather(root, &site_dirs, minor, &found) } else { Vec::new() };
         let kfd = devices::kfd_gpus(root, &mut findings);
@@ -257,6 +260,7 @@ fn keep_head(path: &std::path::Path, size: u64, mode: u32) -> u64 {
             | "rocm_version.h"
     ) || name.ends_with(".pth")
         || (name == "__init__.py" && (in_dir("vllm") || in_dir("sglang")))
+        || crate::engines::TABLE.iter().flat_map(|i| i.parser_sources).any(|f| path.ends_with(f))
         || memchr::memmem::find(path.as_os_str().as_encoded_bytes(), b"/.info/").is_some();
     if read && size <= infera_core::rootfs::SMALL_FILE_LIMIT {
         size

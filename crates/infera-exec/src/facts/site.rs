@@ -38,6 +38,30 @@ pub struct EngineInstall {
     /// The dist-info directory, or the version file (container path).
     #[serde(serialize_with = "crate::spec::ser_path")]
     pub record: PathBuf,
+    /// Where the engine's parser passes `deprecated=` to argparse (`FILE:LINE`), which
+    /// argparse takes from CPython 3.13 on: infera's wrapper, which builds that parser on a
+    /// plain ArgumentParser, raises TypeError there on an older CPython.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argparse_deprecated: Option<String>,
+}
+
+/// The first line of the engine's parser sources that passes `deprecated=True` (code, not a
+/// comment), as `FILE:LINE`: looked for in the site directories, and in an egg's own.
+pub fn argparse_deprecated(root: &Root, site_dirs: &[PathBuf], e: &EngineInstall) -> Option<String> {
+    let egg = e.record.extension().is_some_and(|x| x == "egg").then_some(e.record.as_path());
+    let dirs = site_dirs.iter().map(PathBuf::as_path).chain(egg);
+    for d in dirs {
+        for file in e.engine.info().parser_sources {
+            let path = d.join(file);
+            let Ok(text) = root.read_small_string(&path) else { continue };
+            let hit =
+                text.lines().position(|l| l.split('#').next().is_some_and(|code| code.contains("deprecated=True")));
+            if let Some(n) = hit {
+                return Some(format!("{}:{}", path.display(), n + 1));
+            }
+        }
+    }
+    None
 }
 
 /// Engines installed in the site directories. An engine is found by the literal in its
@@ -137,7 +161,12 @@ fn probe_into(
         found.sort_by(|a, b| a.1.cmp(&b.1));
         for (d, entry) in found {
             if let Some(e) = engine_of(&d.name).filter(|e| wanted(*e) && !engines.iter().any(|x| x.engine == *e)) {
-                engines.push(EngineInstall { engine: e, version: d.version.clone(), record: dir.join(entry) });
+                engines.push(EngineInstall {
+                    engine: e,
+                    version: d.version.clone(),
+                    record: dir.join(entry),
+                    argparse_deprecated: None,
+                });
             }
             index.dists.push(d);
         }
@@ -159,7 +188,7 @@ fn egg(root: &Root, path: &Path) -> Option<EngineInstall> {
     } else {
         return None;
     };
-    Some(EngineInstall { engine, version: version.to_string(), record })
+    Some(EngineInstall { engine, version: version.to_string(), record, argparse_deprecated: None })
 }
 
 /// The engine whose distribution this is (`vllm`, `sglang`), names compared as PEP 503
@@ -186,7 +215,7 @@ fn probe_versions(root: &Root, dir: &Path, wanted: impl Fn(Engine) -> bool) -> V
         let Some((version, path)) = found else { continue };
         let dist = dir.join(format!("{}-{version}.dist-info", info.dist));
         let record = if root.metadata(&dist).is_ok() { dist } else { path };
-        out.push(EngineInstall { engine: info.engine, version, record });
+        out.push(EngineInstall { engine: info.engine, version, record, argparse_deprecated: None });
     }
     out
 }

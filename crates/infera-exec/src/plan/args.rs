@@ -360,14 +360,12 @@ pub fn abbreviations(
     }
     for (i, written, full, checked) in &parsed.abbreviations {
         if *checked {
-            let l = list.map_or("?", |l| l.recorded);
+            let l = list.map_or_else(|| "?".to_string(), |l| l.label());
             findings.push(Finding::info(
                 "arg-abbreviation",
                 format!("`{written}` (arg {}) read as {full}, as {} {l}'s parser reads it", i + 1, e.name()),
             ));
         } else {
-            let recorded: Vec<String> =
-                (e.info().options)().iter().map(|l| format!("{} {}", l.engine.name(), l.versions)).collect();
             findings.push(Finding::warn(
                 "arg-abbreviation-unchecked",
                 format!(
@@ -375,7 +373,7 @@ pub fn abbreviations(
                     i + 1,
                     e.name(),
                     version.unwrap_or("?"),
-                    recorded.join("; ")
+                    recorded_releases(e)
                 ),
             ));
         }
@@ -437,10 +435,12 @@ fn missing(
 }
 
 /// Long options the engine's parser does not have (argparse exits 2 on them before anything
-/// loads), judged with the option list recorded for the image's version: refused, with the
+/// loads), judged with the option list recorded for the image's release: refused, with the
 /// option meant (a close name, or this engine's spelling of the other engine's option).
-/// With no list for this version, the nearest list's verdict is a warning: a newer release
-/// may have added the option.
+/// Where no list is proven for the release, an option that no recorded release has is
+/// refused too when the release lies between recorded ones, or when it is a typo of a
+/// recorded option or the other engine's spelling (wrong on every release); any other is a
+/// warning judged with the nearest list: a newer release may have added it.
 pub fn unknown_options(
     e: Engine,
     version: Option<&str>,
@@ -449,7 +449,7 @@ pub fn unknown_options(
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<Opt>, ArgsError> {
     let Some(list) = exact.or_else(|| crate::engines::nearest_option_list(e, version)) else { return Ok(Vec::new()) };
-    let names = list.names();
+    let span = crate::engines::span(e, version);
     let mut unreadable = Vec::new();
     // Past a few unknown options the args are not this list's engine version: the rest are
     // named once, without a guess each (a guess is a similarity search over every option).
@@ -464,54 +464,103 @@ pub fn unknown_options(
         // vLLM's `--json-option.key` forms are judged by their head (the wrapper refuses them
         // on its own grounds).
         let head = name.split('.').next().unwrap_or_default();
-        let from = names.partition_point(|n| *n < head);
-        if names.get(from).is_some_and(|n| n.starts_with(head)) || e.spelling_of(head).is_some() {
+        if is_prefix_of_one(list.names(), head) || e.spelling_of(head).is_some() {
             continue; // the option, or a prefix the abbreviation checks judge
         }
-        if exact.is_none() && shown == ONE_BY_ONE {
-            more.push(head.to_string());
-            continue;
-        }
-        shown += 1;
-        let (whose, fix, opt) = meant(e, head, names);
-        let version = version.unwrap_or("?").to_string();
-        if exact.is_some() {
+        let in_none = !(e.info().options)().iter().any(|l| is_prefix_of_one(l.names(), head));
+        let (whose, fix, opt) = meant(e, head, list.names());
+        let wrong_everywhere = in_none && (span == crate::engines::Span::Within || !whose.is_empty() || typo(e, head));
+        if exact.is_some() || wrong_everywhere {
+            let proof = match exact {
+                Some(l) => format!(" (its parser's options, recorded from {} {})", e.name(), l.label()),
+                None => format!(" (no recorded release of {} has it: {})", e.name(), recorded_releases(e)),
+            };
             return Err(ArgsError::Unknown {
                 written: head.to_string(),
                 index: i + 1,
                 engine: e.name(),
-                version,
-                whose,
+                version: version.unwrap_or("?").to_string(),
+                whose: format!("{whose}{proof}"),
                 fix,
             });
         }
-        findings.push(Finding::warn(
-            "arg-unknown-unchecked",
-            format!(
-                "`{head}` (arg {}) is not an option of {} {} (the recorded list nearest to the image's {version}){whose}; if {version} does not have it either, its parser exits 2 as the pod starts ({fix}; lists are recorded with `scripts/check-engine-parsers --options`){}",
-                i + 1,
-                e.name(),
-                list.recorded,
-                opt.map(|o| format!("; no default is added for {}", e.flag(o))).unwrap_or_default()
-            ),
-        ));
+        if shown == ONE_BY_ONE {
+            more.push(head.to_string());
+            continue;
+        }
+        shown += 1;
+        findings.push(unchecked(e, version, list, head, i, &whose, &fix, opt));
         unreadable.extend(opt);
     }
     if !more.is_empty() {
         findings.push(Finding::warn(
             "arg-unknown-unchecked",
             format!(
-                "{} more options that {} {} does not have: {}; with this many the args are read as another version's, \
-                 and none of the engine defaults (TP, KV cache dtype, …) is added",
+                "{} more options that {} {} does not have: {}{}; with this many the args are read as another \
+                 version's, and none of the engine defaults (TP, KV cache dtype, …) is added",
                 more.len(),
                 e.name(),
-                list.recorded,
-                more.join(" ")
+                list.label(),
+                more.iter().take(ONE_BY_ONE).cloned().collect::<Vec<_>>().join(" "),
+                if more.len() > ONE_BY_ONE { format!(" and {} more", more.len() - ONE_BY_ONE) } else { String::new() }
             ),
         ));
         unreadable.extend(Opt::ALL);
     }
     Ok(unreadable)
+}
+
+/// `head` is an option of the sorted list, or a prefix of one (an abbreviation).
+fn is_prefix_of_one(names: &[&str], head: &str) -> bool {
+    let from = names.partition_point(|n| *n < head);
+    names.get(from).is_some_and(|n| n.starts_with(head))
+}
+
+/// A misspelling of an option some recorded release has: at most two edits from it.
+fn typo(e: Engine, head: &str) -> bool {
+    head.len() > 8
+        && (e.info().options)().iter().flat_map(|l| l.names()).any(|n| strsim::damerau_levenshtein(head, n) <= 2)
+}
+
+/// The recorded releases of an engine, said as runs: `0.9.0 to 0.9.2, 0.10.0, …`.
+fn recorded_releases(e: Engine) -> String {
+    let lists = (e.info().options)();
+    match (lists.first(), lists.last()) {
+        (Some(f), Some(l)) => format!(
+            "{} lists from {} to {}",
+            lists.len(),
+            f.releases.first().unwrap_or(&"?"),
+            l.releases.last().unwrap_or(&"?")
+        ),
+        _ => "none recorded".to_string(),
+    }
+}
+
+/// The warning for an option the nearest recorded list lacks, on a release no list proves.
+#[allow(clippy::too_many_arguments)]
+fn unchecked(
+    e: Engine,
+    version: Option<&str>,
+    list: &crate::engines::OptionList,
+    head: &str,
+    i: usize,
+    whose: &str,
+    fix: &str,
+    opt: Option<Opt>,
+) -> Finding {
+    let version = version.unwrap_or("?");
+    Finding::warn(
+        "arg-unknown-unchecked",
+        format!(
+            "`{head}` (arg {}) is not an option of {} {} (the recorded list nearest to the image's {version}){whose}; \
+             if {version} does not have it either, its parser exits 2 as the pod starts ({fix}; lists are recorded \
+             with `scripts/check-engine-parsers --options`){}",
+            i + 1,
+            e.name(),
+            list.label(),
+            opt.map(|o| format!("; no default is added for {}", e.flag(o))).unwrap_or_default()
+        ),
+    )
 }
 
 /// What an unknown option was meant to be: whose spelling it is, the fix, and the launcher's
@@ -526,7 +575,7 @@ fn meant(e: Engine, name: &str, names: &[&str]) -> (String, String, Option<Opt>)
                 opt,
             );
         }
-        if crate::engines::OptionList::all().any(|l| l.engine == other && l.names().binary_search(&name).is_ok()) {
+        if crate::engines::any_release_has(other, name) {
             // A similar name of this engine would be a guess at a different option.
             let fix = format!("remove it, or find {}'s option for it in its own `--help` in the image", e.name());
             return (format!(" (it is an option of {})", other.name()), fix, None);

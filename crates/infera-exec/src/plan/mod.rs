@@ -197,6 +197,10 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     }
     let wrapped = engine.filter(|e| run.module() == Some(e.info().module));
     let (args, unreadable) = engine_args(inp, engine, wrapped, p)?;
+    // After the args: a misspelt option is the pod's own error, said first.
+    if let Some(e) = wrapped {
+        select::wrapper_parser(e, facts, python)?;
+    }
     if let Some(Ok(r)) = inp.router {
         args::tokenizer(req, facts, inp.models, r, &mut p.findings)?;
     }

@@ -72,6 +72,27 @@ pub enum SelectError {
         hint = "use an image the overlay supports (its support matrix: `infera-exec --version`) or an overlay release that supports this engine version; or set INFERA_ALLOW=engine-version to run it anyway"
     )]
     EngineVersion { engine: &'static str, version: String, record: PathBuf, family: String, spec: String },
+    #[error(
+        "{} cannot build {} {version}'s argument parser on this image's CPython {}.{}: `{at}` passes \
+         `deprecated=True` to argparse, which takes it from CPython 3.13 on, and the wrapper builds the parser on a \
+         plain ArgumentParser (only {}'s own FlexibleArgumentParser drops it): it exits with TypeError before \
+         {} starts (so do the recorded releases {} to {})",
+        engine.info().module, engine.name(), python.0, python.1, engine.name(), engine.name(), failing.0, failing.1
+    )]
+    #[refuse(
+        code = "wrapper-parser-fails",
+        exit = Unsupported,
+        hint = format!("use an image with {} {fixed} or later (or with CPython 3.13+); or run {}'s own CLI as the program, without infera's wrapper", engine.name(), engine.name())
+    )]
+    WrapperParser {
+        engine: Engine,
+        version: String,
+        python: (u32, u32),
+        at: String,
+        /// The first and last recorded releases whose parser it cannot build.
+        failing: (&'static str, &'static str),
+        fixed: &'static str,
+    },
     #[error("tree {family} has no [server] module")]
     #[refuse(code = "server-not-in-tree", exit = Unsupported)]
     ServerNotInTree { family: String },
@@ -292,6 +313,27 @@ fn unknown_version(engine: Engine, inst: &crate::facts::site::EngineInstall, spe
         ),
         None => format!("cannot read the version `{v}` of {name} (`{at}`); the tree's bound {spec} was not checked"),
     }
+}
+
+/// infera's wrapper builds the engine's parser on a plain argparse parser: refused where the
+/// image's engine passes argparse what the image's CPython cannot take (the recorded lists
+/// say which releases do; the image's own files say whether this one does).
+pub fn wrapper_parser(engine: Engine, facts: &Facts, python: &Python) -> Result<(), SelectError> {
+    let Some(inst) = facts.engine(engine) else { return Ok(()) };
+    let Some(at) = inst.argparse_deprecated.as_ref().filter(|_| python.minor < (3, 13)) else { return Ok(()) };
+    let lists = (engine.info().options)();
+    let deprecated = |l: &&crate::engines::OptionList| l.wrapper_fails.is_some_and(|w| w.contains("deprecated="));
+    let failing: Vec<&'static str> = lists.iter().filter(deprecated).flat_map(|l| l.releases.iter().copied()).collect();
+    let last = lists.iter().rposition(|l| deprecated(&l));
+    let fixed = last.and_then(|i| lists.get(i + 1)).and_then(|l| l.releases.first()).copied();
+    Err(SelectError::WrapperParser {
+        engine,
+        version: inst.version.clone(),
+        python: python.minor,
+        at: at.clone(),
+        failing: (failing.first().copied().unwrap_or("?"), failing.last().copied().unwrap_or("?")),
+        fixed: fixed.unwrap_or("a release without it"),
+    })
 }
 
 pub fn server_module(tree: &Tree) -> Result<&str, SelectError> {

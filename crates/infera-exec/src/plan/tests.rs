@@ -109,6 +109,7 @@ fn image_facts() -> Facts {
             engine: Engine::Vllm,
             version: "0.11.0".into(),
             record: PathBuf::from(SITE).join("vllm-0.11.0.dist-info"),
+            argparse_deprecated: None,
         }],
         gpu_code: Vec::new(),
         gpus: Ok(Gpus {

@@ -1100,8 +1100,8 @@ fn the_host_libionic_is_reached_through_the_payloads_link() {
 fn kube_play_runs_the_stack_form_pod_spec() {
     images();
     let spec = std::fs::read_to_string(repo().join("examples/k8s/stack-form/worker.yaml")).unwrap();
-    // The example's image (ROCm 7.12, vLLM 0.16) as its stand-in: a ROCm >= 7.2 vLLM image.
-    let image = "rocm/vllm:rocm7.12.0_gfx950-dcgpu_ubuntu24.04_py3.12_pytorch_2.9.1_vllm_0.16.0";
+    // The example's image (the stack's kimi-k3 build, ROCm 7.x) as its stand-in: a ROCm >= 7.2 vLLM image.
+    let image = "vllm/vllm-openai-rocm:kimi-k3@sha256:5aa7e626ff73672f5ca7aae46754570488c23d33ca1ac90756a1d2d1a3fe099b";
     assert!(spec.contains(image), "the example names its image");
     let spec = spec.replace(image, VLLM72).replace("registry.example.com/infera/overlay:0.1.0", OVERLAY);
     // As written the pod requires hipFile. Its ROCm is one hipFile runs on, so what is
@@ -1515,7 +1515,7 @@ fn check_images_against_every_tree_as_a_matrix() {
     assert_eq!(cells(table[3]), [v, "refused: family-mismatch", "ok"]);
     assert_eq!(cells(table[4]), [s, "ok", "refused: family-mismatch"]);
     assert!(text.stdout.contains(&format!("  {v}: config sha256:")), "{}", text.stdout);
-    assert!(text.stdout.contains("; python 3.12; HIP ABI 7, ROCm 7.0.0; vllm 0.11.0+rocm700\n"), "{}", text.stdout);
+    assert!(text.stdout.contains("; python 3.12; HIP ABI 7, ROCm 7.0.0; vllm 0.17.1+rocm700\n"), "{}", text.stdout);
     assert!(
         text.stdout.contains(&format!(
             "  {v} with rocm7-py310: error[family-mismatch]: tree rocm7-py310 (python 3.10, HIP ABI 7) is not built for this container (python 3.12 at /usr/bin/python3.12"

@@ -21,7 +21,7 @@ fn vllm_rocm_layout() {
     assert_eq!(j["facts"]["rocm"]["source"], "/opt/rocm/.info/version");
     assert_eq!(j["facts"]["rocm"]["install"], "/opt/rocm-7.0.0");
     assert_eq!(j["engine"]["name"], "vllm");
-    assert_eq!(j["engine"]["version"], "0.11.0+rocm700");
+    assert_eq!(j["engine"]["version"], "0.17.1+rocm700");
     assert_eq!(j["exec"]["argv"][1], "-m");
     assert_eq!(j["exec"]["argv"][2], "infera.engine.vllm");
     let ev = j["facts"]["python"]["evidence"].to_string();
@@ -52,7 +52,7 @@ fn a_venv_with_system_site_packages_sees_the_base() {
     assert_eq!(j["facts"]["python"]["executable"], "/opt/venv/bin/python3");
     assert_eq!(
         (j["engine"]["name"].as_str(), j["engine"]["version"].as_str()),
-        (Some("vllm"), Some("0.11.0+rocm700")),
+        (Some("vllm"), Some("0.17.1+rocm700")),
         "{}",
         j["engine"]
     );
@@ -76,7 +76,7 @@ fn egg_installs_are_found_through_easy_install_pth() {
     let img = vllm_image(None);
     let egg = "vllm-0.5.0+rocm603-py3.12-linux-x86_64.egg";
     img.rm(&format!("{VLLM_SITE}/vllm"))
-        .rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+        .rm(&format!("{VLLM_SITE}/vllm-0.17.1+rocm700.dist-info"))
         .file(&format!("{VLLM_SITE}/{egg}/vllm/__init__.py"), "\"\"\"vLLM\"\"\"\n__version__ = \"0.5.0\"\n")
         .file(&format!("{VLLM_SITE}/{egg}/EGG-INFO/PKG-INFO"), "Name: vllm\nVersion: 0.5.0+rocm603\n")
         .file(&format!("{VLLM_SITE}/easy-install.pth"), format!("# a comment\nimport sys\n./{egg}\n./missing.egg\n"));
@@ -118,7 +118,7 @@ fn egg_installs_are_found_through_easy_install_pth() {
 #[test]
 fn egg_info_names_carry_the_python_tag_after_the_version() {
     let img = vllm_image(None);
-    img.rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+    img.rm(&format!("{VLLM_SITE}/vllm-0.17.1+rocm700.dist-info"))
         .rm(&format!("{VLLM_SITE}/vllm/_version.py"))
         .file(&format!("{VLLM_SITE}/vllm-0.29.0-py3.12.egg-info/PKG-INFO"), "Name: vllm\nVersion: 0.29.0\n");
     let ov = shipped_overlay();
@@ -433,11 +433,13 @@ fn sglang_from_its_wheel_and_beside_vllm() {
         .overlay(&ov.overlay())
         .run()
         .assert(2, "the image has several engines (sglang 0.5.23, vllm 0.10.2+rocm700); --engine auto cannot choose");
-    for (engine, module) in [("sglang", "infera.engine.sglang"), ("vllm", "infera.engine.vllm")] {
-        let out = infera(&["check", "--output", "json", "--engine", engine]).root(&img).overlay(&ov.overlay()).run();
-        assert_eq!(out.code, 0, "{engine}: {}", out.stderr);
-        assert_eq!(out.json()["exec"]["argv"][2], module);
-    }
+    let out = infera(&["check", "--output", "json", "--engine", "sglang"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.json()["exec"]["argv"][2], "infera.engine.sglang");
+    // Its vLLM (0.10.2) passes argparse `deprecated=True`: infera.engine.vllm cannot build its
+    // parser on the image's CPython 3.12.
+    let out = infera(&["check", "--output", "json", "--engine", "vllm"]).root(&img).overlay(&ov.overlay()).run();
+    out.assert(69, "wrapper-parser-fails").assert(69, "vllm 0.10.2+rocm700");
 }
 
 #[test]

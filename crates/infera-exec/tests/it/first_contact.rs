@@ -281,7 +281,7 @@ fn a_start_logs_one_line_and_json_for_collectors() {
         format!(
             "standin patch for vllm: no vllm here, nothing to do\n\
              INFO infera-exec: [engine-patch] `{}` applied\n\
-             INFO infera-exec: [start] vllm 0.11.0+rocm700 (infera.engine.vllm) from tree rocm7-py312 ({}) with \
+             INFO infera-exec: [start] vllm 0.17.1+rocm700 (infera.engine.vllm) from tree rocm7-py312 ({}) with \
              /usr/bin/python3.12 3.12; added --tensor-parallel-size 8 --mm-encoder-tp-mode data --kv-cache-dtype auto \
              --host 0.0.0.0 ([host-default] added --host 0.0.0.0: the router reaches this worker from another pod, and \
              with vLLM's default (None) infera.engine.vllm waits for http://None:PORT/health and never becomes ready; \
@@ -319,7 +319,7 @@ fn a_start_logs_one_line_and_json_for_collectors() {
     assert!(lines[1]["message"]
         .as_str()
         .unwrap()
-        .starts_with("vllm 0.11.0+rocm700 (infera.engine.vllm) from tree rocm7-py312"));
+        .starts_with("vllm 0.17.1+rocm700 (infera.engine.vllm) from tree rocm7-py312"));
     let time = lines[1]["time"].as_str().unwrap();
     assert!(time.len() >= 20 && time.as_bytes()[10] == b'T' && time.ends_with('Z'), "{time}");
 
@@ -442,7 +442,7 @@ fn image_env_gives_the_images_path() {
 #[test]
 fn allow_engine_version_runs_a_newer_engine_knowingly() {
     let img = vllm_image(None);
-    img.rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+    img.rm(&format!("{VLLM_SITE}/vllm-0.17.1+rocm700.dist-info"))
         .dist(VLLM_SITE, "vllm", "0.34.1")
         .file(&format!("{VLLM_SITE}/vllm/_version.py"), "__version__ = version = '0.34.1'\n");
     let ov = shipped_overlay();

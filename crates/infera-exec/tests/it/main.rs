@@ -21,6 +21,7 @@ mod planted;
 mod prefetch;
 mod preflight;
 mod refuse;
+mod releases;
 mod snapshots;
 mod stack;
 mod startup;

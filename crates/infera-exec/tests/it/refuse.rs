@@ -262,7 +262,7 @@ fn engine_choice() {
         .root(&img)
         .overlay(&ov.overlay())
         .run()
-        .assert(2, "the image has several engines (sglang 0.5.4, vllm 0.11.0+rocm700); --engine auto cannot choose");
+        .assert(2, "the image has several engines (sglang 0.5.4, vllm 0.17.1+rocm700); --engine auto cannot choose");
     infera(&["worker", "--dry-run", "--engine", "vllm"])
         .root(&img)
         .overlay(&ov.overlay())
@@ -270,7 +270,7 @@ fn engine_choice() {
         .assert(0, "-m infera.engine.vllm");
     img.rm(&format!("{VLLM_SITE}/sglang-0.5.4.dist-info"))
         .rm(&format!("{VLLM_SITE}/sglang"))
-        .rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+        .rm(&format!("{VLLM_SITE}/vllm-0.17.1+rocm700.dist-info"))
         .rm(&format!("{VLLM_SITE}/vllm"));
     infera(&["worker", "--dry-run"])
         .root(&img)
@@ -282,7 +282,7 @@ fn engine_choice() {
 #[test]
 fn engine_version_outside_the_trees_range() {
     let img = vllm_image(None);
-    img.rm(&format!("{VLLM_SITE}/vllm-0.11.0+rocm700.dist-info"))
+    img.rm(&format!("{VLLM_SITE}/vllm-0.17.1+rocm700.dist-info"))
         .dist(VLLM_SITE, "vllm", "0.8.5")
         .file(&format!("{VLLM_SITE}/vllm/_version.py"), "__version__ = version = '0.8.5'\n");
     let ov = shipped_overlay();
