@@ -22,9 +22,9 @@ pub enum ExecFile {
     Missing {
         reason: String,
     },
-    /// Not a regular file (a directory, a device, a FIFO).
+    /// Not a regular file: what it is (a directory, a device, a FIFO).
     NotRegular {
-        mode: u32,
+        kind: &'static str,
     },
     /// A regular file without any execute bit.
     NotExecutable {
@@ -49,7 +49,7 @@ pub fn inspect(root: &Root, cpath: &Path) -> ExecFile {
     };
     let mode = meta.mode() & 0o7777;
     if !meta.is_file() {
-        return ExecFile::NotRegular { mode };
+        return ExecFile::NotRegular { kind: meta.kind() };
     }
     if mode & 0o111 == 0 {
         return ExecFile::NotExecutable { mode };

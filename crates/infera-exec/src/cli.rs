@@ -381,7 +381,7 @@ pub struct ImageArgs {
     /// `skopeo copy docker://IMAGE oci:DIR:TAG`, then `--image DIR:TAG`). Repeatable: each
     /// image is a row of the matrix.
     #[arg(long, value_name = "REF", conflicts_with_all = ["root", "image_env"])]
-    pub image: Vec<String>,
+    pub image: Vec<OsString>,
     /// With --image: do not hash the layers (the manifest and the config are always checked).
     #[arg(long, requires = "image")]
     pub no_verify: bool,
@@ -775,7 +775,7 @@ fn command_start(argv: &[OsString], cmd: &clap::Command) -> Option<usize> {
 /// Did the command line (or `INFERA_OUTPUT`) ask for JSON? Read from the raw argv, so that
 /// an error found while parsing it can still be printed as JSON: the launcher's options
 /// only (before `--` or the command form's program), the last `--output` wins.
-pub fn wants_json(argv: &[OsString], env: &crate::envvars::Env) -> bool {
+pub fn wants_output(argv: &[OsString], env: &crate::envvars::Env) -> Output {
     let cmd = CommandForm::command();
     let mut out: Option<&[u8]> = None;
     let mut i = 1;
@@ -798,9 +798,14 @@ pub fn wants_json(argv: &[OsString], env: &crate::envvars::Env) -> bool {
         }
         i += 1;
     }
+    let of = |v: &[u8]| match v {
+        b"json" => Output::Json,
+        b"junit" => Output::Junit,
+        _ => Output::Text,
+    };
     match out {
-        Some(v) => v == b"json",
-        None => crate::envvars::get(env, crate::envvars::INFERA_OUTPUT).is_some_and(|v| v == "json"),
+        Some(v) => of(v),
+        None => crate::envvars::get(env, crate::envvars::INFERA_OUTPUT).map_or(Output::Text, |v| of(v.as_bytes())),
     }
 }
 

@@ -34,6 +34,20 @@ pub fn resolve(values: &[OsString], root: &Path, said: &str) -> Result<Vec<(OsSt
     Ok(out)
 }
 
+/// An image config's `Env` entries as a process can be given them: `KEY=VALUE` with a variable
+/// name as KEY, and no NUL (which no process environment can hold) or newline; the others
+/// are returned apart, to be said.
+pub fn config_env(entries: &[String]) -> (Vec<(OsString, OsString)>, Vec<String>) {
+    let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+    for e in entries {
+        match pair(e.as_bytes()).filter(|_| !e.contains(['\0', '\n', '\r'])) {
+            Some(kv) => kept.push(kv),
+            None => dropped.push(e.escape_debug().to_string()),
+        }
+    }
+    (kept, dropped)
+}
+
 /// `KEY=VALUE` with a variable name as KEY.
 fn pair(b: &[u8]) -> Option<(OsString, OsString)> {
     let eq = b.iter().position(|c| *c == b'=')?;

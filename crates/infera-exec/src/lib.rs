@@ -48,9 +48,9 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
     // Whether a refusal found before there is a request answers in JSON too: read from the
     // raw argv only when there is one.
     let raw = argv.clone();
-    let json = || cli::wants_json(&raw, &env);
+    let output = || cli::wants_output(&raw, &env);
     if let Err(e) = logging::init(&env) {
-        return refuse_json(&Refusal::from(e), json(), &env);
+        return refuse_in(&Refusal::from(e), output(), &env);
     }
     let invocation = match cli::parse(argv) {
         Ok(c) => c,
@@ -68,10 +68,9 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
             // clap's tip (a similar option, or where an engine's args go) is the hint.
             let hint = text.lines().find_map(|l| l.trim().strip_prefix("hint: ")).map(str::to_string);
             let r = Refusal { code: "usage".into(), message: first, hint, exit: Exit::Usage };
-            if json() {
-                // The parser's message, as the `error` object every JSON answer carries.
-                print_json_error(&r);
-            }
+            // The parser's message as the answer in the format asked for: the `error` object
+            // every JSON answer carries, a JUnit report of that one error.
+            print_error_as(&r, output());
             if json_log {
                 let _ = std::io::stderr().write_all(logging::refusal_line(&r).as_bytes());
             }
@@ -98,7 +97,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         },
         Ok(Done::Exit(code)) => code,
         // Refused before there is a plan (a usage error in a variable).
-        Err(r) => refuse_json(&r, json(), &env),
+        Err(r) => refuse_in(&r, output(), &env),
     }
 }
 
@@ -121,9 +120,15 @@ fn version_text(env: &Env) -> String {
     }
 }
 
-fn print_json_error(r: &Refusal) {
-    let v = serde_json::json!({ "error": r });
-    let _ = std::io::stdout().write_all(format!("{v:#}\n").as_bytes());
+/// A refusal before any plan, on stdout as the answer in the format asked for (text: none,
+/// stderr says it).
+fn print_error_as(r: &Refusal, output: Output) {
+    let text = match output {
+        Output::Json => format!("{:#}\n", serde_json::json!({ "error": r })),
+        Output::Junit => matrix::render::junit_error(r),
+        Output::Text => return,
+    };
+    let _ = std::io::stdout().write_all(text.as_bytes());
 }
 
 enum Done {
@@ -147,12 +152,10 @@ fn emit(text: &str) -> Result<(), i32> {
     }
 }
 
-/// A refusal before there is a plan to print: with JSON output its `error` object on
-/// stdout first (every JSON answer carries one), then [`refuse`].
-fn refuse_json(r: &Refusal, json: bool, env: &Env) -> i32 {
-    if json {
-        print_json_error(r);
-    }
+/// A refusal before there is a plan to print: in JSON or JUnit, the answer on stdout first
+/// (every JSON answer carries an `error`; CI gets a report even then), then [`refuse`].
+fn refuse_in(r: &Refusal, output: Output, env: &Env) -> i32 {
+    print_error_as(r, output);
     refuse(r, env)
 }
 
@@ -178,9 +181,9 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     if req.init.is_some() && !req.dry_run {
         init::block_signals();
     }
-    let mut g = match Gathered::read(req, env, req.image.image.first().map(String::as_str)) {
+    let mut g = match Gathered::read(req, env, req.image.image.first().map(OsString::as_os_str)) {
         Ok(g) => g,
-        Err(r) => return refuse_json(&r, req.output == Output::Json, env),
+        Err(r) => return refuse_in(&r, req.output, env),
     };
     if let Some(code) = wait_for_model(req, &g.root, g.model()) {
         return code;
@@ -210,7 +213,7 @@ pub(crate) struct Gathered {
 impl Gathered {
     /// The image (`--root`, or the archive `image` names) and what the request reads of it;
     /// the model's facts are left for [`model_facts`], after any wait for the model.
-    fn read(req: &Request, env: &Env, image: Option<&str>) -> Result<Gathered, Refusal> {
+    fn read(req: &Request, env: &Env, image: Option<&std::ffi::OsStr>) -> Result<Gathered, Refusal> {
         let (env, root) = prepare(req, env, image)?;
         let facts = facts::Facts::gather(&root, &env, &wanted(req, &env));
         let engine = plan::decide_engine(req, &facts).map_err(Refusal::from);
@@ -279,7 +282,7 @@ impl Gathered {
 
 /// The environment the image's containers start with (`--image-env`) over the launcher's,
 /// and the image's root, checked readable: `--root`, or the archive `image` names.
-fn prepare(req: &Request, env: &Env, image: Option<&str>) -> Result<(Env, rootfs::Root), Refusal> {
+fn prepare(req: &Request, env: &Env, image: Option<&std::ffi::OsStr>) -> Result<(Env, rootfs::Root), Refusal> {
     let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
     if let Some(reference) = image {
@@ -299,12 +302,15 @@ fn prepare(req: &Request, env: &Env, image: Option<&str>) -> Result<(Env, rootfs
 /// `check --image`: the image read from its archive, its config's `Env` over the launcher's
 /// environment (what `--image-env` gives for a directory).
 fn image_root(
-    reference: &str,
+    reference: &std::ffi::OsStr,
     platform: &infera_core::image::Platform,
     verify: bool,
     env: &Env,
 ) -> Result<(Env, rootfs::Root), Refusal> {
     let started = std::time::Instant::now();
+    let shown = reference.to_string_lossy();
+    let shown = shown.as_ref();
+    let reference_said = shown;
     let (done, read) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicU64::new(0));
     // On stderr (the answer is stdout's) as each layer ends, and as a long one goes on; the
     // layers are read in parallel, so the rate is of all the bytes ended so far.
@@ -314,7 +320,7 @@ fn image_root(
         if !end {
             tracing::info!(
                 code = "image-layer",
-                "{reference}: layer {i} of {n}: {} MiB so far at {secs:.1} s",
+                "{reference_said}: layer {i} of {n}: {} MiB so far at {secs:.1} s",
                 bytes >> 20
             );
             return;
@@ -323,17 +329,21 @@ fn image_root(
         let rate = total as f64 / secs.max(1e-3) / 1e6;
         tracing::info!(
             code = "image-layer",
-            "{reference}: layer {i} of {n} read ({} MiB); {k} of {n} layers, {} MiB in {secs:.1} s ({rate:.0} MB/s)",
+            "{reference_said}: layer {i} of {n} read ({} MiB); {k} of {n} layers, {} MiB in {secs:.1} s ({rate:.0} MB/s)",
             bytes >> 20,
             total >> 20
         );
     };
     let img = infera_core::image::read_with_progress(reference, platform, &facts::image_keep, verify, &progress)?;
     let mut env = env.clone();
-    for kv in img.config.env.iter().flatten() {
-        if let Some((k, v)) = kv.split_once('=') {
-            env.insert(k.into(), v.into());
-        }
+    let (kept, dropped) = imageenv::config_env(img.config.env.as_deref().unwrap_or_default());
+    env.extend(kept);
+    if !dropped.is_empty() {
+        tracing::warn!(
+            code = "image-env-dropped",
+            "{shown}: the image config's Env entries that no process can be given (not KEY=VALUE, or with a NUL or a line break) are left out: {}",
+            dropped.join(", ")
+        );
     }
     Ok((env, rootfs::Root::of_image(img.tree, img.identity)))
 }

@@ -75,15 +75,19 @@ pub fn spawn(spec: &PrefetchSpec, linger: bool) {
     }
 }
 
-/// `infera-exec __prefetch`'s arguments.
+/// The most reads at once (a network link is full well before).
+pub const MAX_RANGES: u32 = 64;
+
+/// `infera-exec __prefetch`'s arguments, each bounded (it is a command anyone can run).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// The process whose descendants load the weights (the engine, or init).
     #[arg(long)]
     pub parent: i32,
-    #[arg(long)]
+    /// Bytes read past the loader's place, at most 16 TiB (more than any checkpoint).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(..=(16u64 << 40)))]
     pub lead: u64,
-    #[arg(long, default_value = "2")]
+    #[arg(long, default_value = "2", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_RANGES)))]
     pub ranges: u32,
     #[arg(long)]
     pub after_open: bool,
@@ -96,6 +100,14 @@ pub struct Args {
 /// The read-ahead process: read, log what it read, then stay until the parent dies when
 /// asked to linger. Returns the exit code.
 pub fn main(a: &Args) -> i32 {
+    if a.files.len() > crate::facts::model::MAX_FILES {
+        eprintln!(
+            "error[usage]: {} files: more than a checkpoint has ({} at most)",
+            a.files.len(),
+            crate::facts::model::MAX_FILES
+        );
+        return crate::error::Exit::Usage.code();
+    }
     if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
         || nix::unistd::getppid().as_raw() != a.parent
     {
@@ -132,8 +144,10 @@ struct Shard {
 fn run(a: &Args) -> u64 {
     let (mut start, mut shards, mut places) = (0, Vec::new(), Vec::new());
     for (i, p) in a.files.iter().enumerate() {
-        let Some(m) = std::fs::metadata(p).ok().filter(|m| m.is_file()) else {
-            tracing::warn!(code = "prefetch", "`{}` is not a readable file: not read ahead", p.display());
+        // The plan names each file resolved inside the root: a link found here was put there
+        // since, and is not followed.
+        let Some(m) = std::fs::symlink_metadata(p).ok().filter(|m| m.is_file()) else {
+            tracing::warn!(code = "prefetch", "`{}` is not a regular file (or a link): not read ahead", p.display());
             continue;
         };
         let file = (i < OPEN_AHEAD).then(|| open(p)).flatten();
@@ -152,9 +166,12 @@ fn run(a: &Args) -> u64 {
     work.into_inner().map(|w| w.read).unwrap_or(0)
 }
 
-/// A regular file, read-only, opened without blocking (a FIFO in the model directory).
+/// A regular file, read-only, opened without blocking (a FIFO in the model directory) and
+/// without following a link as its last component.
 fn open(p: &Path) -> Option<File> {
-    std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(p).ok()
+    let flags = nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(p).ok()?;
+    f.metadata().is_ok_and(|m| m.is_file()).then_some(f)
 }
 
 /// Where a file is in the checkpoint, and which file it is.

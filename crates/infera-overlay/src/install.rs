@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -74,8 +74,12 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     // Never delete what is not ours: the destination must not hold the source, sit inside
     // it, or be a non-empty directory other than an earlier copy of the overlay.
     let src = fs::canonicalize(&from).unwrap_or_else(|_| from.clone());
+    // The destination as named, never through a link: a DEST that is a link, or has one on
+    // its way, is refused (it would send the copy to wherever the link points).
     let dst = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
-    let dst = fs::canonicalize(&dst).unwrap_or(dst);
+    if let Some(link) = linked(&dst) {
+        return Err(InstallError::Planted { path: link, what: "a symbolic link on the way to the destination" }.into());
+    }
     // Run from the overlay image itself the source is `/`: only the overlay's parts count.
     let parts = parts_of(&from);
     if parts.iter().any(|p| dst.starts_with(src.join(p))) || src.starts_with(&dst) {
@@ -159,12 +163,25 @@ fn parts_of(dir: &Path) -> Vec<String> {
 
 /// The destination directory, opened for the `*at` calls below.
 fn open_dest(dst: &Path) -> Result<OwnedFd, InstallError> {
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_CLOEXEC)
-        .open(dst)
-        .map_err(|e| err(e, "cannot open the directory", dst))?;
-    Ok(OwnedFd::from(f))
+    nofollow::open_dir_at(rustix::fs::CWD, dst).map_err(|e| match e.raw_os_error() {
+        Some(nix::libc::ELOOP) => {
+            InstallError::Planted { path: dst.to_path_buf(), what: "a symbolic link on the way to the destination" }
+        }
+        _ => err(e, "cannot open the directory", dst),
+    })
+}
+
+/// The first component of `path` that is a symbolic link, if any (`..` is taken lexically:
+/// `std::path::absolute` keeps it, and a link before it would change what it means).
+fn linked(path: &Path) -> Option<PathBuf> {
+    let mut at = PathBuf::new();
+    for c in path.components() {
+        at.push(c);
+        if fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Some(at);
+        }
+    }
+    None
 }
 
 /// The parts an earlier install listed in its marker; none when there is no marker. A marker

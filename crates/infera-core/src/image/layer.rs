@@ -89,6 +89,65 @@ fn bound(what: String) -> std::io::Error {
     std::io::Error::other(Bound(what))
 }
 
+/// A layer's bytes that are not what they should be: a blob that ends before its size, a
+/// compressed stream its codec refuses.
+#[derive(Debug)]
+struct Damage(String);
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Damage {}
+
+/// Whether an error is one of this reader's own (a bound, damage), to pass on as it is.
+fn ours(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<Bound>() || i.is::<Damage>())
+}
+
+/// A blob of a known size: its end before that size is damage (a copy cut short), said with
+/// the byte it ends at.
+struct Sized<R> {
+    inner: R,
+    read: u64,
+    size: Option<u64>,
+}
+
+impl<R: Read> Read for Sized<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        match self.size {
+            Some(size) if n == 0 && !buf.is_empty() && self.read < size => Err(std::io::Error::other(Damage(format!(
+                "its blob ends at byte {} of the {size} its descriptor gives (truncated? copy it again)",
+                self.read
+            )))),
+            _ => Ok(n),
+        }
+    }
+}
+
+/// A decompressor: what it refuses of its stream (a bad CRC, a corrupt block, an end in the
+/// middle) is damage.
+struct Codec<R> {
+    inner: R,
+    name: &'static str,
+}
+
+impl<R: Read> Read for Codec<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf).map_err(|e| {
+            if ours(&e) {
+                e
+            } else {
+                std::io::Error::other(Damage(format!("its {} stream cannot be decompressed: {e}", self.name)))
+            }
+        })
+    }
+}
+
 /// A reader that counts, and hashes, what passes through it; with `ratio_of` (the
 /// compressed bytes' count), it is a decompressed stream held to `MAX_RATIO`.
 struct Hashing<'p, R> {
@@ -194,19 +253,23 @@ pub fn read(
     progress: &dyn Fn(u64),
 ) -> Result<(Changes, u64), ImageError> {
     let (n, name) = (l.n, l.name);
-    let blob = src.member(name).ok_or_else(|| src.missing(&format!("layer {n}"), name))?;
+    let blob = src.member(name).map_err(|why| src.unread(&format!("layer {n}"), name, why))?;
     // One byte more than its size, so that a longer blob is seen, never read to its end.
-    let blob = blob.take(l.size.map_or(u64::MAX, |s| s.saturating_add(1)));
+    let blob = Sized { inner: blob.take(l.size.map_or(u64::MAX, |s| s.saturating_add(1))), read: 0, size: l.size };
     let compressed = hashing(blob, verify && l.digest.is_some(), None);
     let read_bytes = compressed.bytes.clone();
     let mut blob = BufReader::with_capacity(1 << 20, compressed);
     let io = |e: std::io::Error| io_error(src, n, name, e);
     let magic = blob.fill_buf().map_err(io)?.get(..4).map(<[u8]>::to_vec).unwrap_or_default();
     let (decoded, ratio): (Box<dyn Read>, _) = match magic.as_slice() {
-        [0x1f, 0x8b, ..] => (Box::new(flate2::bufread::MultiGzDecoder::new(&mut blob)), Some(read_bytes.clone())),
-        [0x28, 0xb5, 0x2f, 0xfd] => {
-            (Box::new(zstd::Decoder::with_buffer(&mut blob).map_err(io)?), Some(read_bytes.clone()))
-        }
+        [0x1f, 0x8b, ..] => (
+            Box::new(Codec { inner: flate2::bufread::MultiGzDecoder::new(&mut blob), name: "gzip" }),
+            Some(read_bytes.clone()),
+        ),
+        [0x28, 0xb5, 0x2f, 0xfd] => (
+            Box::new(Codec { inner: zstd::Decoder::with_buffer(&mut blob).map_err(io)?, name: "zstd" }),
+            Some(read_bytes.clone()),
+        ),
         _ => (Box::new(&mut blob), None),
     };
     let mut tar_stream = hashing(decoded, verify, ratio);
@@ -247,14 +310,19 @@ fn check(src: &Source, l: &Layer, size: u64, blob: Option<String>, diff: Option<
     }
 }
 
-/// A read error: a bound passed is `image-too-large`, anything else `image-format`.
+/// A read error: a bound passed is `image-too-large`, damage `image-damaged`, anything else
+/// (a stream that is no tar) `image-format`.
 fn io_error(src: &Source, n: usize, name: &str, e: std::io::Error) -> ImageError {
-    match e.get_ref().and_then(|i| i.downcast_ref::<Bound>()) {
-        Some(Bound(what)) => {
-            ImageError::TooLarge { reference: src.reference().to_string(), layer: n, what: what.clone() }
+    let inner = e.get_ref();
+    if let Some(Bound(what)) = inner.and_then(|i| i.downcast_ref::<Bound>()) {
+        return ImageError::TooLarge { reference: src.reference().to_string(), layer: n, what: what.clone() };
+    }
+    let what = if name.is_empty() { format!("layer {n}") } else { format!("layer {n} (`{name}`)") };
+    match inner.and_then(|i| i.downcast_ref::<Damage>()) {
+        Some(Damage(reason)) => {
+            ImageError::Damaged { reference: src.reference().to_string(), what, reason: reason.clone() }
         }
-        None if name.is_empty() => src.format(format!("layer {n}: {e}")),
-        None => src.format(format!("layer {n} (`{name}`): {e}")),
+        None => src.format(format!("{what}: {e}")),
     }
 }
 
@@ -326,12 +394,29 @@ fn entry<R: Read>(
     let mode = e.header().mode().unwrap_or(0);
     let put = match e.header().entry_type() {
         tar::EntryType::Directory => Node::Dir { mode },
-        tar::EntryType::Regular | tar::EntryType::Continuous => {
-            let size = e.size();
-            let (data, read) = kept(e, keep(&path, size, mode)).map_err(io)?;
+        // The old GNU sparse type is expanded by the tar crate (its size is the real one).
+        tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
+            let sparse = pax_sparse(e).map_err(|why| unsafe_entry(src, n, &why, raw))?;
+            let path = match sparse.as_ref().and_then(|s| s.name.as_ref()) {
+                Some(real) => name(real).map_err(|what| unsafe_entry(src, n, what, real))?,
+                None => path,
+            };
+            let size = sparse.as_ref().map_or(e.size(), |s| s.size);
+            if size > MAX_BYTES {
+                return Err(too_large(format!("a file of {} GiB", size >> 30)));
+            }
+            let want = keep(&path, size, mode);
+            let (data, read) = match sparse {
+                None => kept(e, size, want).map_err(io)?,
+                Some(s) => expanded(e, s, want).map_err(|why| match why {
+                    SparseError::Io(e) => io(e),
+                    SparseError::Map(why) => unsafe_entry(src, n, &why, raw),
+                })?,
+            };
             let bytes = match &data {
                 Some(Kept::Head(d)) => d.len() as u64,
-                Some(Kept::Parts(r)) => r.kept(),
+                // The marks a capture recorded are kept too.
+                Some(Kept::Parts(r)) => r.kept() + r.marks.as_ref().map_or(0, |m| (m.len() * 16) as u64),
                 None => 0,
             };
             let what = format!("{} MiB of the files the facts read", MAX_KEPT_TOTAL >> 20);
@@ -353,9 +438,79 @@ fn entry<R: Read>(
     Ok((path, Some(Put::Node(put)), 0))
 }
 
-/// What `want` keeps of the entry's data, and the bytes of it read.
-fn kept<R: Read>(e: &mut tar::Entry<R>, want: Want) -> std::io::Result<(Option<Kept>, u64)> {
-    let size = e.size();
+/// A member's PAX sparse records, when it has them (see [`super::sparse`]).
+fn pax_sparse<R: Read>(e: &mut tar::Entry<R>) -> Result<Option<super::sparse::Sparse>, String> {
+    let Some(exts) = e.pax_extensions().map_err(|e| e.to_string())? else { return Ok(None) };
+    let mut records: Vec<(String, Vec<u8>)> = Vec::new();
+    for x in exts {
+        let x = x.map_err(|e| e.to_string())?;
+        if let Some(k) = x.key().ok().filter(|k| k.starts_with("GNU.sparse.")) {
+            records.push((k.to_string(), x.value_bytes().to_vec()));
+        }
+    }
+    super::sparse::of_pax(records.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
+        .map_err(|why| format!("a sparse file whose map cannot be read ({why})"))
+}
+
+/// Why a PAX sparse member cannot be expanded.
+enum SparseError {
+    Io(std::io::Error),
+    /// A map its data does not match.
+    Map(String),
+}
+
+/// A PAX sparse member's data expanded (holes as zeros) and kept as `want` says; the bytes
+/// of the member's data read.
+fn expanded<R: Read>(
+    e: &mut tar::Entry<R>,
+    s: super::sparse::Sparse,
+    want: Want,
+) -> Result<(Option<Kept>, u64), SparseError> {
+    let condensed = e.size();
+    let mut counted = Counted { inner: e, n: 0 };
+    let blocks = match s.map {
+        Some(b) => b,
+        None => {
+            let map = super::sparse::read_map(&mut counted);
+            map.map_err(|why| SparseError::Map(format!("a sparse file whose map cannot be read ({why})")))?.0
+        }
+    };
+    let data: u64 = blocks.iter().map(|(_, l)| l).sum();
+    if counted.n.saturating_add(data) != condensed {
+        let held = condensed.saturating_sub(counted.n);
+        return Err(SparseError::Map(format!(
+            "a sparse file whose map lists {data} bytes of data where it holds {held}"
+        )));
+    }
+    let x = super::sparse::Expanded::new(&mut counted, blocks, s.size);
+    let mut x = x.map_err(|why| SparseError::Map(format!("a sparse file: {why}")))?;
+    let (k, _) = kept(&mut x, s.size, want).map_err(SparseError::Io)?;
+    Ok((k, counted.n))
+}
+
+/// A reader that counts what it reads.
+struct Counted<R> {
+    inner: R,
+    n: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+}
+
+/// The largest file whose GPU code is read from the stream (a library's code is a few GB).
+const MAX_CAPTURE: u64 = 16 << 30;
+
+/// What `want` keeps of a file of `size` bytes read from `e`, and the bytes of it read.
+fn kept(e: &mut dyn Read, size: u64, want: Want) -> std::io::Result<(Option<Kept>, u64)> {
+    let want = match want {
+        Want::Capture(_) if size > MAX_CAPTURE => Want::Head(0),
+        w => w,
+    };
     match want {
         Want::Head(n) => {
             let n = n.min(size).min(MAX_KEPT);
@@ -404,6 +559,7 @@ fn whiteout(path: &Path, c: &mut Changes) -> Result<bool, &'static str> {
     match hidden {
         ".wh..opq" => c.opaque.push(dir),
         "" => return Err("an empty whiteout"),
+        "." | ".." => return Err("a whiteout of `.` or `..` (no runtime removes a directory's own entry)"),
         name => c.whiteouts.push(dir.join(name)),
     }
     Ok(true)

@@ -8,6 +8,7 @@
 
 pub mod layer;
 pub mod source;
+pub mod sparse;
 pub mod tree;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,6 +29,16 @@ pub enum ImageError {
         hint = "give an OCI image layout directory, an oci-archive or a docker-archive (`skopeo copy docker://IMAGE oci:DIR:TAG`, `podman save --format oci-archive`)"
     )]
     Format { reference: String, reason: String },
+    #[error("`{reference}` does not exist")]
+    #[refuse(
+        code = "image-missing",
+        exit = Missing,
+        hint = "check the path: the step that copies the image here (`skopeo copy`, `podman save`) may have failed or written elsewhere"
+    )]
+    Missing { reference: String },
+    #[error("`{reference}`: {what} is damaged: {reason}")]
+    #[refuse(code = "image-damaged", exit = Invalid, hint = "copy the image again: the archive is damaged, cut short or was altered")]
+    Damaged { reference: String, what: String, reason: String },
     #[error("`{reference}` names {what} `{name}`, which is not in it")]
     #[refuse(code = "image-blob-missing", exit = Invalid, hint = "copy the image again: the archive is incomplete")]
     BlobMissing { reference: String, what: String, name: String },
@@ -134,19 +145,25 @@ pub type Progress<'a> = dyn Fn(usize, usize, u64, bool) + Sync + 'a;
 /// Read `reference` (`PATH`, `PATH:TAG` or `PATH@sha256:…`): the manifest for `platform`,
 /// its config, and every layer in parallel, keeping what `keep` asks for. `verify`: check
 /// the layers' digests (the manifest's and config's are always checked).
-pub fn read(reference: &str, platform: &Platform, keep: &Keep, verify: bool) -> Result<Image, ImageError> {
+pub fn read<R: AsRef<std::ffi::OsStr> + ?Sized>(
+    reference: &R,
+    platform: &Platform,
+    keep: &Keep,
+    verify: bool,
+) -> Result<Image, ImageError> {
     read_with_progress(reference, platform, keep, verify, &|_, _, _, _| {})
 }
 
 /// [`read`], calling `progress` as each layer ends and as a long one goes on.
-pub fn read_with_progress(
-    reference: &str,
+pub fn read_with_progress<R: AsRef<std::ffi::OsStr> + ?Sized>(
+    reference: &R,
     platform: &Platform,
     keep: &Keep,
     verify: bool,
     progress: &Progress<'_>,
 ) -> Result<Image, ImageError> {
-    let src = Source::open(reference)?;
+    let src = Source::open(reference.as_ref())?;
+    let reference = src.reference();
     let plan = src.plan(platform)?;
     let config: Config = serde_json::from_slice(&plan.config)
         .map_err(|e| src.format(format!("its config {} is not an image config ({e})", plan.config_digest)))?;

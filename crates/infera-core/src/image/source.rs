@@ -6,9 +6,13 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 use serde::Deserialize;
 use sha2::Digest as _;
 
@@ -16,6 +20,8 @@ use super::{ImageError, LayerBlob, Plan, Platform};
 
 /// The manifests, index and configs read whole are small; more is not an image.
 const SMALL: u64 = 8 << 20;
+/// How deep indexes may nest (an index of an index of a manifest is the deepest seen).
+const MAX_NESTING: usize = 4;
 
 pub struct Source {
     reference: String,
@@ -25,12 +31,11 @@ pub struct Source {
 }
 
 enum Kind {
-    Dir(PathBuf),
-    /// The archive, and each member's offset and size (a symlink member: its target).
-    Tar {
-        path: PathBuf,
-        members: HashMap<String, Member>,
-    },
+    /// A layout directory, opened once: every member is opened beneath it.
+    Dir(OwnedFd),
+    /// The archive, opened once and read at offsets, and each member's offset and size (a
+    /// symlink member: its target).
+    Tar { file: Arc<File>, members: HashMap<String, Member> },
 }
 
 enum Member {
@@ -38,17 +43,67 @@ enum Member {
     Link(String),
 }
 
+/// Why a member cannot be read.
+pub enum Unread {
+    /// Not in the layout or archive.
+    Missing,
+    /// Found, and not what a blob is, or reached out of the image (said).
+    Refused(String),
+}
+
+/// A member of an archive: its bytes read at offsets of the archive's one descriptor (layers
+/// read in parallel share it).
+struct Slice {
+    file: Arc<File>,
+    at: u64,
+    end: u64,
+}
+
+impl Read for Slice {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = buf.len().min(usize::try_from(self.end - self.at).unwrap_or(usize::MAX));
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 impl Source {
-    /// `PATH`, `PATH:TAG` or `PATH@sha256:HEX`.
-    pub fn open(reference: &str) -> Result<Source, ImageError> {
+    /// `PATH`, `PATH:TAG` or `PATH@sha256:HEX`. The path is opened without blocking (a FIFO
+    /// is refused, never read) and must be a directory or a regular file.
+    pub fn open(reference: &std::ffi::OsStr) -> Result<Source, ImageError> {
         let (path, tag, digest) = split(reference);
+        let reference = &reference.to_string_lossy().into_owned();
         let fail = |reason: String| ImageError::Format { reference: reference.to_string(), reason };
-        let meta = std::fs::metadata(&path).map_err(|e| fail(format!("`{}`: {e}", path.display())))?;
-        let kind = if meta.is_dir() {
-            Kind::Dir(path)
-        } else {
-            let members = index(&path).map_err(|e| fail(format!("not a tar archive ({e})")))?;
-            Kind::Tar { path, members }
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = match rustix::fs::open(&path, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Err(ImageError::Missing { reference: reference.to_string() }),
+            Err(e) => return Err(fail(format!("`{}`: {}", path.display(), io::Error::from(e)))),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| fail(format!("`{}`: {}", path.display(), io::Error::from(e))))?;
+        let kind = match crate::rootfs::Kind::of_mode(st.st_mode) {
+            crate::rootfs::Kind::Dir => Kind::Dir(fd),
+            crate::rootfs::Kind::File => {
+                let file = File::from(fd);
+                let members =
+                    index(&file).map_err(|e| match e.get_ref().and_then(|i| i.downcast_ref::<Truncated>()) {
+                        Some(Truncated(reason)) => ImageError::Damaged {
+                            reference: reference.to_string(),
+                            what: "the archive".into(),
+                            reason: reason.clone(),
+                        },
+                        None => fail(format!("not a tar archive ({e})")),
+                    })?;
+                Kind::Tar { file: Arc::new(file), members }
+            }
+            other => {
+                return Err(fail(format!(
+                    "`{}` is {}, not an image layout directory or an archive file",
+                    path.display(),
+                    other.describe()
+                )))
+            }
         };
         Ok(Source { reference: reference.to_string(), tag, digest, kind })
     }
@@ -61,38 +116,54 @@ impl Source {
         ImageError::BlobMissing { reference: self.reference.clone(), what: what.into(), name: name.into() }
     }
 
+    /// The refusal for a member that cannot be read as `what`.
+    pub fn unread(&self, what: &str, name: &str, why: Unread) -> ImageError {
+        match why {
+            Unread::Missing => self.missing(what, name),
+            Unread::Refused(reason) => self.format(format!("{what} `{name}` {reason}")),
+        }
+    }
+
     pub fn reference(&self) -> &str {
         &self.reference
     }
 
-    /// A member (a path in the layout or archive), streamed.
-    pub fn member(&self, name: &str) -> Option<Box<dyn Read + Send>> {
+    /// A member (a path in the layout or archive), streamed: only inside the layout or
+    /// archive (no absolute name, no `..` or link out of it), only a regular file.
+    pub fn member(&self, name: &str) -> Result<Box<dyn Read + Send>, Unread> {
         let name = name.trim_start_matches("./");
-        if name.split('/').any(|c| c == "..") {
-            return None;
+        if name.starts_with('/') || name.split('/').any(|c| c == "..") {
+            return Err(Unread::Refused("leaves the image (an absolute name or `..`)".into()));
         }
         match &self.kind {
-            Kind::Dir(d) => File::open(d.join(name)).ok().map(|f| Box::new(f) as Box<dyn Read + Send>),
-            Kind::Tar { path, members } => {
+            Kind::Dir(dir) => open_beneath(dir, Path::new(name)).map(|f| Box::new(f) as Box<dyn Read + Send>),
+            Kind::Tar { file, members } => {
                 let mut name = name.to_string();
                 for _ in 0..8 {
-                    match members.get(&name)? {
+                    match members.get(&name).ok_or(Unread::Missing)? {
+                        Member::Link(target) if target.is_empty() => {
+                            return Err(Unread::Refused(format!("is a link out of the archive (`{name}`)")))
+                        }
                         Member::Link(target) => name = target.clone(),
                         Member::File { offset, size } => {
-                            let mut f = File::open(path).ok()?;
-                            f.seek(SeekFrom::Start(*offset)).ok()?;
-                            return Some(Box::new(f.take(*size)));
+                            let slice = Slice { file: file.clone(), at: *offset, end: offset + size };
+                            return Ok(Box::new(slice));
                         }
                     }
                 }
-                None
+                Err(Unread::Refused("is a chain of more than 8 links".into()))
             }
         }
     }
 
+    /// Whether the layout or archive has the member (a regular file inside it).
+    fn has(&self, name: &str) -> bool {
+        self.member(name).is_ok()
+    }
+
     /// A small member read whole.
     fn small(&self, what: &str, name: &str) -> Result<Vec<u8>, ImageError> {
-        let r = self.member(name).ok_or_else(|| self.missing(what, name))?;
+        let r = self.member(name).map_err(|why| self.unread(what, name, why))?;
         let mut v = Vec::new();
         r.take(SMALL + 1).read_to_end(&mut v).map_err(|e| self.format(format!("{what} `{name}`: {e}")))?;
         if v.len() as u64 > SMALL {
@@ -120,13 +191,19 @@ impl Source {
 
     /// The manifest for `platform` and what its layers are read from.
     pub(crate) fn plan(&self, platform: &Platform) -> Result<Plan, ImageError> {
-        let oci = self.member("oci-layout").is_some();
+        let oci = self.has("oci-layout");
         let index: Option<Index> = if oci { Some(self.json("the index", "index.json")?) } else { None };
         match index {
             Some(i) if !i.manifests.as_deref().unwrap_or_default().is_empty() => self.oci(i, platform),
-            _ if self.member("manifest.json").is_some() => self.docker(),
+            _ if self.has("manifest.json") => self.docker(),
             Some(_) => Err(self.format("its index.json lists no manifest".into())),
-            None => Err(self.format("it has neither an oci-layout nor a manifest.json".into())),
+            None => Err(self.format(match &self.kind {
+                Kind::Tar { members, .. } => format!(
+                    "it is a tar archive of {} members, none of them an oci-layout or a manifest.json: not an image archive",
+                    members.len()
+                ),
+                Kind::Dir(_) => "the directory has neither an oci-layout nor a manifest.json".into(),
+            })),
         }
     }
 
@@ -148,49 +225,80 @@ impl Source {
         let found: Vec<&Descriptor> = all.iter().filter(named).collect();
         let mut d = match found.as_slice() {
             [one] => (*one).clone(),
-            [] => return Err(self.format(format!("no manifest in it is named {}", self.wanted()))),
+            [] => {
+                let names: Vec<&str> = all
+                    .iter()
+                    .filter_map(|d| d.annotations.get("org.opencontainers.image.ref.name").map(String::as_str))
+                    .collect();
+                let has = if names.is_empty() { "no names".to_string() } else { names.join(", ") };
+                return Err(self.format(format!("no manifest in it is named {}; it has {has}", self.wanted())));
+            }
             _ => {
                 return Err(
                     self.format(format!("it holds {} images: name one (PATH:TAG or PATH@sha256:…)", found.len()))
                 )
             }
         };
-        // An index (a multi-arch image): the platform's manifest.
-        for _ in 0..4 {
-            if !d.media_type.contains("index") && !d.media_type.contains("manifest.list") {
-                break;
+        // An index (a multi-arch image): the platform's manifest. Each blob is read for what it
+        // is (its own mediaType and fields), which must be what its descriptor said.
+        let mut depth = 0;
+        let manifest = loop {
+            let want_index = is_index_type(&d.media_type);
+            let what = if want_index { "an index" } else { "the manifest" };
+            let blob = self.blob(what, &d.digest)?;
+            let doc: Document = serde_json::from_slice(&blob)
+                .map_err(|e| self.format(format!("{what} {} is not JSON of an image ({e})", d.digest)))?;
+            let is_index = doc.manifests.is_some() || is_index_type(doc.media_type.as_deref().unwrap_or_default());
+            if !d.media_type.is_empty() && want_index != is_index {
+                let (said, is) = if want_index { ("an index", "a manifest") } else { ("a manifest", "an index") };
+                return Err(self.format(format!(
+                    "its descriptor of {} says {said} ({}), the blob is {is}",
+                    d.digest, d.media_type
+                )));
             }
-            let inner: Index = serde_json::from_slice(&self.blob("an index", &d.digest)?)
-                .map_err(|e| self.format(format!("the index {}: {e}", d.digest)))?;
-            let m = inner.manifests.unwrap_or_default();
-            d = m
-                .iter()
-                .find(|m| {
-                    m.platform.as_ref().is_some_and(|p| p.os == platform.os && p.architecture == platform.architecture)
-                })
-                .cloned()
-                .ok_or_else(|| {
-                    let held: Vec<String> = m
-                        .iter()
-                        .filter_map(|m| m.platform.as_ref().map(|p| format!("{}/{}", p.os, p.architecture)))
-                        .collect();
-                    ImageError::Platform {
-                        reference: self.reference.clone(),
-                        found: held.join(", "),
-                        wanted: format!("{}/{}", platform.os, platform.architecture),
-                    }
-                })?;
+            if !is_index {
+                break serde_json::from_slice::<Manifest>(&blob)
+                    .map_err(|e| self.format(format!("the manifest {} is not an image manifest ({e})", d.digest)))?;
+            }
+            depth += 1;
+            if depth > MAX_NESTING {
+                return Err(self.format(format!("its indexes nest more than {MAX_NESTING} deep")));
+            }
+            d = self.for_platform(doc.manifests.unwrap_or_default(), platform)?;
+        };
+        if !manifest.config.media_type.is_empty() && !CONFIG_TYPES.contains(&manifest.config.media_type.as_str()) {
+            return Err(self.format(format!(
+                "the manifest {} is not an image's: its config is `{}`",
+                d.digest, manifest.config.media_type
+            )));
         }
-        let manifest: Manifest = serde_json::from_slice(&self.blob("the manifest", &d.digest)?)
-            .map_err(|e| self.format(format!("the manifest {}: {e}", d.digest)))?;
         let config = self.blob("the config", &manifest.config.digest)?;
-        let layers = manifest
-            .layers
-            .iter()
-            .map(|l| blob_path(&l.digest).map(|name| LayerBlob { name, digest: Some(l.digest.clone()), size: l.size }))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| self.format("a layer digest is not sha256".into()))?;
+        let mut layers = Vec::with_capacity(manifest.layers.len());
+        for l in &manifest.layers {
+            if !l.media_type.is_empty() && !LAYER_TYPES.contains(&l.media_type.as_str()) {
+                return Err(self.format(format!("layer {} is `{}`, not a tar layer", l.digest, l.media_type)));
+            }
+            let name = blob_path(&l.digest).ok_or_else(|| self.format("a layer digest is not sha256".into()))?;
+            layers.push(LayerBlob { name, digest: Some(l.digest.clone()), size: l.size });
+        }
         Ok(Plan { manifest_digest: Some(d.digest), config_digest: manifest.config.digest, config, layers })
+    }
+
+    /// The manifest an index lists for the platform.
+    fn for_platform(&self, m: Vec<Descriptor>, platform: &Platform) -> Result<Descriptor, ImageError> {
+        let fits = |m: &&Descriptor| {
+            m.platform.as_ref().is_some_and(|p| p.os == platform.os && p.architecture == platform.architecture)
+        };
+        if let Some(d) = m.iter().find(fits) {
+            return Ok(d.clone());
+        }
+        let held: Vec<String> =
+            m.iter().filter_map(|m| m.platform.as_ref().map(|p| format!("{}/{}", p.os, p.architecture))).collect();
+        Err(ImageError::Platform {
+            reference: self.reference.clone(),
+            found: if held.is_empty() { "no platform (its index names none)".into() } else { held.join(", ") },
+            wanted: format!("{}/{}", platform.os, platform.architecture),
+        })
     }
 
     fn docker(&self) -> Result<Plan, ImageError> {
@@ -204,7 +312,12 @@ impl Source {
             .collect();
         let e = match found.as_slice() {
             [one] => *one,
-            [] => return Err(self.format(format!("no image in it is named {}", self.wanted()))),
+            [] => {
+                let tags: Vec<&str> =
+                    entries.iter().flat_map(|e| e.repo_tags.iter().flatten()).map(String::as_str).collect();
+                let has = if tags.is_empty() { "no tags".to_string() } else { tags.join(", ") };
+                return Err(self.format(format!("no image in it is named {}; it has {has}", self.wanted())));
+            }
             _ => return Err(self.format(format!("it holds {} images: name one (PATH:TAG)", found.len()))),
         };
         let config = self.small("the config", &e.config)?;
@@ -221,16 +334,27 @@ impl Source {
     }
 }
 
-/// `PATH`, `PATH:TAG`, `PATH@sha256:HEX`: a path that exists is taken whole.
-fn split(reference: &str) -> (PathBuf, Option<String>, Option<String>) {
-    if Path::new(reference).exists() {
+/// `PATH`, `PATH:TAG`, `PATH@sha256:HEX` (a path in any bytes; a tag or digest is text): a
+/// path that exists is taken whole.
+fn split(reference: &std::ffi::OsStr) -> (PathBuf, Option<String>, Option<String>) {
+    use std::os::unix::ffi::OsStrExt;
+    let b = reference.as_bytes();
+    if Path::new(reference).symlink_metadata().is_ok() {
         return (reference.into(), None, None);
     }
-    if let Some((p, d)) = reference.rsplit_once('@') {
-        return (p.into(), None, Some(d.to_string()));
+    let cut = |at: usize| -> (PathBuf, Option<String>) {
+        let rest = std::str::from_utf8(&b[at + 1..]).ok().map(str::to_string);
+        (std::ffi::OsStr::from_bytes(&b[..at]).into(), rest)
+    };
+    if let Some(at) = b.iter().rposition(|c| *c == b'@') {
+        let (p, d) = cut(at);
+        return (p, None, d);
     }
-    match reference.rsplit_once(':') {
-        Some((p, t)) if !t.contains('/') => (p.into(), Some(t.to_string()), None),
+    match b.iter().rposition(|c| *c == b':') {
+        Some(at) if !b[at + 1..].contains(&b'/') => {
+            let (p, t) = cut(at);
+            (p, t, None)
+        }
         _ => (reference.into(), None, None),
     }
 }
@@ -238,9 +362,24 @@ fn split(reference: &str) -> (PathBuf, Option<String>, Option<String>) {
 /// The most members an image archive has (blobs and a few files: dozens to hundreds).
 const MAX_MEMBERS: usize = 100_000;
 
-/// Each member of a tar archive: where its data starts and its size, or a link's target.
-fn index(path: &Path) -> std::io::Result<HashMap<String, Member>> {
-    let (stream, left) = super::layer::Between::new(File::open(path)?);
+/// An archive that ends inside a member: cut short (a copy that did not finish).
+#[derive(Debug)]
+pub(crate) struct Truncated(pub String);
+
+impl std::fmt::Display for Truncated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Truncated {}
+
+/// Each member of a tar archive: where its data starts and its size, or a link's target (an
+/// empty target: one that leaves the archive). Members that are not regular files are left
+/// out; an archive that ends inside a member is [`Truncated`].
+fn index(file: &File) -> io::Result<HashMap<String, Member>> {
+    let len = file.metadata()?.len();
+    let (stream, left) = super::layer::Between::new(file);
     let mut a = tar::Archive::new(stream);
     let mut members = HashMap::new();
     // Seeking past each member: the layers are read once, when they are read.
@@ -248,28 +387,66 @@ fn index(path: &Path) -> std::io::Result<HashMap<String, Member>> {
         let e = e?;
         left.set(super::layer::after(e.size(), 0));
         if members.len() == MAX_MEMBERS {
-            return Err(std::io::Error::other(format!("more than {MAX_MEMBERS} members")));
+            return Err(io::Error::other(format!("more than {MAX_MEMBERS} members")));
         }
         let name = e.path()?.to_string_lossy().trim_start_matches("./").to_string();
+        let (offset, size) = (e.raw_file_position(), e.size());
+        if offset.saturating_add(size) > len {
+            return Err(io::Error::other(Truncated(format!(
+                "the archive ends at byte {len}, inside its member `{name}` (bytes {offset} to {}): truncated? copy it again",
+                offset.saturating_add(size)
+            ))));
+        }
         let member = match e.header().entry_type() {
             tar::EntryType::Symlink | tar::EntryType::Link => {
                 let target = e.link_name()?.map(|t| t.to_string_lossy().into_owned()).unwrap_or_default();
                 let dir = Path::new(&name).parent().unwrap_or(Path::new(""));
-                let joined = if e.header().entry_type() == tar::EntryType::Link {
-                    PathBuf::from(&target)
-                } else {
-                    dir.join(&target)
+                let joined = match e.header().entry_type() {
+                    _ if target.starts_with('/') => None,
+                    tar::EntryType::Link => Some(PathBuf::from(&target)),
+                    _ => Some(dir.join(&target)),
                 };
-                Member::Link(member_name(&joined).unwrap_or_default())
+                Member::Link(joined.and_then(|j| member_name(&j)).unwrap_or_default())
             }
-            _ => Member::File { offset: e.raw_file_position(), size: e.size() },
+            tar::EntryType::Regular | tar::EntryType::Continuous => Member::File { offset, size },
+            _ => continue,
         };
         members.insert(name, member);
     }
     if members.is_empty() {
-        return Err(std::io::Error::other("no members"));
+        return Err(io::Error::other("no members"));
     }
     Ok(members)
+}
+
+/// A member of a layout directory, opened beneath it: links followed only while they stay
+/// inside it (no absolute name, no `..` out of it), without blocking, and only a regular file.
+fn open_beneath(dir: &OwnedFd, name: &Path) -> Result<File, Unread> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat2(
+        dir.as_fd(),
+        name,
+        flags,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Err(Unread::Missing),
+        Err(rustix::io::Errno::XDEV) => {
+            return Err(Unread::Refused("leaves the image directory (a link or name out of it)".into()))
+        }
+        // A kernel without openat2 (before 5.6, or a seccomp profile): no link followed at all.
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+            return crate::nofollow::open_at(dir.as_fd(), name, OFlags::RDONLY, Mode::empty())
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::NotFound => Unread::Missing,
+                    _ => Unread::Refused(format!("cannot be opened without following a link: {e}")),
+                })
+                .and_then(|f| crate::nofollow::regular(f).map_err(|e| Unread::Refused(e.to_string())))
+        }
+        Err(e) => return Err(Unread::Refused(format!("cannot be opened: {}", io::Error::from(e)))),
+    };
+    crate::nofollow::regular(File::from(fd)).map_err(|e| Unread::Refused(e.to_string()))
 }
 
 /// A link's target as a member name: `.` dropped, `..` taken back (docker-archive's
@@ -301,6 +478,36 @@ pub fn sha256(b: &[u8]) -> String {
 struct Index {
     manifests: Option<Vec<Descriptor>>,
 }
+
+/// What a blob of an index's or manifest's says it is.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Document {
+    media_type: Option<String>,
+    manifests: Option<Vec<Descriptor>>,
+}
+
+fn is_index_type(t: &str) -> bool {
+    t.contains("image.index") || t.contains("manifest.list")
+}
+
+/// An image's config (OCI's, docker's).
+const CONFIG_TYPES: &[&str] =
+    &["application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json"];
+
+/// The layers a runtime applies: tar, plain or compressed (OCI's, their non-distributable
+/// forms, docker's).
+const LAYER_TYPES: &[&str] = &[
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.oci.image.layer.v1.tar+zstd",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
+    "application/vnd.docker.image.rootfs.diff.tar",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+];
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -171,11 +171,23 @@ pub fn kfd_gpus(root: &Root, findings: &mut Vec<crate::finding::Finding>) -> Vec
             let d = device.as_ref()?;
             root.read_small_string(&d.join(name)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
         };
+        let vram = match vram(root, &topo.join(&n)) {
+            Ok(v) => v.or_else(|| sys("mem_info_vram_total")?.parse().ok().filter(|b| *b <= MAX_VRAM)),
+            Err(why) => {
+                findings.push(crate::finding::Finding::warn(
+                    "gpu-memory-unreadable",
+                    format!(
+                        "KFD node {node}: {why}; its memory is not known, so the weights are not judged against it"
+                    ),
+                ));
+                None
+            }
+        };
         gpus.push(Gpu {
             node,
             gfx: prop("gfx_target_version ").and_then(gfx_name),
             render_minor,
-            vram: vram(root, &topo.join(&n)).or_else(|| sys("mem_info_vram_total")?.parse().ok()),
+            vram,
             compute_partition: sys("current_compute_partition"),
             memory_partition: sys("current_memory_partition"),
         });
@@ -218,19 +230,27 @@ pub fn gather(root: &Root, gpus: Vec<Gpu>) -> Devices {
     }
 }
 
+/// The most memory one GPU has: far above any part's (an MI355X has 288 GB), so that a larger
+/// figure is a topology that cannot be true, not a verdict on the weights.
+pub const MAX_VRAM: u64 = 16 << 40;
+
 /// The frame-buffer memory of a KFD node: `size_in_bytes` of its banks with `heap_type` 1
-/// (public) or 2 (private); None when it lists none (an APU shares system memory).
-fn vram(root: &Root, node: &Path) -> Option<u64> {
+/// (public) or 2 (private); None when it lists none (an APU shares system memory); Err when
+/// the banks sum past what a GPU can hold.
+fn vram(root: &Root, node: &Path) -> Result<Option<u64>, String> {
     let banks = node.join("mem_banks");
-    let mut total = None;
+    let mut total: Option<u64> = None;
     for b in root.list(&banks) {
         let Ok(text) = root.read_small_string(&banks.join(&b).join("properties")) else { continue };
         let prop = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
         if matches!(prop("heap_type "), Some(1 | 2)) {
-            total = Some(total.unwrap_or(0) + prop("size_in_bytes ").unwrap_or(0));
+            let size = prop("size_in_bytes ").unwrap_or(0);
+            total = total.unwrap_or(0).checked_add(size).filter(|t| *t <= MAX_VRAM).map(Some).ok_or_else(|| {
+                format!("its memory banks sum past {} TiB (bank {}: {size} bytes)", MAX_VRAM >> 40, b.to_string_lossy())
+            })?;
         }
     }
-    total.filter(|t| *t > 0)
+    Ok(total.filter(|t| *t > 0))
 }
 
 #[cfg(test)]
@@ -245,6 +265,28 @@ mod tests {
         assert_eq!(gfx_name(110000).as_deref(), Some("gfx1100"));
         assert_eq!(gfx_name(120001).as_deref(), Some("gfx1201"));
         assert_eq!(gfx_name(0), None);
+    }
+
+    /// Banks whose sizes sum past what a GPU can hold (or past 2^64) are unreadable, said,
+    /// never a figure a verdict is made on.
+    #[test]
+    fn memory_banks_that_cannot_be_true_are_unreadable() {
+        let t = tempfile::tempdir().unwrap();
+        let node = t.path().join("sys/class/kfd/kfd/topology/nodes/1");
+        let bank = |i: u32, size: &str| {
+            let d = node.join(format!("mem_banks/{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("properties"), format!("heap_type 1\nsize_in_bytes {size}\n")).unwrap();
+        };
+        bank(0, "206141652992");
+        std::fs::write(node.join("properties"), "simd_count 1216\ngfx_target_version 90402\n").unwrap();
+        let root = Root::new(t.path());
+        let mut findings = Vec::new();
+        assert_eq!(kfd_gpus(&root, &mut findings)[0].vram, Some(206_141_652_992));
+        bank(1, &u64::MAX.to_string());
+        let gpus = kfd_gpus(&root, &mut findings);
+        assert_eq!(gpus[0].vram, None);
+        assert!(findings.iter().any(|f| f.code == "gpu-memory-unreadable" && f.message.contains("sum past 16 TiB")));
     }
 
     #[test]

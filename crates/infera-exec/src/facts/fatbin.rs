@@ -100,6 +100,16 @@ fn section(file: &dyn ReadAt, size: u64) -> Result<Option<(u64, u64)>, String> {
     if strtab.sh_size > 1 << 20 || strtab.sh_offset.saturating_add(strtab.sh_size) > size {
         return Err("its section name table lies outside the file".into());
     }
+    // A linker puts the names just before the section headers; an image's stream keeps the
+    // MiB before them (`Capture`), so the names are read there only, from a file as from an
+    // archive: the same answer for the same library.
+    let near = h.e_shoff.saturating_sub(1 << 20)..=h.e_shoff.saturating_add(table);
+    if !near.contains(&strtab.sh_offset) || !near.contains(&strtab.sh_offset.saturating_add(strtab.sh_size)) {
+        return Err(format!(
+            "its section name table (at {:#x}) is not in the MiB before its section headers (at {:#x}), where a linker puts it",
+            strtab.sh_offset, h.e_shoff
+        ));
+    }
     let mut names = vec![0u8; strtab.sh_size as usize];
     read_at(file, &mut names, strtab.sh_offset).map_err(|e| e.to_string())?;
     let name = |at: usize| names.get(at..).and_then(|s| s.split(|b| *b == 0).next());
@@ -122,11 +132,26 @@ fn bundle(file: &dyn ReadAt, pos: u64, end: u64) -> Result<(Vec<String>, Option<
             }
         }
         let entries = entries.ok_or_else(|| format!("the bundle at {pos:#x} has a truncated id table"))?;
-        let last = entries.iter().map(|e| e.1.saturating_add(e.2)).max().unwrap_or(0);
+        // An entry's code lies inside the section, or the bundle is not one (its ids unproven).
+        if let Some(e) =
+            entries.iter().find(|e| e.1.checked_add(e.2).and_then(|x| x.checked_add(pos)).is_none_or(|x| x > end))
+        {
+            return Err(format!(
+                "the bundle at {pos:#x} has an entry (`{}`) of {} bytes at {:#x}, past the `.hip_fatbin` section's end at {end:#x}",
+                e.0, e.2, e.1
+            ));
+        }
+        let last = entries.iter().map(|e| e.1 + e.2).max().unwrap_or(0);
         return Ok((entries.into_iter().map(|e| e.0).collect(), pos.checked_add(last.max(1))));
     }
     if &magic[..4] == CCOB {
-        return compressed(file, pos, &magic);
+        let (ids, next) = compressed(file, pos, &magic)?;
+        if next.is_some_and(|n| n > end) {
+            return Err(format!(
+                "the compressed bundle at {pos:#x} claims to end past the `.hip_fatbin` section's end at {end:#x}"
+            ));
+        }
+        return Ok((ids, next));
     }
     Err(format!("no bundle magic at {pos:#x}"))
 }
@@ -180,7 +205,7 @@ fn compressed(file: &dyn ReadAt, pos: u64, head: &[u8; 24]) -> Result<(Vec<Strin
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(entries) = table(&out)? {
-            return Ok((entries.into_iter().map(|e| e.0).collect(), total.map(|t| pos + t.max(1))));
+            return Ok((entries.into_iter().map(|e| e.0).collect(), total.map(|t| pos.saturating_add(t.max(1)))));
         }
         let n = decoder.read(&mut chunk).map_err(|e| format!("decompressing the bundle at {pos:#x}: {e}"))?;
         if n == 0 || out.len() > MAX_TABLE {
@@ -463,5 +488,15 @@ pub mod tests {
         assert!(bundle(&f, 0, c.len() as u64).is_err());
         let (_t, f) = file(b"not an elf at all, just text....................................................");
         assert!(read(&f, 80).unwrap_err().starts_with("not an ELF file"));
+        // An entry whose code lies terabytes past the section: the bundle is not one.
+        let mut far = good.clone();
+        far[32..40].copy_from_slice(&(1u64 << 42).to_le_bytes());
+        let (_t, f) = file(&far);
+        let e = bundle(&f, 0, far.len() as u64).unwrap_err();
+        assert!(e.contains("past the `.hip_fatbin` section's end"), "{e}");
+        let mut c = ccob(3, &good);
+        c[8..16].copy_from_slice(&(1u64 << 42).to_le_bytes());
+        let (_t, f) = file(&c);
+        assert!(bundle(&f, 0, c.len() as u64).unwrap_err().contains("claims to end past"));
     }
 }

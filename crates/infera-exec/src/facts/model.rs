@@ -51,11 +51,52 @@ pub struct Weights {
     pub source: String,
     /// The safetensors files in the order the engines' loaders read them: the index's
     /// `weight_map` files (else every `*.safetensors`), in natural name order (vLLM's
-    /// `sorted(hf_weights_files, key=_natural_sort_key)`), as host paths (the container's at
-    /// root `/`; links are followed when they are opened, as the engine opens them). What a
-    /// read-ahead reads.
+    /// `sorted(hf_weights_files, key=_natural_sort_key)`), each resolved as the container sees
+    /// it (links followed inside the root and its volumes: a Hugging Face cache's snapshot
+    /// links to its blobs, never a file of this host outside them), as host paths. What a
+    /// read-ahead reads; only regular files.
     #[serde(skip)]
     pub files: Vec<PathBuf>,
+    /// Why some or all of the files are not there (the index lists too many, a name is not a
+    /// regular file in the image): said where the read-ahead is planned.
+    #[serde(skip)]
+    pub skipped: Option<String>,
+}
+
+/// The most files a checkpoint has (Kimi-K3's 1.4 TB is a few hundred): an index listing
+/// more is not read for its files (its `total_size` still counts).
+pub const MAX_FILES: usize = 65_536;
+
+/// The distinct files of an index's `weight_map` (its values), up to [`MAX_FILES`]: the map
+/// itself (a tensor name per entry, possibly hundreds of thousands) is never held.
+#[derive(Default)]
+struct Shards {
+    names: std::collections::HashSet<String>,
+    more: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for Shards {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Shards;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of tensor names to files")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Shards, A::Error> {
+                let mut s = Shards::default();
+                while let Some((_, file)) = m.next_entry::<serde::de::IgnoredAny, String>()? {
+                    if s.names.len() < MAX_FILES || s.names.contains(&file) {
+                        s.names.insert(file);
+                    } else {
+                        s.more = true;
+                    }
+                }
+                Ok(s)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -180,7 +221,7 @@ fn weights(root: &Root, dir: &Path) -> Option<Weights> {
     struct Index {
         metadata: Meta,
         #[serde(default)]
-        weight_map: std::collections::BTreeMap<String, String>,
+        weight_map: Shards,
     }
     #[derive(serde::Deserialize)]
     struct Meta {
@@ -192,27 +233,45 @@ fn weights(root: &Root, dir: &Path) -> Option<Weights> {
         let total = i.metadata.total_size;
         (total.is_finite() && total > 0.0).then_some((name, total as u64, i.weight_map))
     });
+    let mut skipped = None;
     let mut names: Vec<String> = match &index {
-        Some((_, _, map)) if !map.is_empty() => map.values().cloned().collect(),
-        _ => root.list(dir).into_iter().map(|n| n.to_string_lossy().into_owned()).collect(),
+        Some((name, _, map)) if map.more => {
+            skipped = Some(format!(
+                "{name} lists more than {MAX_FILES} files, more than a checkpoint has: none is read ahead"
+            ));
+            Vec::new()
+        }
+        Some((_, _, map)) if !map.names.is_empty() => map.names.iter().cloned().collect(),
+        _ => root.list(dir).into_iter().take(MAX_FILES).map(|n| n.to_string_lossy().into_owned()).collect(),
     };
     names.retain(|n| n.ends_with(".safetensors") && !n.contains('/'));
     names.sort_by_key(|a| natural_key(a));
     names.dedup();
-    // Where the read-ahead opens them (no file is read for it here: this runs every start).
-    let host = |n: &String| root.host(&dir.join(n));
-    if let Some((name, bytes, _)) = index {
-        let files = names.iter().map(host).collect();
-        return Some(Weights { bytes, source: format!("metadata.total_size of {name}"), files });
+    // Each resolved inside the root as the container sees it, and only a regular file.
+    let mut files: Vec<(PathBuf, u64)> = Vec::with_capacity(names.len());
+    let mut not_files = Vec::new();
+    for n in &names {
+        match root.stat(&dir.join(n)) {
+            Ok((resolved, m)) if m.is_file() => files.push((root.host(&resolved), m.size())),
+            Ok((_, m)) => not_files.push(format!("`{n}` is {}", m.kind())),
+            Err(e) => not_files.push(format!("`{n}`: {}", rootfs::io_reason(&e))),
+        }
     }
-    let sized: Vec<(PathBuf, u64)> = names
-        .iter()
-        .filter_map(|n| root.metadata(&dir.join(n)).ok().filter(|m| m.is_file()).map(|m| (host(n), m.size())))
-        .collect();
-    (!sized.is_empty()).then(|| Weights {
-        bytes: sized.iter().map(|(_, b)| b).sum(),
-        source: format!("the size of {} *.safetensors file{}", sized.len(), if sized.len() == 1 { "" } else { "s" }),
-        files: sized.into_iter().map(|(p, _)| p).collect(),
+    if !not_files.is_empty() {
+        let shown: Vec<String> = not_files.iter().take(3).cloned().collect();
+        let more = not_files.len().saturating_sub(3);
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        skipped.get_or_insert(format!("not read ahead: {}{more}", shown.join(", ")));
+    }
+    if let Some((name, bytes, _)) = index {
+        let source = format!("metadata.total_size of {name}");
+        return Some(Weights { bytes, source, files: files.into_iter().map(|(p, _)| p).collect(), skipped });
+    }
+    (!files.is_empty()).then(|| Weights {
+        bytes: files.iter().map(|(_, b)| b).sum(),
+        source: format!("the size of {} *.safetensors file{}", files.len(), if files.len() == 1 { "" } else { "s" }),
+        files: files.into_iter().map(|(p, _)| p).collect(),
+        skipped,
     })
 }
 

@@ -7,7 +7,7 @@
 //! Exit: the one cell's own code for one image × one tree; else the image's code (65) when
 //! an image cannot be read, 1 when a cell is refused, 0 when every cell is ok.
 
-mod render;
+pub(crate) mod render;
 
 use serde_json::Value;
 
@@ -69,11 +69,11 @@ pub fn run(req: &Request, env: &Env) -> i32 {
     let (overlay, opts) = crate::load_overlay(req);
     let columns = match columns(req, &overlay) {
         Ok(c) => c,
-        Err(r) => return crate::refuse_json(&r, req.output == Output::Json, env),
+        Err(r) => return crate::refuse_in(&r, req.output, env),
     };
-    let sources: Vec<Option<&str>> = match req.image.image.as_slice() {
+    let sources: Vec<Option<&std::ffi::OsStr>> = match req.image.image.as_slice() {
         [] => vec![None],
-        refs => refs.iter().map(|r| Some(r.as_str())).collect(),
+        refs => refs.iter().map(|r| Some(r.as_os_str())).collect(),
     };
     let rows: Vec<Row> = sources.into_iter().map(|s| row(req, env, s, &columns, &overlay, &opts)).collect();
     let code = exit(&rows, columns.len());
@@ -113,12 +113,12 @@ fn columns(req: &Request, overlay: &Result<crate::overlay::Overlay, Refusal>) ->
 fn row(
     req: &Request,
     env: &Env,
-    image: Option<&str>,
+    image: Option<&std::ffi::OsStr>,
     columns: &[Column],
     overlay: &Result<crate::overlay::Overlay, Refusal>,
     opts: &crate::overlay::LoadOptions,
 ) -> Row {
-    let name = image.map_or_else(|| req.root.display().to_string(), str::to_string);
+    let name = image.map_or_else(|| req.root.display().to_string(), |i| i.to_string_lossy().into_owned());
     let mut g = match Gathered::read(req, env, image) {
         Ok(g) => g,
         Err(e) => return Row { image: name, identity: None, facts: Value::Null, cells: Vec::new(), error: Some(e) },

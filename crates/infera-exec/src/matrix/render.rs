@@ -205,9 +205,25 @@ fn suite(o: &mut String, r: &Row, columns: &[Column]) {
     w!(o, "  </testsuite>");
 }
 
+/// The report of a refusal before any image was judged (no overlay, a usage error): one
+/// case, in error, so that CI still gets a report.
+pub fn junit_error(e: &Refusal) -> String {
+    let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    w!(o, "<testsuites name=\"infera-exec check\" tests=\"1\" failures=\"0\" errors=\"1\">");
+    w!(o, "  <testsuite name=\"infera-exec check\" tests=\"1\" failures=\"0\" errors=\"1\">");
+    w!(o, "    <testcase classname=\"infera-exec\" name=\"check\">");
+    let body = format!("exit code {}\n{}", e.exit.code(), e.hint.as_deref().unwrap_or(""));
+    w!(o, "      <error type=\"{}\" message=\"{}\">{}</error>", xml(&e.code), xml(&e.message), xml(&body));
+    w!(o, "    </testcase>");
+    w!(o, "  </testsuite>");
+    w!(o, "</testsuites>");
+    o
+}
+
 /// Text as XML 1.0 character data or an attribute value: the five markup characters as
-/// entities, and the characters XML 1.0 cannot carry at all (C0 controls but tab and
-/// newline, U+FFFE/U+FFFF) as `\u{…}` so that nothing is dropped silently.
+/// entities, tab, newline and carriage return as character references (an attribute's would
+/// read back as spaces), and the characters XML 1.0 cannot carry at all (the other C0
+/// controls, U+FFFE/U+FFFF) as `\u{…}` so that nothing is dropped silently.
 fn xml(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -217,7 +233,9 @@ fn xml(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            '\t' | '\n' => out.push(c),
+            '\t' => out.push_str("&#9;"),
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
             c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             }

@@ -85,6 +85,9 @@ pub fn plan(
         PrefetchChoice::Auto => decided.as_ref().is_some_and(|d| !d.engine_reads_ahead) && !own,
     };
     let prefetch = run.then(|| read_ahead(w, fs, memory)).flatten();
+    if let Some(why) = w.skipped.as_ref().filter(|_| run) {
+        findings.push(Finding::warn("prefetch-files", format!("the read-ahead of the weights: {why}")));
+    }
     match (&prefetch, choice) {
         (Some(p), _) => findings.push(Finding::info(
             "prefetch",
@@ -275,7 +278,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let files = (1..=4).map(|i| format!("/models/m/{i}.safetensors").into());
-        m.weights = Some(Weights { bytes, source: "index".into(), files: files.collect() });
+        m.weights = Some(Weights { bytes, source: "index".into(), files: files.collect(), skipped: None });
         m.filesystem = Some(Filesystem { fstype: fstype.into(), mount_point: "/models".into() });
         *m
     }

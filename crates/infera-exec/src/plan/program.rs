@@ -20,6 +20,9 @@ pub enum ProgramError {
         hint = "the image's {what} lost its execute bit, or the filesystem is mounted noexec"
     )]
     NotExecutable { what: &'static str, program: PathBuf, mode: u32 },
+    #[error("the {what} `{}` is {kind}, not an executable file", program.display())]
+    #[refuse(code = "exec-not-executable", exit = CannotExec, hint = "the image's {what} must be a regular file: fix the image or the path")]
+    NotAFile { what: &'static str, program: PathBuf, kind: &'static str },
     #[error("the {what} `{}` is on a filesystem mounted noexec: execve would fail with EACCES", program.display())]
     #[refuse(code = "exec-noexec", exit = CannotExec, hint = "mount the image's filesystem without noexec")]
     NoexecMount { what: &'static str, program: PathBuf },
@@ -42,9 +45,8 @@ pub fn runnable(program: &std::path::Path, what: &'static str, file: &ExecFile) 
     let program = program.to_path_buf();
     match file {
         ExecFile::Missing { reason } => Err(ProgramError::NotFound { what, program, reason: reason.clone() }),
-        ExecFile::NotRegular { mode } | ExecFile::NotExecutable { mode } => {
-            Err(ProgramError::NotExecutable { what, program, mode: *mode })
-        }
+        ExecFile::NotRegular { kind } => Err(ProgramError::NotAFile { what, program, kind }),
+        ExecFile::NotExecutable { mode } => Err(ProgramError::NotExecutable { what, program, mode: *mode }),
         ExecFile::NoexecMount => Err(ProgramError::NoexecMount { what, program }),
         ExecFile::Ok { header: crate::facts::exe::Header::Unknown(kind), .. } => {
             Err(ProgramError::Format { what, program, kind })

@@ -103,7 +103,7 @@ fn listing_of_image(img: &image::Image) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn read(reference: &str) -> Result<image::Image, ImageError> {
+pub(crate) fn read(reference: &str) -> Result<image::Image, ImageError> {
     image::read(
         reference,
         &Platform::default(),
@@ -196,13 +196,13 @@ fn top_layer_names(dir: &Path) -> Vec<String> {
 }
 
 /// A hand-made OCI layout with `layer` as its one layer (a plain tar); returns its path.
-fn layout(t: &Path, layer: &[u8], diff_id: Option<&str>) -> PathBuf {
+pub(crate) fn layout(t: &Path, layer: &[u8], diff_id: Option<&str>) -> PathBuf {
     layout_sized(t, layer, diff_id.map(|d| vec![d]).as_deref(), layer.len())
 }
 
 /// [`layout`] whose manifest gives the layer's size as `size`, and whose config lists
 /// `diff_ids` (default: the layer's digest).
-fn layout_sized(t: &Path, layer: &[u8], diff_ids: Option<&[&str]>, size: usize) -> PathBuf {
+pub(crate) fn layout_sized(t: &Path, layer: &[u8], diff_ids: Option<&[&str]>, size: usize) -> PathBuf {
     use infera_core::image::source::sha256;
     let d = t.join("layout");
     std::fs::create_dir_all(d.join("blobs/sha256")).unwrap();
@@ -229,10 +229,10 @@ fn layout_sized(t: &Path, layer: &[u8], diff_ids: Option<&[&str]>, size: usize) 
 }
 
 /// A raw tar entry: name, type, link target, contents.
-type Raw<'a> = (&'a str, tar::EntryType, &'a str, &'a [u8]);
+pub(crate) type Raw<'a> = (&'a str, tar::EntryType, &'a str, &'a [u8]);
 
 /// A tar of raw entries.
-fn tar_of(entries: &[Raw]) -> Vec<u8> {
+pub(crate) fn tar_of(entries: &[Raw]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (name, kind, link, data) in entries {
         let mut h = tar::Header::new_gnu();
@@ -312,11 +312,12 @@ fn damaged_layouts_are_refused() {
     assert_eq!(infera_core::error::Refuse::code(&e), "image-format", "{e}");
     assert!(e.to_string().contains("the manifest lists 1 layers, the config's rootfs.diff_ids 2"), "{e}");
     let e = read(&t.path().join("nothing-here").display().to_string()).unwrap_err();
-    assert_eq!(infera_core::error::Refuse::code(&e), "image-format", "{e}");
+    assert_eq!(infera_core::error::Refuse::code(&e), "image-missing", "{e}");
+    assert_eq!(infera_core::error::Refuse::exit(&e), infera_core::error::Exit::Missing, "{e}");
 }
 
 /// A tar entry as the tar crate writes it, for the headers a builder would not write.
-fn raw_entry(kind: tar::EntryType, name: &str, data: &[u8]) -> Vec<u8> {
+pub(crate) fn raw_entry(kind: tar::EntryType, name: &str, data: &[u8]) -> Vec<u8> {
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(kind);
     h.set_size(data.len() as u64);
@@ -330,7 +331,7 @@ fn raw_entry(kind: tar::EntryType, name: &str, data: &[u8]) -> Vec<u8> {
 }
 
 /// A pax record (`LEN key=value\n`, LEN counting itself).
-fn pax(key: &str, value: &[u8]) -> Vec<u8> {
+pub(crate) fn pax(key: &str, value: &[u8]) -> Vec<u8> {
     let body = [format!(" {key}=").as_bytes(), value, b"\n"].concat();
     let mut len = body.len() + 1;
     while format!("{len}").len() + body.len() != len {
@@ -357,7 +358,7 @@ fn zero_bomb(size: u64, compress: fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
     out
 }
 
-fn gzip(b: &[u8]) -> Vec<u8> {
+pub(crate) fn gzip(b: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     e.write_all(b).unwrap();
@@ -421,12 +422,17 @@ fn bombs_are_refused_before_they_cost() {
 #[test]
 fn sizes_nesting_and_devices() {
     let layer = tar_of(&[("f", tar::EntryType::Regular, "", b"data")]);
-    for size in [layer.len() - 1, layer.len() + 1] {
-        let t = tempfile::tempdir().unwrap();
-        let e = read(&layout_sized(t.path(), &layer, None, size).display().to_string()).unwrap_err();
-        assert!(matches!(&e, ImageError::DigestMismatch { what, .. } if what == "layer 1's size"), "{e}");
-        assert!(e.to_string().contains(&format!("{size} bytes (the manifest's)")), "{e}");
-    }
+    let t = tempfile::tempdir().unwrap();
+    let size = layer.len() - 1;
+    let e = read(&layout_sized(t.path(), &layer, None, size).display().to_string()).unwrap_err();
+    assert!(matches!(&e, ImageError::DigestMismatch { what, .. } if what == "layer 1's size"), "{e}");
+    assert!(e.to_string().contains(&format!("{size} bytes (the manifest's)")), "{e}");
+    // A blob that ends before its size: a copy cut short, said so.
+    let t = tempfile::tempdir().unwrap();
+    let size = layer.len() + 1;
+    let e = read(&layout_sized(t.path(), &layer, None, size).display().to_string()).unwrap_err();
+    assert_eq!(infera_core::error::Refuse::code(&e), "image-damaged", "{e}");
+    assert!(e.to_string().contains(&format!("ends at byte {} of the {size}", layer.len())), "{e}");
 
     let bomb = zero_bomb(2 << 30, zstd);
     let nested = tar_of(&[("bomb.tar.zst", tar::EntryType::Regular, "", &bomb)]);

@@ -11,6 +11,7 @@ mod exec;
 mod first_contact;
 mod gpu_code;
 mod hardening;
+mod hostile;
 mod image;
 mod infera_layout;
 mod init;
