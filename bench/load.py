@@ -1,96 +1,178 @@
-"""bench/load's checkpoint writer and loaders.
+"""bench/load's checkpoint writer and runner: the real launcher, chrooted into a standalone
+image root as a pod runs it, timed from its process's start to the engine's last tensor.
 
-    load.py write DIR GIB      real safetensors shards of 1 GiB (float16 tensors of mixed sizes)
-    load.py read DIR HOW       load the checkpoint as vLLM's default (lazy) path does, after
-                               IMPORT seconds (the engine's imports; default 2), HOW being:
-      lazy                     the loader alone (the engine's default)
-      vllm                     with a STAND-IN of vLLM 0.18's `--safetensors-load-strategy
-                               prefetch` beside it (sorted shards, 16 MiB blocks, 8 threads),
-                               started with the load as vLLM starts it
-      ours                     with the launcher's own read-ahead (`infera-exec __prefetch`),
-                               started with the process as the launcher starts it before the
-                               exec; PREFETCH_ARGS are its options (--lead, --ranges, ...)
-Prints the seconds to the last tensor and to the first one, from the process's start.
+    load.py write DIR GIB        a checkpoint of GIB shards of 1 GiB (safetensors, float16
+                                 tensors of 48, 24, 12 and 6 MiB in turn) and a config.json
+    load.py run                  the cells and rounds the environment names (bench/load sets it)
+
+Each run: `unshare` a mount, PID and network namespace; mount /proc, /sys, /dev, the model
+directory at /models and the overlay read-only at /opt/infera in the root; join the cell's
+cgroups (the blkio throttle, the pod's memory limit); `chroot` and exec
+
+    off / auto / on   /opt/infera/bin/infera-exec python3 -m infera.engine.vllm --model /models/ckpt …
+                      with INFERA_PREFETCH set: the launcher, the real Infera wrapper, the
+                      stand-in vLLM whose load is vLLM's lazy safetensors path
+                      (examples/standin/engines: STANDIN_LOAD_WEIGHTS=1)
+    alone             python3 -m vllm.entrypoints.cli.main serve --model /models/ckpt: the same
+                      engine, no launcher and no wrapper
+
+The time is from the `unshare` to the engine's `STANDIN-LOADED` line (its clock), the
+checkpoint's pages dropped from the cache before each run; the whole namespace is killed after.
 """
 
+import json
 import os
-import re
+import signal
+import statistics
 import subprocess
 import sys
-import threading
 import time
 
-import numpy as np
-from safetensors import safe_open
-from safetensors.numpy import save_file
-
-BLOCK = 16 << 20
-THREADS = 8
+SIZES = [48 << 20, 24 << 20, 12 << 20, 6 << 20]
+CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_attention_heads": 32,
+          "num_key_value_heads": 8, "hidden_size": 4096, "num_hidden_layers": 32, "torch_dtype": "float16"}
 
 
 def write(d, gib):
     os.makedirs(d, exist_ok=True)
-    rng = np.random.default_rng(0)
-    sizes = [48 << 20, 24 << 20, 12 << 20, 6 << 20]  # bytes per tensor, in turn
     for shard in range(gib):
-        tensors, used, i = {}, 0, 0
-        while used < (1 << 30) - (48 << 20):
-            n = sizes[i % len(sizes)]
-            tensors[f"model.layers.{shard}.t{i}"] = rng.integers(0, 1 << 15, n // 2, dtype=np.uint16).view(np.float16)
-            used += n
+        header, at, names = {}, 0, []
+        i = 0
+        while at < (1 << 30) - (48 << 20):
+            n = SIZES[i % len(SIZES)]
+            name = f"model.layers.{shard}.t{i:04d}"
+            header[name] = {"dtype": "F16", "shape": [n // 2], "data_offsets": [at, at + n]}
+            names.append((name, n))
+            at += n
             i += 1
-        save_file(tensors, os.path.join(d, f"model-{shard + 1:05d}-of-{gib:05d}.safetensors"))
+        head = json.dumps(header).encode()
+        head += b" " * (-len(head) % 8)
+        with open(os.path.join(d, f"model-{shard + 1:05d}-of-{gib:05d}.safetensors"), "wb") as f:
+            f.write(len(head).to_bytes(8, "little") + head)
+            for _, n in names:
+                f.write(os.urandom(n))
+    weight_map = {f"t{i}": f"model-{s + 1:05d}-of-{gib:05d}.safetensors" for i, s in enumerate(range(gib))}
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": gib << 30}, "weight_map": weight_map}, f)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(CONFIG, f)
 
 
-def shards(d):
-    """The files in vLLM's order (`_natural_sort_key`)."""
-    key = lambda s: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
-    return sorted((os.path.join(d, f) for f in os.listdir(d) if f.endswith(".safetensors")), key=key)
+INROOT = r'''
+set -e
+R=$1; MODELS=$2; OVERLAY=$3; CGS=$4; shift 4
+mount --make-rprivate /
+mount -t proc proc "$R/proc"
+mount --rbind /sys "$R/sys"
+mount --rbind /dev "$R/dev"
+mkdir -p "$R/models" "$R/opt/infera"
+mount --bind "$MODELS" "$R/models"
+mount --bind "$OVERLAY" "$R/opt/infera" && mount -o remount,bind,ro "$R/opt/infera"
+ip link set lo up
+for c in $CGS; do echo $$ > "$c/cgroup.procs"; done
+exec chroot "$R" "$@"
+'''
+
+WRAPPER = ["--discovery-backend", "etcd", "--etcd-endpoint", "127.0.0.1:1",
+           "--request-transport", "http", "--kv-event-transport", "zmq"]
 
 
-def vllm_prefetch(files):
-    """A stand-in of vLLM's prefetch: THREADS readers over the sorted files' 16 MiB blocks."""
-    blocks = [(f, off) for f in files for off in range(0, os.path.getsize(f), BLOCK)]
-    lock, nxt = threading.Lock(), [0]
-
-    def reader():
-        while True:
-            with lock:
-                if nxt[0] >= len(blocks):
-                    return
-                f, off = blocks[nxt[0]]
-                nxt[0] += 1
-            with open(f, "rb", buffering=0) as h:
-                h.seek(off)
-                h.read(BLOCK)
-
-    for _ in range(THREADS):
-        threading.Thread(target=reader, daemon=True).start()
+def drop_caches():
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
 
 
-def read(d, how):
-    t0 = time.perf_counter()
-    files = shards(d)
-    if how == "ours":
-        exe = os.environ["INFERA_EXEC"]
-        args = os.environ.get("PREFETCH_ARGS", "").split()
-        subprocess.Popen([exe, "__prefetch", "--parent", str(os.getpid()), "--linger", *args, "--", *files],
-                         stdout=subprocess.DEVNULL)
-    time.sleep(float(os.environ.get("IMPORT", "2")))
-    if how == "vllm":
-        vllm_prefetch(files)
-    first = None
-    total = 0
-    for f in files:
-        with safe_open(f, framework="np") as s:
-            for k in s.keys():
-                total += int(s.get_tensor(k).view(np.uint16)[::4096].sum() & 1)  # touch every page-ish
-                first = first or time.perf_counter() - t0
-    print(f"{time.perf_counter() - t0:.2f} {first:.2f}")
+def run_one(root, models, overlay, cgroups, variant, timeout=600):
+    """Seconds from the start to the engine's last tensor."""
+    if variant == "alone":
+        argv = ["/usr/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve", "--model", "/models", "--host", "127.0.0.1"]
+    else:
+        argv = ["/opt/infera/bin/infera-exec", "python3", "-m", "infera.engine.vllm", "--model", "/models", *WRAPPER]
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+           "STANDIN_LOAD_WEIGHTS": "1", "INFERA_PREFETCH": variant if variant != "alone" else "off",
+           "HF_HUB_OFFLINE": "1", "INFERA_LOG": os.environ.get("INFERA_LOG", "info")}
+    drop_caches()
+    started = time.time()
+    p = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--net", "sh", "-c", INROOT, "inroot",
+                          root, models, overlay, " ".join(cgroups), *argv],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    log = []
+    loaded = loading = None
+    deadline = started + timeout
+    try:
+        for line in p.stdout:
+            log.append(line)
+            if line.startswith("STANDIN-LOADING "):
+                loading = float(line.split()[1])
+            if line.startswith("STANDIN-LOADED "):
+                loaded = float(line.split()[1])
+                break
+            if time.time() > deadline:
+                break
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    if loaded is None:
+        raise SystemExit(f"bench/load: {variant} never loaded:\n{''.join(log[-40:])}")
+    log.append(f"the load itself: {loaded - (loading or started):.2f} s, after {(loading or started) - started:.2f} s\n")
+    return loaded - started, "".join(log)
+
+
+def table(results, real_bytes, rate):
+    """results: {(storage, memory): {variant: [seconds per round]}} — paired by round. The
+    storage's rate share: the checkpoint's real bytes over the cell's bandwidth, divided by the
+    time from the process's start."""
+    med = statistics.median
+    rng = lambda v: f"{med(v):.1f} s ({min(v):.1f}–{max(v):.1f})"
+    print("| storage, memory | the loader alone (no launcher, no wrapper) | `--prefetch off` | `--prefetch auto` "
+          "(the default) | `--prefetch on` | auto: gain over the loader alone | on: gain over the loader alone "
+          "| auto: gain over off | on: gain over off | auto at the storage's rate |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (s, m), v in results.items():
+        ratios = lambda base, x: [a / b for a, b in zip(v[base], v[x])]
+        gain = lambda x, base="alone": f"{med(ratios(base, x)):.2f}× ({min(ratios(base, x)):.2f}–{max(ratios(base, x)):.2f})"
+        shares = [real_bytes / rate[s] / t * 100 for t in v["auto"]] if s in rate else []
+        share = f"{med(shares):.0f} % ({min(shares):.0f}–{max(shares):.0f})" if shares else "–"
+        print(f"| {s}, {m} | {rng(v['alone'])} | {rng(v['off'])} | {rng(v['auto'])} | {rng(v['on'])} "
+              f"| {gain('auto')} | {gain('on')} | {gain('auto', 'off')} | {gain('on', 'off')} | {share} |")
+
+
+def run():
+    e = os.environ
+    root, overlay = e["ROOT"], e["OVERLAY"]
+    storages = {"throttled": e["THROTTLED"], "fuse": e["FUSE"], "local": e["LOCAL"]}
+    io, mem, limit = e["IO_CGROUP"], e["MEM_CGROUP"], int(e["LIMIT"])
+    rounds = int(e.get("REPEAT", "5"))
+    variants = e.get("VARIANTS", "off auto on alone").split()
+    cells = [c.split(",") for c in e.get("CELLS", "throttled,fits throttled,2x fuse,fits fuse,2x local,fits").split()]
+    results = {tuple(c): {v: [] for v in variants} for c in cells}
+    logs = open(os.path.join(e["OUT"], "runs.log"), "w")
+    for r in range(rounds):
+        for storage, memory in cells:
+            cgs = [io] if storage == "throttled" else []
+            with open(os.path.join(mem, "memory.limit_in_bytes"), "w") as f:
+                f.write(str(limit if memory == "2x" else -1))
+            cgs.append(mem)
+            order = variants if r % 2 == 0 else variants[::-1]
+            for v in order:
+                secs, log = run_one(root, storages[storage], overlay, cgs, v)
+                kills = [l for l in open(os.path.join(mem, "memory.oom_control")) if l.startswith("oom_kill ")]
+                if kills and kills[0].split()[1] != "0":
+                    raise SystemExit(f"bench/load: an OOM kill in the pod's cgroup ({storage} {memory} {v})")
+                results[(storage, memory)][v].append(secs)
+                print(f"round {r + 1}: {storage} {memory} {v}: {secs:.2f} s", file=sys.stderr, flush=True)
+                logs.write(f"==== round {r + 1} {storage} {memory} {v}: {secs:.2f} s\n{log}\n")
+    with open(os.path.join(e["OUT"], "results.json"), "w") as f:
+        json.dump({f"{s},{m}": v for (s, m), v in results.items()}, f)
+    if all(v in variants for v in ("off", "auto", "on", "alone")):
+        ck = storages["local"]
+        real = sum(os.path.getsize(os.path.join(ck, f)) for f in os.listdir(ck) if f.endswith(".safetensors"))
+        table(results, real, {"throttled": 300e6, "fuse": 300e6})
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(sys.argv[2], int(sys.argv[3]))
     else:
-        read(sys.argv[2], sys.argv[3])
+        run()

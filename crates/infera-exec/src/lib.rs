@@ -188,7 +188,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     if let Some(code) = wait_for_model(req, &g.root, g.model()) {
         return code;
     }
-    g.read_models();
+    g.read_models(req);
     let (overlay, opts) = load_overlay(req);
     g.with_plan(req, &overlay, &opts, |plan| {
         if req.dry_run {
@@ -226,9 +226,11 @@ impl Gathered {
         Ok(Gathered { env, root, facts, engine, args, router, models })
     }
 
-    /// The facts of the model the run reads (after any wait for it).
-    fn read_models(&mut self) {
-        self.models = model_facts(&self.root, &self.env, self.model());
+    /// The facts of the model the run reads (after any wait for it); its storage is probed
+    /// where `--prefetch auto` may read ahead for an engine (see `facts::storage::probe`).
+    fn read_models(&mut self, req: &Request) {
+        let probe = req.role.runs_engine() && req.prefetch == cli::PrefetchChoice::Auto;
+        self.models = model_facts(&self.root, &self.env, self.model(), probe);
     }
 
     /// The model the run reads: the worker's, or the router's tokenizer path.
@@ -381,6 +383,7 @@ fn model_facts(
     root: &rootfs::Root,
     env: &Env,
     model: Option<&OsString>,
+    probe: bool,
 ) -> std::collections::BTreeMap<OsString, facts::model::ModelFacts> {
     let s = |k: &str| envvars::get(env, k).and_then(|v| v.to_str());
     let hf = facts::model::HfEnv {
@@ -388,7 +391,7 @@ fn model_facts(
         hf_home: s(envvars::HF_HOME),
         home: s(envvars::HOME),
     };
-    model.map(|m| (m.clone(), facts::model::detect(root, m, &hf))).into_iter().collect()
+    model.map(|m| (m.clone(), facts::model::detect(root, m, &hf, probe))).into_iter().collect()
 }
 
 /// The overlay's manifests and layout (the selected tree's files are read once it is known).

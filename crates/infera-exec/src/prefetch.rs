@@ -36,8 +36,11 @@ use std::time::{Duration, Instant};
 
 use crate::spec::PrefetchSpec;
 
-/// What one thread reads at a time.
-const CHUNK: u64 = 4 << 20;
+/// What one thread reads at a time: the readers take the checkpoint's MiBs in order, so what
+/// is in flight is the next MiBs, in the order the loader will want them (a loader that
+/// reaches the front then waits on a read already made instead of making a small one of its
+/// own, which costs a round trip, or one of a throttled volume's IOPS).
+const CHUNK: u64 = 1 << 20;
 /// One read's buffer: a chunk is read in pieces of this size, the memory a thread holds.
 const PIECE: usize = 1 << 20;
 /// How often the loader's place is looked at while the lead is used up.
@@ -108,22 +111,26 @@ pub fn main(a: &Args) -> i32 {
         );
         return crate::error::Exit::Usage.code();
     }
+    // The launcher blocks SIGTERM and SIGINT in init mode (to forward them), and a child
+    // inherits its mask: unblocked here, so that they end this process as they end any.
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
     if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
         || nix::unistd::getppid().as_raw() != a.parent
     {
         return 0; // the parent is already gone: nothing to read ahead for
     }
     let started = Instant::now();
-    let read = run(a);
+    let (read, how) = run(a);
     let secs = started.elapsed().as_secs_f64();
-    let amount = match read {
-        r if r < 1 << 30 => format!("{} MiB", r >> 20),
-        r => format!("{:.1} GiB", r as f64 / (1u64 << 30) as f64),
-    };
     let n = a.files.len();
     tracing::info!(
         code = "prefetch",
-        "read {amount} of {n} file{} ahead of the engine in {secs:.1} s",
+        "read {} of {n} file{} ahead of the engine in {secs:.1} s{how}",
+        amount(read),
         if n == 1 { "" } else { "s" }
     );
     if a.linger {
@@ -134,14 +141,22 @@ pub fn main(a: &Args) -> i32 {
     0
 }
 
+fn amount(bytes: u64) -> String {
+    match bytes {
+        r if r < 1 << 30 => format!("{} MiB", r >> 20),
+        r => format!("{:.1} GiB", r as f64 / (1u64 << 30) as f64),
+    }
+}
+
 /// A file of the checkpoint, opened or not yet (its place: the `Place` of the same index).
 struct Shard {
     path: PathBuf,
     file: Option<File>,
 }
 
-/// Read every file, never more than the lead past the loader; returns the bytes read.
-fn run(a: &Args) -> u64 {
+/// Read every file, never more than the lead past the loader; returns the bytes read, and
+/// how many reads it had at once at most.
+fn run(a: &Args) -> (u64, String) {
     let (mut start, mut shards, mut places) = (0, Vec::new(), Vec::new());
     for (i, p) in a.files.iter().enumerate() {
         // The plan names each file resolved inside the root: a link found here was put there
@@ -155,15 +170,176 @@ fn run(a: &Args) -> u64 {
         places.push(Place { id: (m.dev(), m.ino()), start, len: m.len() });
         start += m.len();
     }
+    let total = start;
     let work = Mutex::new(Work { shard: 0, offset: 0, front: 0, read: 0 });
     let loader = Mutex::new(Loader { parent: a.parent, me: std::process::id() as i32, ..Loader::default() });
     let shards = Mutex::new(shards);
+    let pace = Mutex::new(Pace::new(a.ranges.max(1) as usize, total));
     std::thread::scope(|s| {
-        for _ in 0..a.ranges.max(1) {
-            s.spawn(|| reader(a, &places, &shards, &work, &loader));
+        for i in 0..a.ranges.max(1) as usize {
+            let (places, shards, work, loader, pace) = (&places, &shards, &work, &loader, &pace);
+            s.spawn(move || reader(a, i, places, shards, work, loader, pace));
         }
     });
-    work.into_inner().map(|w| w.read).unwrap_or(0)
+    let read = work.into_inner().map(|w| w.read).unwrap_or(0);
+    let how =
+        pace.into_inner().map(|p| format!(", at most {} read{} at once", p.peak, if p.peak == 1 { "" } else { "s" }));
+    let how = how.unwrap_or_default();
+    (read, how)
+}
+
+/// How many readers work, chosen by what the storage answers.
+///
+/// - **Ramping.** Two readers first; every `WINDOW` the readers' throughput is measured, and
+///   their number doubles while each doubling adds at least a fifth (a network storage's
+///   round trips overlap; a local disk needs few), up to `--ranges`; the first doubling that
+///   does not pay is undone and the number kept. A window in which the readers waited for the
+///   loader (the lead used up) ends the ramp: they are as far ahead as allowed.
+/// - **The loader catching up.** A window in which the loader reached a quarter of the chunks
+///   as they were read doubles the readers (up to `--ranges`), whatever the throughput said:
+///   a loader at the front issues reads of its own, small ones, which take a network's round
+///   trips or a throttled volume's IOPS from the read-ahead (measured: bench/load).
+/// - **Progress.** A line every 30 s or every tenth of the checkpoint, whichever comes later.
+struct Pace {
+    allowed: usize,
+    /// The most readers at work at once so far.
+    peak: usize,
+    max: usize,
+    window: Window,
+    /// The throughput at the number of readers before the last doubling.
+    before: Option<f64>,
+    settled: bool,
+    total: u64,
+    said: (Instant, u64),
+    read: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Window {
+    started: Instant,
+    bytes: u64,
+    chunks: u32,
+    /// Chunks the loader had reached by the time they were read.
+    reached: u32,
+    waited: bool,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window { started: Instant::now(), bytes: 0, chunks: 0, reached: 0, waited: false }
+    }
+}
+
+/// How long the readers' throughput is measured before a number of readers is judged.
+const WINDOW: Duration = Duration::from_millis(250);
+/// Reads in flight at the least: one more than the loader's own, so that a page it faults on
+/// is one already requested.
+const MIN_READS: usize = 2;
+/// How often progress is said, at the least.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+impl Pace {
+    fn new(max: usize, total: u64) -> Pace {
+        Pace {
+            allowed: MIN_READS.min(max),
+            peak: MIN_READS.min(max),
+            max,
+            window: Window::new(),
+            before: None,
+            settled: max == 1,
+            total,
+            said: (Instant::now(), 0),
+            read: 0,
+        }
+    }
+
+    /// A chunk read (`bytes`, and whether the loader had reached it), or a wait on the lead.
+    fn record(&mut self, bytes: u64, reached: bool, waited: bool, ahead: u64) {
+        self.count(bytes, reached, waited);
+        if self.window.started.elapsed() >= WINDOW && self.window.chunks > 0 {
+            self.judge();
+        }
+        if let Some(line) = self.progress(ahead, Instant::now()) {
+            tracing::info!(code = "prefetch", "{line}");
+        }
+    }
+
+    fn count(&mut self, bytes: u64, reached: bool, waited: bool) {
+        self.read += bytes;
+        let w = &mut self.window;
+        w.bytes += bytes;
+        w.chunks += u32::from(bytes > 0);
+        w.reached += u32::from(bytes > 0 && reached);
+        w.waited |= waited;
+    }
+
+    fn judge(&mut self) {
+        let w = std::mem::replace(&mut self.window, Window::new());
+        self.judge_window(w, w.started.elapsed().as_secs_f64());
+    }
+
+    /// What a window of `secs` says about the number of readers.
+    fn judge_window(&mut self, w: Window, secs: f64) {
+        let rate = w.bytes as f64 / secs.max(1e-3);
+        tracing::debug!(
+            code = "prefetch-pace",
+            "{} MB/s with {} reading, {} of {} chunks reached by the loader as read, waited on the lead: {}",
+            (rate / 1e6) as u64,
+            self.allowed,
+            w.reached,
+            w.chunks,
+            w.waited
+        );
+        if w.waited {
+            self.settled = true;
+            return;
+        }
+        // The loader reached a quarter of the chunks as they were read: it is at the front,
+        // issuing reads of its own (each a round trip, or one of a throttled volume's IOPS).
+        // More reads in flight keep it on pages already requested.
+        if w.reached * 4 >= w.chunks && self.allowed < self.max {
+            self.allowed = (self.allowed * 2).min(self.max);
+            self.peak = self.peak.max(self.allowed);
+            self.settled = true;
+            return;
+        }
+        if self.settled {
+            return;
+        }
+        match self.before {
+            Some(before) if rate < before * 1.2 => {
+                self.allowed = (self.allowed / 2).max(MIN_READS);
+                self.settled = true;
+            }
+            _ if self.allowed >= self.max => self.settled = true,
+            _ => {
+                self.before = Some(rate);
+                self.allowed = (self.allowed * 2).min(self.max);
+                self.peak = self.peak.max(self.allowed);
+            }
+        }
+    }
+
+    /// A line at `now` when `PROGRESS_EVERY` and a tenth of the checkpoint have both passed
+    /// since the last: every 30 s or every tenth, whichever is later.
+    fn progress(&mut self, ahead: u64, now: Instant) -> Option<String> {
+        let (at, bytes) = self.said;
+        let since = now.saturating_duration_since(at);
+        if since < PROGRESS_EVERY || (self.read - bytes) * 10 < self.total {
+            return None;
+        }
+        let rate = (self.read - bytes) as f64 / since.as_secs_f64() / 1e6;
+        self.said = (now, self.read);
+        Some(format!(
+            "read {} of {} ({:.0} %) at {rate:.0} MB/s, {} ahead of the engine's loader, {} read{} at once",
+            amount(self.read),
+            amount(self.total),
+            self.read as f64 * 100.0 / self.total.max(1) as f64,
+            amount(ahead),
+            self.allowed,
+            if self.allowed == 1 { "" } else { "s" }
+        ))
+    }
 }
 
 /// A regular file, read-only, opened without blocking (a FIFO in the model directory) and
@@ -200,25 +376,49 @@ struct Chunk {
     end: u64,
 }
 
-/// One reader: take the next chunk, wait until the lead allows it, read it (unless the
-/// loader got there first).
-fn reader(a: &Args, places: &[Place], shards: &Mutex<Vec<Shard>>, work: &Mutex<Work>, loader: &Mutex<Loader>) {
+/// Reader `i`: while the pace lets it work, take the next chunk, wait until the lead allows
+/// it, read it (unless the loader got there first), and tell the pace.
+fn reader(
+    a: &Args,
+    i: usize,
+    places: &[Place],
+    shards: &Mutex<Vec<Shard>>,
+    work: &Mutex<Work>,
+    loader: &Mutex<Loader>,
+    pace: &Mutex<Pace>,
+) {
     let mut buf = vec![0u8; PIECE];
-    while let Some(c) = next_chunk(places, shards, work) {
-        let behind = loop {
+    loop {
+        match pace.lock().map(|p| i < p.allowed) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Not at work: while there is work, until the pace lets this reader in.
+                if work.lock().map_or(true, |w| w.shard >= places.len()) {
+                    return;
+                }
+                std::thread::sleep(POLL);
+                continue;
+            }
+            Err(_) => return,
+        }
+        let Some(c) = next_chunk(places, shards, work) else { return };
+        let (mut behind, mut waited) = (false, false);
+        loop {
             let Ok(mut l) = loader.lock() else { return };
             let front = work.lock().map(|w| w.front).unwrap_or(0);
             l.refresh(places, front + a.lead);
             if c.end + BEHIND <= l.position {
-                break true;
+                behind = true;
+                break;
             }
             let lead = if l.pressed { a.lead.min(PRESSED_LEAD) } else { a.lead };
             if c.end <= l.position + lead && (!a.after_open || l.opened.is_some_and(|o| o >= c.index)) {
-                break false;
+                break;
             }
             drop(l);
+            waited = true;
             std::thread::sleep(POLL);
-        };
+        }
         let pressed = loader.lock().is_ok_and(|l| l.pressed);
         let done = if behind { 0 } else { read_range(&c, &mut buf) };
         if pressed && !behind {
@@ -227,8 +427,17 @@ fn reader(a: &Args, places: &[Place], shards: &Mutex<Vec<Shard>>, work: &Mutex<W
             // only when it scans them), so what is read ahead is not evicted first.
             read_range(&c, &mut buf);
         }
+        let position = loader.lock().map(|mut l| {
+            l.refresh(places, c.end);
+            l.position
+        });
+        let position = position.unwrap_or(0);
         if let Ok(mut w) = work.lock() {
             w.read += done;
+        }
+        let ahead = work.lock().map(|w| w.front.saturating_sub(position)).unwrap_or(0);
+        if let Ok(mut p) = pace.lock() {
+            p.record(done, position > c.end - c.len, waited, ahead);
         }
     }
 }
@@ -369,27 +578,85 @@ impl Mapping {
     /// in or the pagemap cannot be read.
     fn highest_present(&self, pagemap: &File, window: (u64, u64)) -> Option<u64> {
         const PAGE: u64 = 4096;
-        const STEP: u64 = 512; // pages
+        const STEP: u64 = 512; // pages: 2 MiB
+                               // Blocks without a present page before the scan ends: a loader that copies tensors in
+                               // an order other than the file's skips a few; beyond this it has not been.
+        const GAP: u32 = 16;
         let addr = |off: u64| (self.start + off.saturating_sub(self.offset)).clamp(self.start, self.end) / PAGE;
-        let (first, mut hi) = (addr(window.0), addr(window.1).max(addr(window.0)));
+        let (mut lo, hi) = (addr(window.0), addr(window.1).max(addr(window.0)));
         let base = self.start / PAGE;
         let mut entries = vec![0u8; (STEP * 8) as usize];
-        while hi > first {
-            let lo = hi.saturating_sub(STEP).max(first);
-            let n = ((hi - lo) * 8) as usize;
+        // Upward from where the loader was: the cost is what it read since, not the lead.
+        let (mut found, mut empty) = (None, 0);
+        while lo < hi && empty < GAP {
+            let top = (lo + STEP).min(hi);
+            let n = ((top - lo) * 8) as usize;
             pagemap.read_exact_at(&mut entries[..n], lo * 8).ok()?;
-            if let Some(k) = entries[..n].chunks_exact(8).rposition(|e| e[7] & 0x80 != 0) {
-                return Some(self.offset + (lo + k as u64 + 1 - base) * PAGE);
+            match entries[..n].chunks_exact(8).rposition(|e| e[7] & 0x80 != 0) {
+                Some(k) => {
+                    found = Some(self.offset + (lo + k as u64 + 1 - base) * PAGE);
+                    empty = 0;
+                }
+                None => empty += 1,
             }
-            hi = lo;
+            lo = top;
         }
-        None
+        found
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The readers double while each doubling adds a fifth; the first that does not is undone;
+    /// waiting on the lead ends the ramp; a loader that catches up starts it again.
+    #[test]
+    fn the_number_of_readers_follows_the_storage() {
+        let w = |mb: u64, reached: u32, waited: bool| Window {
+            started: Instant::now(),
+            bytes: mb * 1_000_000,
+            chunks: 10,
+            reached,
+            waited,
+        };
+        let mut p = Pace::new(16, 1 << 40);
+        for (mb, want) in [(100, 4), (190, 8), (200, 4)] {
+            p.judge_window(w(mb, 0, false), 1.0);
+            assert_eq!(p.allowed, want, "after {mb} MB/s");
+        }
+        assert!(p.settled);
+        p.judge_window(w(300, 2, false), 1.0);
+        assert_eq!((p.allowed, p.settled), (4, true), "ahead: kept");
+        p.judge_window(w(300, 3, false), 1.0);
+        assert_eq!((p.allowed, p.peak), (8, 8), "the loader caught up: more in flight");
+        p.judge_window(w(300, 0, false), 1.0);
+        assert_eq!(p.allowed, 8, "kept");
+        let mut q = Pace::new(16, 1 << 40);
+        q.judge_window(w(900, 0, true), 1.0);
+        assert_eq!((q.allowed, q.settled), (2, true), "as far ahead as the lead allows");
+    }
+
+    /// A progress line every 30 s or every tenth of the checkpoint, whichever is later: on a
+    /// slow read, every 30 s; on a fast one, every tenth.
+    #[test]
+    fn progress_every_30_s_or_tenth_whichever_is_later() {
+        const GIB: u64 = 1 << 30;
+        let mut p = Pace::new(8, 100 * GIB);
+        let t0 = p.said.0;
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        p.count(20 * GIB, false, false);
+        assert_eq!(p.progress(GIB, at(29)), None, "a fifth read, but before 30 s");
+        let line = p.progress(GIB, at(30)).unwrap();
+        assert_eq!(
+            line,
+            "read 20.0 GiB of 100.0 GiB (20 %) at 716 MB/s, 1.0 GiB ahead of the engine's loader, 2 reads at once"
+        );
+        p.count(5 * GIB, false, false);
+        assert_eq!(p.progress(GIB, at(90)), None, "a minute later, but only a twentieth more");
+        p.count(5 * GIB, false, false);
+        assert!(p.progress(GIB, at(91)).unwrap().starts_with("read 30.0 GiB of 100.0 GiB (30 %)"));
+    }
 
     #[test]
     fn a_maps_line_of_a_file() {

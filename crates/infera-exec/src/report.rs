@@ -277,6 +277,15 @@ pub fn start_line(plan: &Plan, x: &ExecSpec) -> String {
             .collect();
         let _ = write!(o, "; added {} ({})", added.join(" "), why.join("; "));
     }
+    if let Some(p) = &x.prefetch {
+        let _ = write!(
+            o,
+            "; reading ahead of the engine's loader: {} file{}, {}",
+            p.files.len(),
+            if p.files.len() == 1 { "" } else { "s" },
+            crate::plan::memory::gib(p.bytes)
+        );
+    }
     o
 }
 

@@ -36,6 +36,37 @@ def log(engine: str, msg: str) -> None:
     print(f"[stand-in {engine}] {msg}", file=sys.stderr, flush=True)
 
 
+# --- the weight load ----------------------------------------------------------------------
+
+
+def load_weights(engine: str, model: str) -> None:
+    """With STANDIN_LOAD_WEIGHTS=1: load the model directory's *.safetensors as vLLM's lazy
+    path does (`safetensors_weights_iterator`: the files in `_natural_sort_key` order, each
+    memory-mapped, every tensor copied out in the file's key order), touching every byte
+    through the mapping the way `get_tensor` does; then print `STANDIN-LOADED <unix time>
+    <bytes>` on stdout (what bench/load times). Standard library only: the safetensors header
+    is 8 bytes of length and a JSON table of each tensor's data offsets."""
+    import mmap
+    import re
+
+    if os.environ.get("STANDIN_LOAD_WEIGHTS") != "1" or not os.path.isdir(model):
+        return
+    print(f"STANDIN-LOADING {time.time():.3f}", flush=True)
+    key = lambda s: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+    files = sorted((f for f in os.listdir(model) if f.endswith(".safetensors")), key=key)
+    total = 0
+    for name in files:
+        with open(os.path.join(model, name), "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+            n = int.from_bytes(mm[:8], "little")
+            header = json.loads(mm[8:8 + n])
+            base = 8 + n
+            for k in sorted(k for k in header if k != "__metadata__"):
+                a, b = header[k]["data_offsets"]
+                total += len(bytes(mm[base + a:base + b]))
+    print(f"STANDIN-LOADED {time.time():.3f} {total}", flush=True)
+    log(engine, f"loaded {len(files)} weight files, {total} bytes")
+
+
 # --- the parser, rebuilt from the real one's recorded actions -------------------------------
 
 

@@ -3,6 +3,7 @@
 
 pub use infera_core::{exe, pyassign};
 
+pub mod blockdev;
 pub mod devices;
 pub mod engine_config;
 pub mod fatbin;

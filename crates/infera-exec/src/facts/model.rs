@@ -168,7 +168,7 @@ impl HfEnv<'_> {
 }
 
 /// `reference` as the engine gets it: bytes (a path need not be UTF-8), shown lossily.
-pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFacts {
+pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv, probe: bool) -> ModelFacts {
     use std::os::unix::ffi::OsStrExt;
     let shown = reference.to_string_lossy().into_owned();
     let unreadable = |reason: ModelProblem| ModelFacts::Unreadable { reference: shown.clone(), reason };
@@ -195,7 +195,7 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
         Ok(bytes) => match from_config(&shown, &config, &bytes) {
             ModelFacts::Known(mut m) => {
                 m.weights = weights(root, &dir);
-                m.filesystem = filesystem(root, &dir);
+                m.filesystem = filesystem(root, &dir, m.weights.as_ref().filter(|_| probe));
                 ModelFacts::Known(m)
             }
             other => other,
@@ -204,14 +204,26 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv) -> ModelFact
     }
 }
 
-/// The mount the model directory (resolved) is on, from this process's mountinfo.
-fn filesystem(root: &Root, dir: &Path) -> Option<super::storage::Filesystem> {
+/// The mount the model directory (resolved) is on, from this process's mountinfo, with the
+/// block device under it; where the device's facts do not say what it is and `probe` gives
+/// the weights, a timed read of their first file.
+fn filesystem(root: &Root, dir: &Path, probe: Option<&Weights>) -> Option<super::storage::Filesystem> {
+    use super::blockdev::Medium;
     if !root.is_host_root() {
         return None;
     }
     let resolved = std::fs::canonicalize(dir).ok()?;
     let mountinfo = root.read_small_string(Path::new("/proc/self/mountinfo")).ok()?;
-    super::storage::filesystem_of(&mountinfo, &resolved)
+    let mut fs = super::storage::filesystem_of(&mountinfo, &resolved)?;
+    if !super::storage::network_fs(&fs.fstype) {
+        fs.device = super::blockdev::classify(root, &fs.majmin, &mountinfo);
+        let read = |p: &Path| root.read_small_string(p).ok();
+        fs.io_cap = fs.device.as_ref().and_then(|_| super::storage::io_cap(read, &[fs.majmin.as_str()]));
+    }
+    if fs.io_cap.is_none() && fs.device.as_ref().is_some_and(|d| d.medium == Medium::Unknown) {
+        fs.probe = probe.and_then(|w| w.files.first()).and_then(|f| super::storage::probe(f));
+    }
+    Some(fs)
 }
 
 /// The checkpoint's size: an index's `metadata.total_size` (what transformers and the

@@ -15,6 +15,131 @@ pub struct Filesystem {
     pub fstype: String,
     #[serde(serialize_with = "crate::spec::ser_path")]
     pub mount_point: PathBuf,
+    /// The device number of the mount (`0:N` for one without a block device).
+    #[serde(skip)]
+    pub majmin: String,
+    /// The block device under it, and whether it is local or reached over a network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<super::blockdev::BlockDevice>,
+    /// A cap the pod's cgroup puts on reads from that device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_cap: Option<IoCap>,
+    /// A short timed read of the checkpoint, where nothing else says what the storage is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<Probe>,
+}
+
+/// Filesystems whose reads cross a network (or a FUSE daemon that may).
+pub fn network_fs(fstype: &str) -> bool {
+    matches!(
+        fstype,
+        "nfs"
+            | "nfs4"
+            | "lustre"
+            | "ceph"
+            | "virtiofs"
+            | "cifs"
+            | "smb3"
+            | "9p"
+            | "gpfs"
+            | "beegfs"
+            | "wekafs"
+            | "fuse"
+    ) || fstype.starts_with("fuse.")
+}
+
+/// What a short read of the checkpoint's first file took, cold (its pages dropped from the
+/// cache first, readahead off): `reads` reads of 4 KiB, the median's time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    pub reads: u32,
+    pub median_micros: u64,
+}
+
+/// Small reads spread over the file: each one request to the device, its round trip timed
+/// (a disk of the machine answers in about 100 µs, storage over a network in 0.5 to 2 ms).
+const PROBE_READS: u64 = 8;
+const PROBE_READ: usize = 4096;
+
+/// Read `PROBE_READS` pieces of `file` cold and time each: the storage's own latency,
+/// whatever its type says. None when the file is too small or cannot be read. Its pages are
+/// dropped from the cache first (`POSIX_FADV_DONTNEED`: only pages no process maps) and the
+/// kernel's read-ahead is off for the descriptor (`POSIX_FADV_RANDOM`), so each read is one
+/// request to the device; 32 KiB in all, read again by the loader from the cache.
+pub fn probe(file: &Path) -> Option<Probe> {
+    use rustix::fs::{fadvise, Advice};
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(file).ok()?;
+    let size = f.metadata().ok().filter(|m| m.is_file())?.len();
+    let step = size / PROBE_READS / 4096 * 4096;
+    if step < 1 << 20 {
+        return None;
+    }
+    fadvise(&f, 0, None, Advice::DontNeed).ok()?;
+    fadvise(&f, 0, None, Advice::Random).ok()?;
+    let mut buf = [0u8; PROBE_READ];
+    let mut took = Vec::with_capacity(PROBE_READS as usize);
+    for i in 0..PROBE_READS {
+        let started = std::time::Instant::now();
+        f.read_at(&mut buf, i * step + step / 2 / 4096 * 4096).ok()?;
+        took.push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+    }
+    took.sort_unstable();
+    Some(Probe { reads: PROBE_READS as u32, median_micros: took[took.len() / 2] })
+}
+
+/// A cap the pod's cgroup puts on reads from a device (cgroup v1 `blkio.throttle.read_*_device`,
+/// v2 `io.max`): a volume's provisioned rate, or an IO limit an operator set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IoCap {
+    /// Bytes a second.
+    pub bps: Option<u64>,
+    /// Reads a second.
+    pub iops: Option<u64>,
+    /// The file that says so.
+    pub source: String,
+}
+
+/// The read caps of this process's cgroup on any of `devices` (`MAJ:MIN`), read through
+/// `read` (a small file's text), v1 or v2.
+pub fn io_cap(read: impl Fn(&Path) -> Option<String>, devices: &[&str]) -> Option<IoCap> {
+    use procfs_core::FromRead;
+    let groups = read(Path::new("/proc/self/cgroup"))
+        .and_then(|c| procfs_core::ProcessCGroups::from_read(c.as_bytes()).ok())
+        .map(|g| g.0)
+        .unwrap_or_default();
+    let v1 = groups.iter().find(|g| g.controllers.iter().any(|c| c == "blkio")).map(|g| g.pathname.as_str());
+    let v2 = groups.iter().find(|g| g.hierarchy == 0).map(|g| g.pathname.as_str());
+    let of = |line: &str| devices.iter().any(|d| line.split_whitespace().next() == Some(d));
+    if let Some(path) = v1 {
+        for dir in [Path::new("/sys/fs/cgroup/blkio").join(path.trim_start_matches('/')), "/sys/fs/cgroup/blkio".into()]
+        {
+            let value = |name: &str| {
+                let text = read(&dir.join(name))?;
+                text.lines().filter(|l| of(l)).find_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            };
+            let (bps, iops) = (value("blkio.throttle.read_bps_device"), value("blkio.throttle.read_iops_device"));
+            if bps.is_some() || iops.is_some() {
+                return Some(IoCap {
+                    bps,
+                    iops,
+                    source: dir.join("blkio.throttle.read_bps_device").display().to_string(),
+                });
+            }
+        }
+    }
+    let path = v2?;
+    for dir in [Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')), "/sys/fs/cgroup".into()] {
+        let Some(text) = read(&dir.join("io.max")) else { continue };
+        for line in text.lines().filter(|l| of(l)) {
+            let key = |k: &str| line.split_whitespace().find_map(|kv| kv.strip_prefix(k)?.parse::<u64>().ok());
+            let (bps, iops) = (key("rbps="), key("riops="));
+            if bps.is_some() || iops.is_some() {
+                return Some(IoCap { bps, iops, source: dir.join("io.max").display().to_string() });
+            }
+        }
+    }
+    None
 }
 
 /// The mount holding `path` (an absolute, resolved path) in a mountinfo text (read by
@@ -29,7 +154,14 @@ pub fn filesystem_of(mountinfo: &str, path: &Path) -> Option<Filesystem> {
         let point = PathBuf::from(unescape(&m.mount_point.to_string_lossy()));
         let longer = best.as_ref().is_none_or(|b| point.as_os_str().len() >= b.mount_point.as_os_str().len());
         if path.starts_with(&point) && longer {
-            best = Some(Filesystem { fstype: m.fs_type, mount_point: point });
+            best = Some(Filesystem {
+                fstype: m.fs_type,
+                mount_point: point,
+                majmin: m.majmin,
+                device: None,
+                io_cap: None,
+                probe: None,
+            });
         }
     }
     best
@@ -200,5 +332,51 @@ AnonHugePages:         0 kB\n\
         assert_eq!((v1.limit, v1.budget()), (None, Some(2 << 30)), "no limit: the host's available memory");
         let none = pod_memory(files(&[]));
         assert_eq!(none.source, "no memory cgroup");
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+
+    /// The pod cgroup's read caps on a device, v1 and v2, and none on another device.
+    #[test]
+    fn io_caps_of_the_pods_cgroup() {
+        let files = |v1: bool| {
+            move |p: &Path| -> Option<String> {
+                let p = p.to_string_lossy();
+                match (v1, p.as_ref()) {
+                    (true, "/proc/self/cgroup") => Some("7:blkio:/pod1\n0::/\n".into()),
+                    (true, "/sys/fs/cgroup/blkio/pod1/blkio.throttle.read_bps_device") => {
+                        Some("7:0 300000000\n".into())
+                    }
+                    (true, "/sys/fs/cgroup/blkio/pod1/blkio.throttle.read_iops_device") => Some("7:0 800\n".into()),
+                    (false, "/proc/self/cgroup") => Some("0::/kubepods/pod2\n".into()),
+                    (false, "/sys/fs/cgroup/kubepods/pod2/io.max") => {
+                        Some("259:1 rbps=125000000 wbps=max riops=3000 wiops=max\n".into())
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let v1 = io_cap(files(true), &["7:0"]).unwrap();
+        assert_eq!((v1.bps, v1.iops), (Some(300_000_000), Some(800)));
+        let v2 = io_cap(files(false), &["259:1"]).unwrap();
+        assert_eq!((v2.bps, v2.iops), (Some(125_000_000), Some(3000)));
+        assert!(v2.source.ends_with("kubepods/pod2/io.max"));
+        assert_eq!(io_cap(files(true), &["8:0"]), None);
+    }
+
+    /// A file in memory answers in microseconds: a disk of this machine, never slow storage.
+    #[test]
+    fn the_probe_reads_cold_and_times_each_read() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("w.safetensors");
+        std::fs::write(&f, vec![1u8; 16 << 20]).unwrap();
+        let p = probe(&f).unwrap();
+        assert_eq!(p.reads, 8);
+        assert!(p.median_micros < 400, "{p:?}");
+        std::fs::write(&f, vec![1u8; 4096]).unwrap();
+        assert_eq!(probe(&f), None, "too small to spread reads over");
     }
 }

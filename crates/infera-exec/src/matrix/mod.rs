@@ -123,7 +123,7 @@ fn row(
         Ok(g) => g,
         Err(e) => return Row { image: name, identity: None, facts: Value::Null, cells: Vec::new(), error: Some(e) },
     };
-    g.read_models();
+    g.read_models(req);
     let facts = serde_json::to_value(g.facts.view(&g.models)).unwrap_or(Value::Null);
     let cells = columns
         .iter()

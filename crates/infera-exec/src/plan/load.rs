@@ -22,24 +22,66 @@ use crate::plan::memory::gib;
 use crate::spec::PrefetchSpec;
 use crate::version::{parse, Version};
 
-/// How a filesystem is read by the engines' loaders.
+/// How the storage under the model is read by the engines' loaders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
-    /// A local block device or memory: read-ahead does the work.
+    /// A local disk (or memory): the kernel's own read-ahead keeps up with the loader.
     Local,
-    /// Shared, and vLLM prefetches by itself on it from this version.
+    /// A shared filesystem vLLM prefetches on by itself from this version.
     Detected { since: &'static str },
-    /// Shared, and no engine detects it.
+    /// A shared filesystem no engine detects.
     Shared,
+    /// A block filesystem (ext4, xfs) on a device reached over a network, or whose cold read
+    /// is slow: no engine sees it as shared (they look at the filesystem's type).
+    SlowBlock,
 }
 
-pub fn class(fstype: &str) -> Class {
-    match fstype {
-        "nfs" | "nfs4" => Class::Detected { since: "0.19" },
-        "lustre" => Class::Detected { since: "0.20" },
-        "ceph" | "virtiofs" | "cifs" | "smb3" | "9p" | "gpfs" | "beegfs" | "wekafs" | "fuse" => Class::Shared,
-        f if f.starts_with("fuse.") => Class::Shared,
-        _ => Class::Local,
+/// A cold read of the checkpoint whose median takes longer than this is storage a loader
+/// waits on: a disk of the machine answers a 4 KiB read in about 100 µs, storage over a
+/// network in 0.5 to 2 ms. A fast device misjudged costs little: the read-ahead backs off by
+/// itself where its reads are not ahead of the loader (`crate::prefetch`).
+pub const SLOW_MICROS: u64 = 400;
+/// A read cap on the pod's cgroup below these is storage a loader waits on (a local NVMe
+/// drive reads several GB/s and hundreds of thousands of requests a second).
+pub const SLOW_BPS: u64 = 1_000_000_000;
+pub const SLOW_IOPS: u64 = 20_000;
+
+/// The storage's class and what says so.
+pub fn class(fs: &Filesystem) -> (Class, String) {
+    use crate::facts::blockdev::Medium;
+    let said = |what: String| format!("{} ({}): {what}", fs.fstype, fs.mount_point.display());
+    match fs.fstype.as_str() {
+        "nfs" | "nfs4" => return (Class::Detected { since: "0.19" }, said("a network filesystem".into())),
+        "lustre" => return (Class::Detected { since: "0.20" }, said("a network filesystem".into())),
+        f if crate::facts::storage::network_fs(f) => return (Class::Shared, said("a shared filesystem".into())),
+        _ => {}
+    }
+    let Some(d) = &fs.device else { return (Class::Local, said("no block device under it".into())) };
+    let device = format!("device {}, {}", d.name, d.evidence);
+    if let Some(cap) = &fs.io_cap {
+        let capped = cap.bps.is_some_and(|b| b < SLOW_BPS) || cap.iops.is_some_and(|i| i < SLOW_IOPS);
+        let what = [cap.bps.map(|b| format!("{} MB/s", b / 1_000_000)), cap.iops.map(|i| format!("{i} reads/s"))];
+        let what: Vec<String> = what.into_iter().flatten().collect();
+        let caps = format!("{device}; this pod's cgroup caps its reads at {} ({})", what.join(" and "), cap.source);
+        if capped {
+            return (Class::SlowBlock, said(format!("{caps}: storage a loader waits on")));
+        }
+    }
+    match (d.medium, &fs.probe) {
+        (Medium::Network, _) => (Class::SlowBlock, said(format!("{device}: reached over a network"))),
+        (Medium::Local, _) => (Class::Local, said(format!("{device}: a disk of this machine"))),
+        (Medium::Unknown, Some(p)) => {
+            let measured = format!(
+                "{device}; {} cold 4 KiB reads of its first file took {} µs (median)",
+                p.reads, p.median_micros
+            );
+            if p.median_micros > SLOW_MICROS {
+                (Class::SlowBlock, said(format!("{measured}, over {SLOW_MICROS} µs: storage reached over a network")))
+            } else {
+                (Class::Local, said(format!("{measured}: a disk of this machine")))
+            }
+        }
+        (Medium::Unknown, None) => (Class::Local, said(format!("{device}; not measured (no weights file to read)"))),
     }
 }
 
@@ -72,17 +114,33 @@ pub fn plan(
 ) -> Load {
     let Some(w) = model.and_then(|m| m.weights.as_ref()) else { return Load::default() };
     let fs = model.and_then(|m| m.filesystem.as_ref());
-    let decided = match (fs, memory) {
-        (Some(fs), Some(mem)) if class(&fs.fstype) != Class::Local => {
+    let (class, storage) = fs.map_or((None, None), |f| {
+        let (c, s) = class(f);
+        (Some(c), Some(s))
+    });
+    let decided = match (fs, memory, class) {
+        (Some(fs), Some(mem), Some(Class::Detected { .. } | Class::Shared)) => {
             Some(engine_strategy(engine, version, parsed, w, fs, mem, choice == PrefetchChoice::On, findings))
         }
         _ => None,
     };
+    // Where the engine has no read-ahead to choose, the decision is said all the same.
+    if let (Some(storage), None) = (&storage, &decided) {
+        let what = match class {
+            Some(Class::SlowBlock) => {
+                "the launcher reads ahead of the engine's loader (no engine sees a block device as shared)"
+            }
+            _ => "the kernel's own read-ahead keeps up with the loader: nothing added",
+        };
+        findings.push(Finding::info("load-strategy", format!("model {} on {storage}; {what}", gib(w.bytes))));
+    }
     let own = parsed.is_set(engine_opt(engine));
     let run = match choice {
         PrefetchChoice::Off => false,
         PrefetchChoice::On => true,
-        PrefetchChoice::Auto => decided.as_ref().is_some_and(|d| !d.engine_reads_ahead) && !own,
+        PrefetchChoice::Auto => {
+            !own && (class == Some(Class::SlowBlock) || decided.as_ref().is_some_and(|d| !d.engine_reads_ahead))
+        }
     };
     let prefetch = run.then(|| read_ahead(w, fs, memory)).flatten();
     if let Some(why) = w.skipped.as_ref().filter(|_| run) {
@@ -92,8 +150,8 @@ pub fn plan(
         (Some(p), _) => findings.push(Finding::info(
             "prefetch",
             format!(
-                "the launcher reads the {} file{} ({}) ahead of the engine's loader: at most {} ahead, {} read{} at \
-                 once{}",
+                "the launcher reads the {} file{} ({}) ahead of the engine's loader: at most {} ahead, up to {} \
+                 read{} at once as the storage keeps up, backing off where it is not ahead of the loader{}",
                 p.files.len(),
                 if p.files.len() == 1 { "" } else { "s" },
                 gib(p.bytes),
@@ -180,7 +238,7 @@ fn choose(
     mem: &PodMemory,
 ) -> (Option<&'static str>, bool, String) {
     let fits = |budget: Option<u64>| budget.is_some_and(|b| bytes as f64 <= FITS * b as f64);
-    match (engine, class(&fs.fstype)) {
+    match (engine, class(fs).0) {
         (Engine::Vllm, _) if !at_least(v, "0.18") => (None, false, "vLLM before 0.18 has no prefetch".to_string()),
         (Engine::Vllm, Class::Detected { since }) if at_least(v, since) => {
             // Before 0.26 vLLM judges the node's MemAvailable, from 0.26 the pod's limit.
@@ -230,22 +288,26 @@ fn choose(
 }
 
 /// The launcher's read-ahead of `w`: at most half the pod's budget ahead of the loader (the
-/// rest is the engine's: what it has read stays cached while it has the file mapped), 8
-/// reads at once on shared storage (a network round trip each), 2 on a local disk.
+/// rest is the engine's: what it has read stays cached while it has the file mapped), and at
+/// most `MAX_READS` reads at once — how many it uses is what the storage answers (it starts
+/// with one and adds readers while they add throughput: `crate::prefetch`).
 fn read_ahead(w: &Weights, fs: Option<&Filesystem>, memory: Option<&PodMemory>) -> Option<PrefetchSpec> {
     if w.files.is_empty() {
         return None;
     }
     let budget = memory.and_then(PodMemory::budget).unwrap_or(DEFAULT_BUDGET);
-    let shared = fs.is_some_and(|f| class(&f.fstype) != Class::Local);
     Some(PrefetchSpec {
         files: w.files.clone(),
         bytes: w.bytes,
         lead_bytes: (budget / 2).clamp(MIN_LEAD, w.bytes.max(MIN_LEAD)),
-        ranges: if shared { 8 } else { 2 },
+        ranges: MAX_READS,
         after_open: fs.is_some_and(|f| is_fuse(&f.fstype)),
     })
 }
+
+/// The most reads at once: a network link is full well before (a round trip of a few ms and
+/// a few hundred MB/s need a handful in flight).
+const MAX_READS: u32 = 16;
 
 fn is_fuse(fstype: &str) -> bool {
     fstype == "fuse" || fstype.starts_with("fuse.")
@@ -271,7 +333,8 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
 
-    /// A checkpoint of `bytes` in four files, on `fstype`.
+    /// A checkpoint of `bytes` in four files, on `fstype` (`FS@DEVICE`: a block device that is
+    /// `network`, `local`, `capped` by the pod's cgroup, or whose probe took that many µs).
     fn model(bytes: u64, fstype: &str) -> Model {
         let mut m = match crate::facts::model::from_config("/models/m", "/models/m/config.json".as_ref(), b"{}") {
             crate::facts::model::ModelFacts::Known(m) => m,
@@ -279,7 +342,35 @@ mod tests {
         };
         let files = (1..=4).map(|i| format!("/models/m/{i}.safetensors").into());
         m.weights = Some(Weights { bytes, source: "index".into(), files: files.collect(), skipped: None });
-        m.filesystem = Some(Filesystem { fstype: fstype.into(), mount_point: "/models".into() });
+        // `ext4@network`, `ext4@local`, `ext4@300` (a probe at 300 MB/s): the device under it.
+        let (fstype, device) = fstype.split_once('@').map_or((fstype, None), |(f, d)| (f, Some(d)));
+        let mut fs = Filesystem {
+            fstype: fstype.into(),
+            mount_point: "/models".into(),
+            majmin: "259:1".into(),
+            device: None,
+            io_cap: None,
+            probe: None,
+        };
+        if let Some(d) = device {
+            use crate::facts::blockdev::{BlockDevice, Medium};
+            let medium = match d {
+                "network" => Medium::Network,
+                "local" => Medium::Local,
+                "capped" => {
+                    let source = "blkio.throttle.read_bps_device".into();
+                    fs.io_cap = Some(crate::facts::storage::IoCap { bps: Some(300_000_000), iops: Some(800), source });
+                    Medium::Unknown
+                }
+                micros => {
+                    let median_micros = micros.parse().unwrap();
+                    fs.probe = Some(crate::facts::storage::Probe { reads: 8, median_micros });
+                    Medium::Unknown
+                }
+            };
+            fs.device = Some(BlockDevice { name: "vdb".into(), medium, evidence: format!("({d})") });
+        }
+        m.filesystem = Some(fs);
         *m
     }
 
@@ -313,10 +404,16 @@ mod tests {
         let (big_pod, small_pod) = (pod(Some(1024), 2048), pod(Some(64), 2048));
         let v = Engine::Vllm;
         let cases = [
-            // local filesystems: never
+            // local disks: never
             (v, "0.25.1", 100, "ext4", &big_pod, ""),
-            (v, "0.25.1", 100, "xfs", &big_pod, ""),
+            (v, "0.25.1", 100, "xfs@local", &big_pod, ""),
             (v, "0.25.1", 100, "overlay", &big_pod, ""),
+            // a block device over a network, or one a cold read finds slow: the launcher's
+            (v, "0.25.1", 100, "ext4@network", &big_pod, "+ours"),
+            (v, "0.28.0", 100, "xfs@network", &small_pod, "+ours"),
+            (Engine::Sglang, "0.5.23", 100, "ext4@network", &big_pod, "+ours"),
+            (v, "0.28.0", 100, "ext4@1500", &big_pod, "+ours"),
+            (v, "0.28.0", 100, "ext4@100", &big_pod, ""),
             // no prefetch before 0.18: the launcher's
             (v, "0.17.1", 100, "ceph", &big_pod, "+ours"),
             // shared, undetected, fits: the engine's prefetch
@@ -346,9 +443,11 @@ mod tests {
             (Engine::Sglang, "0.5.23", 100, "fuse.juicefs", &small_pod, "+ours"),
             (Engine::Sglang, "0.5.23", 100, "fuse.juicefs", &big_pod, "+ours"),
             (Engine::Sglang, "0.5.23", 100, "ext4", &big_pod, ""),
+            // the pod's cgroup caps the device's reads: the launcher's
+            (v, "0.28.0", 100, "ext4@capped", &small_pod, "+ours"),
         ];
         for (i, (e, ver, size, fs, mem, want)) in cases.into_iter().enumerate() {
-            let args: &[&str] = if i == 17 { &["--safetensors-load-strategy", "lazy"] } else { &[] };
+            let args: &[&str] = if i == 22 { &["--safetensors-load-strategy", "lazy"] } else { &[] };
             assert_eq!(decide(e, ver, size, fs, mem, args), want, "case {i}: {} {ver} {size} GiB on {fs}", e.name());
         }
     }
@@ -378,13 +477,26 @@ mod tests {
         plan(Engine::Vllm, Some("0.17.1"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), PrefetchChoice::Auto, &mut f);
         assert_eq!(
             f[1].message,
-            "the launcher reads the 4 files (412.0 GiB) ahead of the engine's loader: at most 31.5 GiB ahead, 8 \
-             reads at once, each file once the engine has opened it (FUSE drops the cache on open)"
+            "the launcher reads the 4 files (412.0 GiB) ahead of the engine's loader: at most 31.5 GiB ahead, up to \
+             16 reads at once as the storage keeps up, backing off where it is not ahead of the loader, each file \
+             once the engine has opened it (FUSE drops the cache on open)"
         );
+        // A local disk and a slow one: each decision said, with what says so.
+        for (fs, said) in [
+            ("ext4@local", "device vdb, (local): a disk of this machine; the kernel's own read-ahead keeps up"),
+            ("ext4@1500", "8 cold 4 KiB reads of its first file took 1500 µs (median), over 400 µs: storage reached over a network; the launcher reads ahead"),
+            ("ext4@capped", "this pod's cgroup caps its reads at 300 MB/s and 800 reads/s (blkio.throttle.read_bps_device): storage a loader waits on; the launcher reads ahead"),
+            ("ext4", "no block device under it; the kernel's own read-ahead keeps up with the loader: nothing added"),
+        ] {
+            let mut f = Vec::new();
+            let m = model(412 * GIB, fs);
+            plan(Engine::Vllm, Some("0.28.0"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), PrefetchChoice::Auto, &mut f);
+            assert!(f[0].code == "load-strategy" && f[0].message.contains(said), "{fs}: {}", f[0].message);
+        }
     }
 
     /// `on` reads ahead anywhere (instead of the engine's own), `off` never; the lead is half
-    /// the pod's budget; 8 reads at once on shared storage, 2 on a local disk; FUSE after the open.
+    /// the pod's budget; at most 16 reads at once; FUSE after the open.
     #[test]
     fn on_and_off_and_the_read_ahead_s_shape() {
         let (e, big) = (Engine::Vllm, pod(Some(1024), 2048));
@@ -393,10 +505,10 @@ mod tests {
         let p = on.prefetch.unwrap();
         assert_eq!(
             (p.files.len(), p.bytes, p.lead_bytes, p.ranges, p.after_open),
-            (4, 100 * GIB, 63 * GIB / 2, 8, false)
+            (4, 100 * GIB, 63 * GIB / 2, 16, false)
         );
         let local = load(e, "0.25.1", &model(8 * GIB, "ext4"), &big, &[], PrefetchChoice::On).prefetch.unwrap();
-        assert_eq!((local.ranges, local.lead_bytes), (2, 8 * GIB), "the lead is at most the checkpoint");
+        assert_eq!((local.ranges, local.lead_bytes), (16, 8 * GIB), "the lead is at most the checkpoint");
         let fuse = load(e, "0.17.1", &model(8 * GIB, "fuse.juicefs"), &big, &[], PrefetchChoice::Auto);
         assert!(fuse.prefetch.unwrap().after_open);
         let off = load(e, "0.17.1", &model(8 * GIB, "fuse.juicefs"), &big, &[], PrefetchChoice::Off);

@@ -81,7 +81,7 @@ fn without_init_it_waits_for_the_engine_then_dies_with_it() {
     let dry = worker(&img, &ov, &m, &["--dry-run", "--output", "json"]).run();
     let p = &dry.json()["exec"]["prefetch"];
     assert_eq!(p["files"].as_array().map(Vec::len), Some(3), "{}", dry.stdout);
-    assert_eq!((p["bytes"].as_u64(), p["ranges"].as_u64()), (Some(24 << 20), Some(2)));
+    assert_eq!((p["bytes"].as_u64(), p["ranges"].as_u64()), (Some(24 << 20), Some(16)));
     let child = worker(&img, &ov, &m, &[]).env("INFERA_STANDIN_WAIT", "60").spawn();
     let engine = child.id();
     let asleep = |pid: u32| {
@@ -191,4 +191,67 @@ fn it_stays_within_its_lead_of_the_loader() {
     assert!(wait_until(Duration::from_secs(20), || cached(&files[1]) >= 16 * MIB as u64), "{}", cached(&files[1]));
     ra.kill().unwrap();
     ra.wait().unwrap();
+}
+
+/// The read-ahead ends with the engine: its signal mask is reset (the launcher blocks SIGTERM
+/// and SIGINT in init mode, and a child inherits that), so when the engine is SIGKILLed
+/// mid-load under `--init` — the pod's memory limit below the checkpoint, the read-ahead
+/// waiting on its short lead — the launcher ends it at once and exits with the engine's code
+/// within a second, nothing left.
+#[test]
+fn under_init_an_engine_killed_mid_load_takes_the_read_ahead_with_it() {
+    let (py, m) = (real_python("3.12"), model(128));
+    let (img, ov) = (vllm_image(Some(&py)), shipped_overlay());
+    // The pod's memory cgroup (v1): a limit below the checkpoint (384 MiB) keeps the lead short.
+    let cg = format!("/sys/fs/cgroup/memory/infera-test-prefetch-{}", std::process::id());
+    std::fs::create_dir(&cg).unwrap();
+    std::fs::write(format!("{cg}/memory.limit_in_bytes"), (256u64 << 20).to_string()).unwrap();
+    let join = format!("echo $$ > {cg}/cgroup.procs; exec \"$@\"");
+    let child = worker(&img, &ov, &m, &["--init"])
+        .env("INFERA_STANDIN_WAIT", "60")
+        .under("sh", &["-c".as_ref(), join.as_ref(), "sh".as_ref()])
+        .spawn();
+    let launcher = child.id();
+    let engine = || children_of(launcher).into_iter().map(|(c, _)| c).find(|c| catches_term(*c));
+    assert!(wait_until(Duration::from_secs(30), || engine().is_some() && read_ahead_of(launcher).is_some()));
+    let (ra, _) = read_ahead_of(launcher).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{ra}/status")).unwrap();
+    let blocked = status.lines().find_map(|l| l.strip_prefix("SigBlk:")).map(str::trim).unwrap();
+    assert_eq!(u64::from_str_radix(blocked, 16).unwrap(), 0, "the read-ahead's mask: {status}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(engine().unwrap() as i32), nix::sys::signal::SIGKILL).unwrap();
+    let killed = std::time::Instant::now();
+    let mut child = child;
+    let exited = wait_until(Duration::from_secs(5), || child.try_wait().unwrap().is_some());
+    let took = killed.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir(&cg);
+    assert!(exited && took < Duration::from_secs(1), "the launcher exited {took:?} after the engine was killed");
+    assert_eq!(out.status.code(), Some(137), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("init-leftovers"));
+    assert!(!Path::new(&format!("/proc/{ra}")).exists(), "the read-ahead {ra} outlived the launcher");
+}
+
+/// Without `--init` the read-ahead is the engine's child: killed mid-load, the engine takes it
+/// with it within a second (the kernel's parent-death signal).
+#[test]
+fn without_init_the_read_ahead_dies_within_a_second_of_the_engine() {
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let (py, m) = (real_python("3.12"), model(8));
+    let (img, ov) = (vllm_image(Some(&py)), shipped_overlay());
+    let mut child = worker(&img, &ov, &m, &[]).env("INFERA_STANDIN_WAIT", "60").spawn();
+    let engine = child.id();
+    assert!(wait_until(Duration::from_secs(30), || catches_term(engine) && read_ahead_of(engine).is_some()));
+    let (ra, _) = read_ahead_of(engine).unwrap();
+    child.kill().unwrap();
+    let killed = std::time::Instant::now();
+    child.wait().unwrap();
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let gone = wait_until(Duration::from_secs(5), || {
+        waitpid(nix::unistd::Pid::from_raw(ra as i32), Some(WaitPidFlag::WNOHANG)).unwrap() != WaitStatus::StillAlive
+    });
+    assert!(
+        gone && killed.elapsed() < Duration::from_secs(1),
+        "the read-ahead lived {:?} past the engine",
+        killed.elapsed()
+    );
 }

@@ -136,6 +136,8 @@ fn on_node(node: &Node, img: &Fx, env: &[&str], args: &[&str]) -> Out {
     std::fs::copy(BIN, img.p("/infera-exec")).unwrap();
     let script = r#"set -e
 R="$1"; GFX="$2"; N="$3"; VRAM="$4"; PART="$5"; NUMA="$6"; SHM="$7"; DRIVER="$8"; FUSE="$9"; CG="${10}"; LIMIT="${11}"; shift 11
+# A container's root is a mount of its own (the mountinfo the launcher reads names it).
+mount --bind "$R" "$R"
 mkdir -p "$R/dev" "$R/sys" "$R/proc"
 mount -t tmpfs -o mode=755 dev "$R/dev"
 if [ -n "$FUSE" ]; then
@@ -424,7 +426,7 @@ fn aiters_kernel_directories_against_the_node() {
 /// The weight load: a model directory served by FUSE (a filesystem no vLLM detects, and on
 /// which vLLM's own read-ahead is lost when its loader opens the file) gets the launcher's
 /// read-ahead, after the engine's open; the pod's own choice is kept; on the image's own
-/// (local) disk nothing. The filesystem, the pod's limit and the decision are shown by `check`.
+/// (local) disk nothing, said as such. The filesystem, the pod's limit and the decision are shown by `check`.
 #[test]
 fn the_load_strategy_from_the_pods_filesystem_and_memory() {
     let t = tempfile::tempdir().unwrap();
@@ -472,9 +474,14 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
         "{}",
         o.stdout
     );
-    assert!(o
-        .stdout
-        .contains("8 reads at once, each file once the engine has opened it (FUSE drops the cache on open)"));
+    assert!(
+        o.stdout.contains(
+            "up to 16 reads at once as the storage keeps up, backing off where it is not ahead of the loader, each \
+             file once the engine has opened it (FUSE drops the cache on open)"
+        ),
+        "{}",
+        o.stdout
+    );
     // `--prefetch off` (or INFERA_PREFETCH=off): nothing of the launcher's.
     let o = on_node(&small, &img, &["INFERA_PREFETCH=off"], WORKER);
     assert!(!o.stdout.contains("[prefetch]"), "{}", o.stdout);
@@ -488,6 +495,6 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
         "{}",
         o.stdout
     );
-    assert!(!o.stdout.contains("load-strategy"), "{}", o.stdout);
+    assert!(o.stdout.contains("[load-strategy] model 8.0 GiB on "), "every decision is said: {}", o.stdout);
     assert!(!o.stdout.contains("[prefetch]"), "auto reads nothing ahead on a local disk: {}", o.stdout);
 }

@@ -29,6 +29,7 @@ def main(argv):
         return 1
     # The model load: STANDIN_LOAD_SECONDS (default 0), with the signals' default actions.
     s.time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "0")))
+    s.load_weights(E, a.model_path)
     layout = {"model": a.model_path, "tp": a.tp_size, "pp": a.pp_size, "dp": a.dp_size,
               "kv_cache_dtype": a.kv_cache_dtype, "nnodes": a.nnodes}
     timeout = float(os.environ.get("STANDIN_RENDEZVOUS_TIMEOUT", "600"))

@@ -33,6 +33,7 @@ def serve(argv):
         return 1
     # The model load: STANDIN_LOAD_SECONDS (default 0), with the signals' default actions.
     s.time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "0")))
+    s.load_weights(E, model)
     served = (args.served_model_name or [model])[0]
     layout = {"model": model, "tp": args.tensor_parallel_size, "pp": args.pipeline_parallel_size,
               "dp": args.data_parallel_size, "kv_cache_dtype": args.kv_cache_dtype, "nnodes": args.nnodes}
