@@ -2,6 +2,8 @@
 //! files safely — inside an image root, bounded, never blocking on a FIFO, never through a
 //! link planted where the launcher writes — with what names and file headers say.
 
+#![forbid(unsafe_code)]
+
 pub mod at;
 pub mod error;
 pub mod exe;

@@ -19,6 +19,8 @@
 //! Each enum also gets `REFUSALS`: its literal codes with their exit codes, message and hint
 //! templates, from which docs/refusals.md is generated.
 
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
 use quote::{format_ident, quote};

@@ -93,6 +93,14 @@ pub enum Command {
     /// Capability dry run: print the facts and the capability table, exec nothing.
     #[command(after_help = ENVIRONMENT)]
     Check(CheckArgs),
+    /// Print this node's profile (root `/`: in a pod, a DaemonSet, `kubectl debug node/…`)
+    /// and what in it would fail an engine; `-o json` writes the profile `--node FILE` reads.
+    #[command(after_help = EXIT_CODES)]
+    Node {
+        /// text: the node and its findings; json: the profile (versioned: `schema_version`).
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: NodeOutput,
+    },
     /// Copy this overlay into DEST (the initContainer fallback for clusters without image volumes).
     #[command(after_help = EXIT_CODES)]
     Install {
@@ -178,6 +186,13 @@ pub enum Output {
     Junit,
 }
 
+/// `node`'s output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NodeOutput {
+    Text,
+    Json,
+}
+
 /// `check --family all`: every tree of the overlay, a column each.
 pub const ALL_FAMILIES: &str = "all";
 
@@ -225,6 +240,12 @@ pub struct CommonArgs {
     /// Drop every Linux capability but these before exec (comma-separated; `none` keeps nothing).
     #[arg(long, env = ev::INFERA_DROP_CAPS, value_delimiter = ',', value_name = "CAP[,CAP]")]
     pub drop_caps: Option<Vec<String>>,
+    /// Judge the plan against a node (with `check` or `--dry-run`): a profile file that
+    /// `infera-exec node -o json` wrote, or an AMD Instinct part (mi100, mi210, mi250x,
+    /// mi300x, mi300a, mi325x, mi350x, mi355x) with its GPU count or `:N`. Repeatable with
+    /// `check`: a column per tree × node.
+    #[arg(long, value_name = "FILE|PART[:N]")]
+    pub node: Vec<String>,
     /// Set no_new_privs before exec.
     #[arg(long, env = ev::INFERA_NO_NEW_PRIVS, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub no_new_privs: bool,
@@ -438,6 +459,9 @@ pub enum Invocation {
         dest: PathBuf,
         from: Option<PathBuf>,
     },
+    Node {
+        output: NodeOutput,
+    },
     Manifest(ManifestCommand),
     Prefetch(crate::prefetch::Args),
 }
@@ -520,6 +544,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
                 args: a.args,
             },
             Some(Command::Install { dest, from }) => Invocation::Install { dest, from },
+            Some(Command::Node { output }) => Invocation::Node { output },
             Some(Command::Manifest(m)) => Invocation::Manifest(m),
             Some(Command::Prefetch(a)) => Invocation::Prefetch(a),
         });
@@ -703,7 +728,7 @@ fn moved_after_dashes(argv: &[OsString], at: usize, sub: &clap::Command) -> Stri
         i += 1;
     }
     theirs.extend(argv.get(end + 1..).unwrap_or_default());
-    let text = |a: &[&OsString]| a.iter().map(|a| crate::report::shell_quote(a)).collect::<Vec<_>>().join(" ");
+    let text = |a: &[&OsString]| a.iter().map(|a| crate::term::shell_quote(a)).collect::<Vec<_>>().join(" ");
     format!("infera-exec {} -- {}", text(&ours), text(&theirs))
 }
 
@@ -739,7 +764,7 @@ fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> 
 }
 
 /// The subcommands (`help` is clap's).
-const SUBCOMMANDS: [&str; 7] = ["worker", "server", "check", "install", "manifest", "__prefetch", "help"];
+const SUBCOMMANDS: [&str; 8] = ["worker", "server", "check", "node", "install", "manifest", "__prefetch", "help"];
 
 /// Where the command of the command form starts: the first word after the launcher's own
 /// options that is not a subcommand (`--` ends the options explicitly). None when an option

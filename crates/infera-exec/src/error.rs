@@ -66,6 +66,23 @@ pub enum UsageError {
         hint = "judge images against trees with `infera-exec check --image REF --family all --output junit`; a run takes one --family or none"
     )]
     CheckOnly { said: String, value: String },
+    #[error("--node {value} judges a plan against a node's profile; a run is judged against the node it runs on")]
+    #[refuse(
+        code = "node-dry-run-only",
+        exit = Usage,
+        hint = "use --node with `check` or `--dry-run` (CI: `infera-exec check --image REF --node mi300x`); drop it from a run"
+    )]
+    NodeRunOnly { value: String },
+    #[error("--node `{spec}`: {why}")]
+    #[refuse(
+        code = "node-profile-invalid",
+        exit = Usage,
+        hint = "give a part (mi100, mi210, mi250x, mi300x, mi300a, mi325x, mi350x, mi355x, optionally :N GPUs) or a file `infera-exec node -o json` wrote"
+    )]
+    NodeProfile { spec: String, why: String },
+    #[error("more than one --node makes a matrix, which is `check`'s: a dry run prints one plan")]
+    #[refuse(code = "node-many-dry-run", exit = Usage, hint = "give one --node to --dry-run, or judge several with `infera-exec check`")]
+    NodeMany,
     #[error("{said} `{}` does not exist", path.display())]
     #[refuse(
         code = "image-env-missing",

@@ -88,6 +88,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         }
         Invocation::Manifest(m) => manifest_cmd::run(&m.into()).map(Done::Print),
         Invocation::Install { dest, from } => install::run(&dest, from).map(Done::Print),
+        Invocation::Node { output } => Ok(Done::Print(node_profile(output))),
         Invocation::Prefetch(a) => Ok(Done::Exit(prefetch::main(&a))),
     };
     match outcome {
@@ -99,6 +100,22 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         // Refused before there is a plan (a usage error in a variable).
         Err(r) => refuse_in(&r, output(), &env),
     }
+}
+
+/// `node`: this node's profile (root `/`), as JSON, or as text with what in it would fail
+/// an engine.
+fn node_profile(output: cli::NodeOutput) -> String {
+    let root = rootfs::Root::new(std::path::Path::new("/"));
+    let Some(node) = facts::node::gather(&root) else { return String::new() };
+    if output == cli::NodeOutput::Json {
+        return serde_json::to_string_pretty(&node).map(|j| j + "\n").unwrap_or_default();
+    }
+    let mut o = format!("infera-exec node ({})\n", node.source);
+    report::node_section(&mut o, &node);
+    for f in node.findings.iter().chain(&plan::node_findings(&node)) {
+        report::finding_line(&mut o, f);
+    }
+    o
 }
 
 /// `--version`: the launcher, the commit it was built from, and the overlay it would use
@@ -190,7 +207,10 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     }
     g.read_models(req);
     let (overlay, opts) = load_overlay(req);
-    g.with_plan(req, &overlay, &opts, |plan| {
+    let Some(node) = g.nodes.first() else {
+        return refuse_in(&error::internal("no node to plan for"), req.output, env);
+    };
+    g.with_plan(req, node, &overlay, &opts, |plan| {
         if req.dry_run {
             return print_plan(plan, req, &g.env);
         }
@@ -208,6 +228,33 @@ pub(crate) struct Gathered {
     args: Option<engine_args::EngineArgs>,
     router: Option<Result<router_args::RouterArgs, router_args::RouterArgsError>>,
     models: std::collections::BTreeMap<OsString, facts::model::ModelFacts>,
+    /// The nodes judged against (`--node`, or this node at root `/`, or none), in order.
+    nodes: Vec<Node>,
+}
+
+/// A node a plan is judged against, with the GPUs a run on it may use.
+pub(crate) struct Node {
+    facts: Option<facts::node::NodeFacts>,
+    gpus: Result<facts::Gpus, facts::GpuError>,
+}
+
+/// `--node` given, each read (a part, or a profile file); else this node at root `/`.
+fn nodes(req: &Request, root: &rootfs::Root, env: &Env) -> Result<Vec<Node>, Refusal> {
+    // A regular file only, opened without blocking (a FIFO is said, not waited on).
+    let read = |p: &std::path::Path| rootfs::read_bounded(p, 1 << 20);
+    let found: Vec<Option<facts::node::NodeFacts>> = if req.node.is_empty() {
+        vec![facts::node::gather(root)]
+    } else {
+        let one = |s: &String| {
+            facts::node::from_spec(s, read)
+                .map(Some)
+                .map_err(|e| Refusal::from(error::UsageError::NodeProfile { spec: e.spec, why: e.why }))
+        };
+        req.node.iter().map(one).collect::<Result<_, _>>()?
+    };
+    let node =
+        |facts: Option<facts::node::NodeFacts>| Node { gpus: facts::gpus::detect(root, env, facts.as_ref()), facts };
+    Ok(found.into_iter().map(node).collect())
 }
 
 impl Gathered {
@@ -223,7 +270,8 @@ impl Gathered {
         });
         let router = (req.role == request::Role::Server).then(|| router_args::RouterArgs::read(&req.args));
         let models = Default::default();
-        Ok(Gathered { env, root, facts, engine, args, router, models })
+        let nodes = nodes(req, &root, &env)?;
+        Ok(Gathered { env, root, facts, engine, args, router, models, nodes })
     }
 
     /// The facts of the model the run reads (after any wait for it); its storage is probed
@@ -246,6 +294,7 @@ impl Gathered {
     fn with_plan<R>(
         &self,
         req: &Request,
+        node: &Node,
         overlay: &Result<overlay::Overlay, Refusal>,
         opts: &overlay::LoadOptions,
         then: impl FnOnce(&plan::Plan) -> R,
@@ -261,6 +310,8 @@ impl Gathered {
             overlay,
             selected: selected.as_ref(),
             env: &self.env,
+            node: node.facts.as_ref(),
+            gpus: &node.gpus,
         };
         then(&plan::plan(&inputs))
     }
@@ -269,10 +320,11 @@ impl Gathered {
     fn judge(
         &self,
         req: &Request,
+        node: &Node,
         overlay: &Result<overlay::Overlay, Refusal>,
         opts: &overlay::LoadOptions,
     ) -> (serde_json::Value, Option<Refusal>, Option<String>) {
-        self.with_plan(req, overlay, opts, |p| match serde_json::to_value(p) {
+        self.with_plan(req, node, overlay, opts, |p| match serde_json::to_value(p) {
             Ok(json) => (json, p.error.clone(), p.family.clone()),
             Err(e) => {
                 let r = error::internal(&format!("the plan cannot be written as JSON: {e}"));

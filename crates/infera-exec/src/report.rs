@@ -3,11 +3,11 @@
 
 use std::ffi::OsStr;
 use std::fmt::Write;
-use std::os::unix::ffi::OsStrExt;
 
 use crate::finding::Level;
 use crate::plan::Plan;
 use crate::spec::{is_secret, ExecSpec, Step, REDACTED};
+use crate::term::shell_quote;
 
 /// `writeln!` to a String, which cannot fail.
 macro_rules! w {
@@ -22,33 +22,6 @@ pub fn json(plan: &Plan) -> Result<String, String> {
     serde_json::to_string_pretty(plan).map_err(|e| e.to_string())
 }
 
-/// Quote for a POSIX shell so the printed command can be pasted; non-UTF-8 bytes use
-/// bash's `$'\xNN'` form so nothing is lost.
-pub fn shell_quote(s: &OsStr) -> String {
-    let b = s.as_bytes();
-    if !b.is_empty() && b.iter().all(|c| c.is_ascii_alphanumeric() || b"_-./=:,+@%^".contains(c)) {
-        return String::from_utf8_lossy(b).into_owned();
-    }
-    match s.to_str() {
-        Some(t) if !t.chars().any(|c| c.is_control()) => format!("'{}'", t.replace('\'', "'\\''")),
-        _ => {
-            let mut out = String::from("$'");
-            for &c in b {
-                match c {
-                    b'\'' => out.push_str("\\'"),
-                    b'\\' => out.push_str("\\\\"),
-                    0x20..=0x7e => out.push(c as char),
-                    _ => {
-                        let _ = write!(out, "\\x{c:02x}");
-                    }
-                }
-            }
-            out.push('\'');
-            out
-        }
-    }
-}
-
 /// `refusal_row`: the refusal as the plan's last row (left out where stderr, which says it
 /// with its hint, is the same terminal).
 pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
@@ -59,6 +32,11 @@ pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
     match f.host {
         Some(h) => host_section(&mut o, h),
         None if check => w!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)"),
+        None => {}
+    }
+    match f.node {
+        Some(n) => node_section(&mut o, n),
+        None if check => w!(o, "  node      unknown (read at --root /, or given with --node FILE|PART[:N])"),
         None => {}
     }
     if let Some(e) = &plan.engine {
@@ -74,11 +52,7 @@ pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
         exec_section(&mut o, x);
     }
     for fi in &plan.findings {
-        let lvl = match fi.level {
-            Level::Info => "info",
-            Level::Warn => "warn",
-        };
-        w!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
+        finding_line(&mut o, fi);
     }
     if let Some(e) = plan.error.as_ref().filter(|_| refusal_row) {
         w!(o, "  refused   [{}] exit {}: {}", e.code, e.exit.code(), e.message);
@@ -142,7 +116,16 @@ fn image_section(o: &mut String, f: &crate::facts::FactsView) {
     w!(o, "  gpus      {gpus} ({})", f.gpus_source);
 }
 
-/// This process and the node (root `/` only): memlock, capability sets, devices, driver.
+/// A finding as the plan's text shows it.
+pub fn finding_line(o: &mut String, fi: &crate::finding::Finding) {
+    let lvl = match fi.level {
+        Level::Info => "info",
+        Level::Warn => "warn",
+    };
+    w!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
+}
+
+/// This process (root `/` only): memlock, capability sets, device access.
 fn host_section(o: &mut String, h: &crate::facts::host::Host) {
     // A set is summarised when it is all of them or another set (the JSON has each in full).
     let mut every: Vec<String> = caps::all().iter().map(ToString::to_string).collect();
@@ -167,10 +150,9 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
     let groups: Vec<String> = d.groups.iter().map(u32::to_string).collect();
     w!(
         o,
-        "  devices   /dev/kfd {}, {} render nodes, {} RDMA devices; this process: uid {}, groups {}",
+        "  devices   /dev/kfd {}, {} render nodes; this process: uid {}, groups {}",
         if h.kfd { "present" } else { "absent" },
         h.render_nodes,
-        h.rdma_devices.len(),
         d.uid,
         if groups.is_empty() { "none".to_string() } else { groups.join(",") }
     );
@@ -180,6 +162,13 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
             Some(r) => format!("CANNOT OPEN: {r}"),
         };
         w!(o, "            {:<20} {:<18} {state}", n.path.display(), n.mode);
+    }
+}
+
+/// The node judged against: its GPUs, driver, memory, /dev/shm, RDMA devices.
+pub fn node_section(o: &mut String, d: &crate::facts::node::NodeFacts) {
+    if !d.gathered() {
+        w!(o, "  node      {}", d.source);
     }
     if !d.gpus.is_empty() {
         let list: Vec<String> = d
@@ -202,8 +191,10 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
         (None, true) => format!("the kernel's own amdgpu (kernel {kernel}; no /sys/module/amdgpu/version)"),
         (None, false) => format!("no amdgpu driver loaded on this node (no /sys/module/amdgpu; kernel {kernel})"),
     };
-    w!(o, "  driver    {driver}");
-    if let Some(m) = &h.memory {
+    if d.gathered() || d.driver.is_some() {
+        w!(o, "  driver    {driver}");
+    }
+    if let Some(m) = &d.memory {
         let gib = crate::plan::memory::gib;
         let pod = match m.limit {
             Some(l) => format!("limit {}, {} used ({})", gib(l), gib(m.usage.unwrap_or(0)), m.source),
@@ -212,12 +203,15 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
         let node = m.host_available.map_or_else(|| "unknown".to_string(), gib);
         w!(o, "  memory    pod {pod}; node MemAvailable {node}");
     }
-    if let Some(s) = h.shm {
+    if d.gathered() || !d.rdma_devices.is_empty() {
+        w!(o, "  rdma      {} RDMA devices", d.rdma_devices.len());
+    }
+    if let Some(s) = d.shm {
         w!(
             o,
             "  shm       /dev/shm {} ({} free)",
-            crate::plan::memory::gib(s.size),
-            crate::plan::memory::gib(s.available)
+            crate::plan::memory::gib_or_mib(s.size),
+            crate::plan::memory::gib_or_mib(s.available)
         );
     }
 }

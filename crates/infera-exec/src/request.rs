@@ -112,6 +112,8 @@ pub struct Request {
     pub prefetch: crate::cli::PrefetchChoice,
     /// `check --image`: the image read from its archive instead of `root`.
     pub image: crate::cli::ImageArgs,
+    /// `--node`: the nodes judged against (empty: this node at root `/`, else none).
+    pub node: Vec<String>,
 }
 
 /// `--wait-model SECONDS` (> 0) and how the user set it, for messages.
@@ -385,6 +387,7 @@ impl Request {
             wait_model,
             prefetch: e.prefetch,
             image,
+            node: c.node,
         })
     }
 
@@ -399,6 +402,12 @@ impl Request {
 fn check_only(role: Role, o: &Options) -> Result<(), UsageError> {
     if role == Role::Check {
         return Ok(());
+    }
+    match (o.common.node.as_slice(), o.exec.dry_run) {
+        ([], _) => {}
+        ([first, ..], false) => return Err(UsageError::NodeRunOnly { value: first.clone() }),
+        ([_, _, ..], true) => return Err(UsageError::NodeMany),
+        ([_], true) => {}
     }
     if o.common.family.as_deref() == Some(crate::cli::ALL_FAMILIES) {
         return Err(UsageError::CheckOnly { said: o.said("family"), value: crate::cli::ALL_FAMILIES.into() });

@@ -3,6 +3,10 @@
 
 pub use infera_core::term::{escape_all, safe};
 
+use std::ffi::OsStr;
+use std::fmt::Write;
+use std::os::unix::ffi::OsStrExt;
+
 /// clap's message for a usage error, with the values it echoes escaped (clap prints them
 /// as given: a newline in `--engine` would start a line of its own). Its own format kept.
 pub fn clap_error(e: &clap::Error) -> String {
@@ -27,4 +31,31 @@ pub fn clap_error(e: &clap::Error) -> String {
         }
     }
     text
+}
+
+/// Quote for a POSIX shell so the printed command can be pasted; non-UTF-8 bytes use
+/// bash's `$'\xNN'` form so nothing is lost.
+pub fn shell_quote(s: &OsStr) -> String {
+    let b = s.as_bytes();
+    if !b.is_empty() && b.iter().all(|c| c.is_ascii_alphanumeric() || b"_-./=:,+@%^".contains(c)) {
+        return String::from_utf8_lossy(b).into_owned();
+    }
+    match s.to_str() {
+        Some(t) if !t.chars().any(|c| c.is_control()) => format!("'{}'", t.replace('\'', "'\\''")),
+        _ => {
+            let mut out = String::from("$'");
+            for &c in b {
+                match c {
+                    b'\'' => out.push_str("\\'"),
+                    b'\\' => out.push_str("\\\\"),
+                    0x20..=0x7e => out.push(c as char),
+                    _ => {
+                        let _ = write!(out, "\\x{c:02x}");
+                    }
+                }
+            }
+            out.push('\'');
+            out
+        }
+    }
 }

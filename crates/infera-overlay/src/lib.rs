@@ -4,6 +4,8 @@
 //! say, their sizes and digests) and their verification, and the build-side tools —
 //! `manifest generate|verify|schema` and `install` (the initContainer copy).
 
+#![forbid(unsafe_code)]
+
 pub mod engines;
 pub mod install;
 pub mod manifest;

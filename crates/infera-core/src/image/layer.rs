@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sha2::Digest as _;
 
 use super::source::Source;
+use super::tarstream::{after, bound, Between, Bound};
 use super::tree::{Changes, Kept, Node, Put};
 use super::ImageError;
 
@@ -40,8 +41,6 @@ const MAX_BYTES: u64 = 1 << 40;
 /// are under 20:1 (10:1 for a layer of binaries); gzip of zeros is 1032:1, zstd's unbounded.
 const MAX_RATIO: u64 = 100;
 const RATIO_AFTER: u64 = 1 << 30;
-/// The GNU long-name and pax headers before one entry (the tar crate reads them whole).
-const MAX_HEADERS: u64 = 1 << 20;
 /// A name or link target: PATH_MAX, past which no runtime can create or open it.
 const MAX_NAME: usize = 4096;
 /// How often a long layer's progress is said, in uncompressed bytes.
@@ -71,22 +70,6 @@ impl Totals {
         }
         Ok(())
     }
-}
-
-/// A bound a layer's bytes passed, as the readers below say it.
-#[derive(Debug)]
-struct Bound(String);
-
-impl std::fmt::Display for Bound {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Bound {}
-
-fn bound(what: String) -> std::io::Error {
-    std::io::Error::other(Bound(what))
 }
 
 /// A layer's bytes that are not what they should be: a blob that ends before its size, a
@@ -189,48 +172,6 @@ impl<R: Read> Read for Hashing<'_, R> {
 
 fn hashing<'p, R: Read>(inner: R, verify: bool, ratio_of: Option<Rc<Cell<u64>>>) -> Hashing<'p, R> {
     Hashing { inner, hash: verify.then(sha2::Sha256::new), bytes: Rc::default(), ratio_of, progress: None }
-}
-
-/// The tar's stream, bounded between entries: the tar crate reads a GNU long name or link
-/// or a pax header whole into memory as it looks for the next entry. It may read what is
-/// left of the last entry (skipped, not kept) and then at most `MAX_HEADERS`.
-pub(super) struct Between<R> {
-    inner: R,
-    left: Rc<Cell<u64>>,
-}
-
-impl<R: Read> Between<R> {
-    /// The stream, and the budget to set after each entry ([`after`]).
-    pub(super) fn new(inner: R) -> (Between<R>, Rc<Cell<u64>>) {
-        let left = Rc::new(Cell::new(MAX_HEADERS));
-        (Between { inner, left: left.clone() }, left)
-    }
-}
-
-/// [`Between`]'s budget once an entry of `size` bytes was returned and `read` of them read.
-pub(super) fn after(size: u64, read: u64) -> u64 {
-    size.div_ceil(512).saturating_mul(512).saturating_sub(read).saturating_add(MAX_HEADERS)
-}
-
-/// An archive on disk is indexed by seeking past each member's data, not reading it: the
-/// budget is of bytes read.
-impl<R: std::io::Seek> std::io::Seek for Between<R> {
-    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
-        self.inner.seek(pos)
-    }
-}
-
-impl<R: Read> Read for Between<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = self.left.get();
-        if left == 0 {
-            return Err(bound(format!("long-name or pax headers over {} MiB before one entry", MAX_HEADERS >> 20)));
-        }
-        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..want])?;
-        self.left.set(left - n as u64);
-        Ok(n)
-    }
 }
 
 /// A layer to read: its number (1 = the bottom one), its member, what its blob must hash to
@@ -593,6 +534,7 @@ fn inside(name: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::tarstream::MAX_HEADERS;
 
     #[test]
     fn the_image_totals_are_shared_by_its_layers() {

@@ -9,6 +9,7 @@
 pub mod layer;
 pub mod source;
 pub mod sparse;
+mod tarstream;
 pub mod tree;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

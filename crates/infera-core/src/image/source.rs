@@ -379,13 +379,13 @@ impl std::error::Error for Truncated {}
 /// out; an archive that ends inside a member is [`Truncated`].
 fn index(file: &File) -> io::Result<HashMap<String, Member>> {
     let len = file.metadata()?.len();
-    let (stream, left) = super::layer::Between::new(file);
+    let (stream, left) = super::tarstream::Between::new(file);
     let mut a = tar::Archive::new(stream);
     let mut members = HashMap::new();
     // Seeking past each member: the layers are read once, when they are read.
     for e in a.entries_with_seek()? {
         let e = e?;
-        left.set(super::layer::after(e.size(), 0));
+        left.set(super::tarstream::after(e.size(), 0));
         if members.len() == MAX_MEMBERS {
             return Err(io::Error::other(format!("more than {MAX_MEMBERS} members")));
         }

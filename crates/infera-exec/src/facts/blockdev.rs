@@ -111,9 +111,9 @@ fn loop_device(root: &Root, name: String, backing: Option<String>, mountinfo: &s
     let Some(file) = backing else {
         return BlockDevice { name, medium: Medium::Unknown, evidence: "a loop device without a backing file".into() };
     };
-    let under = super::storage::filesystem_of(mountinfo, Path::new(&file));
+    let under = super::mounts::mount_of(mountinfo, Path::new(&file));
     let (medium, on) = match under {
-        Some(m) if super::storage::network_fs(&m.fstype) => {
+        Some(m) if super::mounts::network_fs(&m.fstype) => {
             (Medium::Network, format!("{} ({})", m.fstype, m.mount_point.display()))
         }
         Some(m) => match classify_at(root, &m.majmin, mountinfo, depth + 1) {

@@ -23,7 +23,8 @@ pub struct DeviceAccess {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Gpu {
     /// KFD topology node number.
     pub node: u32,
@@ -44,27 +45,13 @@ pub struct Devices {
     pub uid: u32,
     pub groups: Vec<u32>,
     pub nodes: Vec<DeviceAccess>,
-    pub gpus: Vec<Gpu>,
-    /// `/sys/module/amdgpu` exists: the driver is loaded on this node.
-    pub driver_loaded: bool,
-    /// `/sys/module/amdgpu/version` (the DKMS driver); None for the kernel's own driver.
-    pub driver: Option<String>,
-    /// The kernel release (`/proc/sys/kernel/osrelease`), which names the in-tree driver.
-    pub kernel: Option<String>,
-    /// `/proc/sys/kernel/numa_balancing` (1: on, which AMD says can hang GPU work).
-    pub numa_balancing: Option<u32>,
 }
 
 impl Devices {
-    /// The GPUs allocated to this container: the KFD GPUs whose render node is in its
-    /// /dev/dri (the device plugin mounts an allocated GPU's), all of them when it has none.
-    pub fn allocated(&self) -> Vec<&Gpu> {
-        let present: Vec<u32> =
-            self.nodes.iter().filter_map(|n| n.path.to_str()?.strip_prefix("/dev/dri/renderD")?.parse().ok()).collect();
-        self.gpus
-            .iter()
-            .filter(|g| present.is_empty() || g.render_minor.is_some_and(|m| present.contains(&m)))
-            .collect()
+    /// The render minors this process was given (`/dev/dri/renderD*`: the device plugin
+    /// mounts an allocated GPU's).
+    pub fn render_minors(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(|n| n.path.to_str()?.strip_prefix("/dev/dri/renderD")?.parse().ok()).collect()
     }
 
     /// Device nodes present that this process cannot open.
@@ -196,9 +183,8 @@ pub fn kfd_gpus(root: &Root, findings: &mut Vec<crate::finding::Finding>) -> Vec
     gpus
 }
 
-/// The process's own devices (root `/`: the caller only gathers host facts there), with the
-/// KFD topology's GPUs (`kfd_gpus`).
-pub fn gather(root: &Root, gpus: Vec<Gpu>) -> Devices {
+/// The process's own devices (root `/`: the caller only gathers host facts there).
+pub fn gather(root: &Root) -> Devices {
     let uid = nix::unistd::geteuid().as_raw();
     let mut groups: Vec<u32> = nix::unistd::getgroups().unwrap_or_default().into_iter().map(|g| g.as_raw()).collect();
     let egid = nix::unistd::getegid().as_raw();
@@ -215,19 +201,7 @@ pub fn gather(root: &Root, gpus: Vec<Gpu>) -> Devices {
         .collect();
     renders.sort_by_key(|n| (n.len(), n.clone()));
     nodes.extend(renders.iter().filter_map(|n| access(&Path::new("/dev/dri").join(n), uid, &groups)));
-
-    let line =
-        |p: &str| root.read_small_string(Path::new(p)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-    Devices {
-        uid,
-        groups,
-        nodes,
-        gpus,
-        driver_loaded: root.metadata(Path::new("/sys/module/amdgpu")).is_ok(),
-        driver: line("/sys/module/amdgpu/version"),
-        kernel: line("/proc/sys/kernel/osrelease"),
-        numa_balancing: line("/proc/sys/kernel/numa_balancing").and_then(|v| v.parse().ok()),
-    }
+    Devices { uid, groups, nodes }
 }
 
 /// The most memory one GPU has: far above any part's (an MI355X has 288 GB), so that a larger
@@ -265,6 +239,23 @@ mod tests {
         assert_eq!(gfx_name(110000).as_deref(), Some("gfx1100"));
         assert_eq!(gfx_name(120001).as_deref(), Some("gfx1201"));
         assert_eq!(gfx_name(0), None);
+    }
+
+    /// A KFD node's properties that are not a regular file (a FIFO) are said, never waited on.
+    #[test]
+    fn a_fifo_for_a_kfd_node_is_said_and_not_counted() {
+        let t = tempfile::tempdir().unwrap();
+        let nodes = t.path().join("sys/class/kfd/kfd/topology/nodes");
+        std::fs::create_dir_all(nodes.join("0")).unwrap();
+        std::fs::create_dir_all(nodes.join("1")).unwrap();
+        std::fs::write(nodes.join("0/properties"), "cpu_cores_count 96\nsimd_count 0\n").unwrap();
+        nix::unistd::mkfifo(&nodes.join("1/properties"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let mut findings = Vec::new();
+        assert!(kfd_gpus(&Root::new(t.path()), &mut findings).is_empty());
+        assert_eq!(
+            findings[0].message,
+            "`/sys/class/kfd/kfd/topology/nodes/1/properties` is a FIFO, not a regular file; this KFD node is not counted"
+        );
     }
 
     /// Banks whose sizes sum past what a GPU can hold (or past 2^64) are unreadable, said,

@@ -198,7 +198,7 @@ fn compressed(file: &dyn ReadAt, pos: u64, head: &[u8; 24]) -> Result<(Vec<Strin
     let input = Window { file, at: pos + header, left: MAX_COMPRESSED };
     let mut decoder: Box<dyn Read> = match method {
         0 => Box::new(flate2::read::ZlibDecoder::new(input)),
-        1 => Box::new(ruzstd::decoding::StreamingDecoder::new(input).map_err(|e| format!("zstd: {e}"))?),
+        1 => Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| format!("zstd: {e}"))?),
         m => return Err(format!("compressed bundle method {m} at {pos:#x} is neither zlib (0) nor zstd (1)")),
     };
     let mut out = Vec::new();

@@ -37,6 +37,10 @@ pub enum GpuSource {
     KfdTopology,
     /// `/dev/dri/renderD*` nodes (no usable KFD topology).
     RenderNodes,
+    /// A node profile (`--node`): every GPU it lists.
+    Profile {
+        source: String,
+    },
     /// The node's KFD topology lists GPUs, none allocated to this container.
     NodeOnly {
         listed: usize,
@@ -59,6 +63,7 @@ impl std::fmt::Display for GpuSource {
             GpuSource::VisibleDevices { var, value, read: Some(how) } => write!(f, "{var}={value}: {how}"),
             GpuSource::KfdTopology => f.write_str("KFD topology GPUs whose render node is in /dev/dri"),
             GpuSource::RenderNodes => f.write_str("/dev/dri/renderD* device nodes"),
+            GpuSource::Profile { source } => write!(f, "the GPUs of --node {source}"),
             GpuSource::NodeOnly { listed } => write!(
                 f,
                 "the node's KFD topology lists {listed} GPUs, none allocated to this container (no /dev/dri/renderD*)"
@@ -92,7 +97,7 @@ pub enum GpuError {
 }
 
 /// `kfd`: the KFD topology's GPUs (`devices::kfd_gpus`).
-pub fn detect(root: &Root, env: &Env, kfd: &[super::devices::Gpu]) -> Result<Gpus, GpuError> {
+pub fn detect(root: &Root, env: &Env, node: Option<&super::node::NodeFacts>) -> Result<Gpus, GpuError> {
     if let Some(v) = ev::get(env, ev::INFERA_GPUS) {
         let value = rootfs::os_to_string(v);
         return match value.trim().parse::<u32>() {
@@ -105,6 +110,10 @@ pub fn detect(root: &Root, env: &Env, kfd: &[super::devices::Gpu]) -> Result<Gpu
     }
     if let Some(gpus) = masked(env)? {
         return Ok(gpus);
+    }
+    let kfd = node.map_or(&[][..], |n| &n.gpus[..]);
+    if let Some(n) = node.filter(|n| !n.gathered()) {
+        return Ok(Gpus { count: Some(kfd.len() as u32), source: GpuSource::Profile { source: n.source.clone() } });
     }
     // What the node exposes. sysfs is not namespaced: the KFD topology lists every GPU of
     // the node, while the device plugin allocates GPUs by mounting their render nodes. So a

@@ -14,26 +14,22 @@ pub struct Host {
     /// RLIMIT_MEMLOCK soft limit in bytes; None = unlimited.
     pub memlock: Option<u64>,
     pub caps: CapSets,
-    /// `/dev/infiniband/uverbs*`
-    pub rdma_devices: Vec<String>,
     pub kfd: bool,
     pub render_nodes: usize,
-    /// Whether this uid can open them, the GPUs' architecture, the driver.
+    /// Whether this uid can open them.
     pub devices: super::devices::Devices,
-    /// `/dev/shm`: the engine's shared-memory queues and RCCL's transport live there.
-    pub shm: Option<Shm>,
-    /// The pod's memory limit and use, and the node's available memory.
-    pub memory: Option<super::storage::PodMemory>,
 }
 
-/// A filesystem's size as statvfs gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// `/dev/shm` (the engine's shared-memory queues and RCCL's transport live there): its
+/// size as statvfs gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Shm {
     pub size: u64,
     pub available: u64,
 }
 
-fn shm() -> Option<Shm> {
+pub(super) fn shm() -> Option<Shm> {
     let s = nix::sys::statvfs::statvfs("/dev/shm").ok()?;
     let block = s.fragment_size();
     Some(Shm { size: s.blocks() * block, available: s.blocks_available() * block })
@@ -71,29 +67,18 @@ pub fn cap_sets() -> CapSets {
     }
 }
 
-pub fn gather(root: &Root, gpus: Vec<super::devices::Gpu>) -> Option<Host> {
+pub fn gather(root: &Root) -> Option<Host> {
     if !root.is_host_root() {
         return None;
     }
     let memlock = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
         .ok()
         .and_then(|(soft, _)| (soft != nix::sys::resource::RLIM_INFINITY).then_some(soft));
-    let mut rdma: Vec<String> = root
-        .list(Path::new("/dev/infiniband"))
-        .into_iter()
-        .map(|n| n.to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("uverbs"))
-        .map(|n| format!("/dev/infiniband/{n}"))
-        .collect();
-    rdma.sort();
     Some(Host {
-        devices: super::devices::gather(root, gpus),
-        shm: shm(),
-        memory: Some(super::storage::pod_memory(|p| root.read_small_string(p).ok())),
+        devices: super::devices::gather(root),
         pid1: std::process::id() == 1,
         memlock,
         caps: cap_sets(),
-        rdma_devices: rdma,
         kfd: root.metadata(Path::new("/dev/kfd")).is_ok(),
         render_nodes: root
             .list(Path::new("/dev/dri"))

@@ -12,7 +12,9 @@ pub mod gpus;
 pub mod host;
 pub mod ionic;
 pub mod model;
+pub mod mounts;
 pub mod net;
+pub mod node;
 pub mod python;
 pub mod rocm;
 pub mod site;
@@ -46,8 +48,7 @@ pub struct Facts {
     pub engines: Vec<EngineInstall>,
     /// The GPU targets of torch's, the engines' and their kernels' libraries.
     pub gpu_code: Vec<gpu_code::GpuLib>,
-    pub gpus: Result<Gpus, GpuError>,
-    /// The running process and the node's devices (root `/` only).
+    /// The running process: its limits, capabilities and device access (root `/` only).
     pub host: Option<host::Host>,
     /// The interpreter file the run would exec (when the interpreter was found).
     pub interpreter_file: Option<ExecFile>,
@@ -120,9 +121,7 @@ impl Facts {
         }
         let found: Vec<crate::engines::Engine> = engines.iter().map(|e| e.engine).collect();
         let gpu_code = if w.gpu_code { gpu_code::gather(root, &site_dirs, minor, &found) } else { Vec::new() };
-        let kfd = devices::kfd_gpus(root, &mut findings);
-        let gpus = gpus::detect(root, env, &kfd);
-        let host = host::gather(root, kfd);
+        let host = host::gather(root);
         let interpreter_file = python.as_ref().ok().map(|p| exe::inspect(root, &p.executable));
         let program = w.program.map(|name| find_program(root, env, name, w.chdir));
         let ionic = ionic::detect(root);
@@ -141,7 +140,6 @@ impl Facts {
             rocm,
             engines,
             gpu_code,
-            gpus,
             host,
             interpreter_file,
             program,
@@ -168,7 +166,12 @@ impl Facts {
     }
 
     /// The JSON shape, with the facts of the model the args name.
-    pub fn view<'a>(&'a self, models: &'a BTreeMap<OsString, model::ModelFacts>) -> FactsView<'a> {
+    pub fn view<'a>(
+        &'a self,
+        models: &'a BTreeMap<OsString, model::ModelFacts>,
+        node: Option<&'a node::NodeFacts>,
+        gpus: &'a Result<Gpus, GpuError>,
+    ) -> FactsView<'a> {
         FactsView {
             image: self.root.image(),
             python: self.python.as_ref().ok(),
@@ -180,13 +183,14 @@ impl Facts {
             torch: self.torch.as_ref(),
             engines: &self.engines,
             gpu_code: &self.gpu_code,
-            gpus: self.gpus.as_ref().ok().and_then(|g| g.count),
-            gpus_source: match &self.gpus {
+            gpus: gpus.as_ref().ok().and_then(|g| g.count),
+            gpus_source: match gpus {
                 Ok(g) => g.source.to_string(),
                 Err(e) => e.to_string(),
             },
             models: models.values().collect(),
             host: self.host.as_ref(),
+            node,
         }
     }
 }
@@ -230,6 +234,8 @@ pub struct FactsView<'a> {
     pub models: Vec<&'a model::ModelFacts>,
     /// Process capability sets, memlock limit and devices; null when --root is not `/`.
     pub host: Option<&'a host::Host>,
+    /// The node judged against: this node at root `/`, or `--node`'s; null when neither.
+    pub node: Option<&'a node::NodeFacts>,
 }
 
 /// What `check --image` keeps of an image's files as it streams the layers (the rest is

@@ -215,7 +215,7 @@ fn filesystem(root: &Root, dir: &Path, probe: Option<&Weights>) -> Option<super:
     let resolved = std::fs::canonicalize(dir).ok()?;
     let mountinfo = root.read_small_string(Path::new("/proc/self/mountinfo")).ok()?;
     let mut fs = super::storage::filesystem_of(&mountinfo, &resolved)?;
-    if !super::storage::network_fs(&fs.fstype) {
+    if !super::mounts::network_fs(&fs.fstype) {
         fs.device = super::blockdev::classify(root, &fs.majmin, &mountinfo);
         let read = |p: &Path| root.read_small_string(p).ok();
         fs.io_cap = fs.device.as_ref().and_then(|_| super::storage::io_cap(read, &[fs.majmin.as_str()]));

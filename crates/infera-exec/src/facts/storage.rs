@@ -29,25 +29,6 @@ pub struct Filesystem {
     pub probe: Option<Probe>,
 }
 
-/// Filesystems whose reads cross a network (or a FUSE daemon that may).
-pub fn network_fs(fstype: &str) -> bool {
-    matches!(
-        fstype,
-        "nfs"
-            | "nfs4"
-            | "lustre"
-            | "ceph"
-            | "virtiofs"
-            | "cifs"
-            | "smb3"
-            | "9p"
-            | "gpfs"
-            | "beegfs"
-            | "wekafs"
-            | "fuse"
-    ) || fstype.starts_with("fuse.")
-}
-
 /// What a short read of the checkpoint's first file took, cold (its pages dropped from the
 /// cache first, readahead off): `reads` reads of 4 KiB, the median's time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -142,54 +123,23 @@ pub fn io_cap(read: impl Fn(&Path) -> Option<String>, devices: &[&str]) -> Optio
     None
 }
 
-/// The mount holding `path` (an absolute, resolved path) in a mountinfo text (read by
-/// procfs-core): the longest mount point that is `path` or a parent of it; of mounts stacked
-/// on one point, the last.
+/// The filesystem holding `path` (an absolute, resolved path) in a mountinfo text: its mount
+/// (`mounts::mount_of`), the device and its facts left for the caller.
 pub fn filesystem_of(mountinfo: &str, path: &Path) -> Option<Filesystem> {
-    use procfs_core::FromRead;
-    let mounts = procfs_core::process::MountInfos::from_read(mountinfo.as_bytes()).ok()?;
-    let mut best: Option<Filesystem> = None;
-    for m in mounts {
-        // procfs-core keeps the kernel's octal escapes in the mount point (`\040` for a space).
-        let point = PathBuf::from(unescape(&m.mount_point.to_string_lossy()));
-        let longer = best.as_ref().is_none_or(|b| point.as_os_str().len() >= b.mount_point.as_os_str().len());
-        if path.starts_with(&point) && longer {
-            best = Some(Filesystem {
-                fstype: m.fs_type,
-                mount_point: point,
-                majmin: m.majmin,
-                device: None,
-                io_cap: None,
-                probe: None,
-            });
-        }
-    }
-    best
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\040`-style octal.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let m = super::mounts::mount_of(mountinfo, path)?;
+    Some(Filesystem {
+        fstype: m.fstype,
+        mount_point: m.mount_point,
+        majmin: m.majmin,
+        device: None,
+        io_cap: None,
+        probe: None,
+    })
 }
 
 /// The pod's memory: its cgroup's limit and use, and the host's available memory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PodMemory {
     /// None: no limit.
     pub limit: Option<u64>,

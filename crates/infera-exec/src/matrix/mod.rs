@@ -16,18 +16,35 @@ use crate::error::{Exit, Refusal};
 use crate::request::{Request, Role};
 use crate::{Env, Gathered};
 
+/// The row's facts name no GPU count: each cell's plan has its own (its node's).
+static NO_GPUS: Result<crate::facts::Gpus, crate::facts::GpuError> =
+    Ok(crate::facts::Gpus { count: None, source: crate::facts::GpuSource::Nothing });
+
 /// The exit code when several cells were judged and one was refused.
 pub const CELL_REFUSED: i32 = 1;
 
 /// Does the request ask for the matrix rather than one plan?
 pub fn wanted(req: &Request) -> bool {
     req.role == Role::Check
-        && (req.image.image.len() > 1 || req.family.as_deref() == Some(ALL_FAMILIES) || req.output == Output::Junit)
+        && (req.image.image.len() > 1
+            || req.node.len() > 1
+            || req.family.as_deref() == Some(ALL_FAMILIES)
+            || req.output == Output::Junit)
 }
 
-/// A column: the tree a cell is planned with.
+/// A column: the tree a cell is planned with, on the node (`--node`'s, in order; none given:
+/// this node at root `/`, else none).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Column {
+pub struct Column {
+    pub tree: Tree,
+    /// The index of the node in `--node`, and its spec.
+    pub node: Option<(usize, String)>,
+    name: String,
+}
+
+/// The tree of a column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tree {
     /// The tree the image's ABI selects (no `--family`).
     Matching,
     /// `--family NAME`: forced, as a run forces it.
@@ -37,11 +54,20 @@ pub enum Column {
 }
 
 impl Column {
+    pub fn new(tree: Tree, node: Option<(usize, String)>) -> Column {
+        let t = match &tree {
+            Tree::Matching => "matching tree",
+            Tree::Forced(f) | Tree::Judged(f) => f,
+        };
+        let name = match &node {
+            Some((_, spec)) => format!("{t} on {spec}"),
+            None => t.to_string(),
+        };
+        Column { tree, node, name }
+    }
+
     pub fn name(&self) -> &str {
-        match self {
-            Column::Matching => "matching tree",
-            Column::Forced(f) | Column::Judged(f) => f,
-        }
+        &self.name
     }
 }
 
@@ -97,16 +123,21 @@ pub fn run(req: &Request, env: &Env) -> i32 {
 }
 
 /// The columns: every tree of the overlay for `--family all`, else the one `--family` forces,
-/// else the tree each image's ABI selects.
+/// else the tree each image's ABI selects; each on every `--node`.
 fn columns(req: &Request, overlay: &Result<crate::overlay::Overlay, Refusal>) -> Result<Vec<Column>, Refusal> {
-    match req.family.as_deref() {
+    let trees = match req.family.as_deref() {
         Some(ALL_FAMILIES) => {
             let ov = overlay.as_ref().map_err(Clone::clone)?;
-            Ok(ov.trees.iter().map(|t| Column::Judged(t.family.clone())).collect())
+            ov.trees.iter().map(|t| Tree::Judged(t.family.clone())).collect()
         }
-        Some(f) => Ok(vec![Column::Forced(f.to_string())]),
-        None => Ok(vec![Column::Matching]),
-    }
+        Some(f) => vec![Tree::Forced(f.to_string())],
+        None => vec![Tree::Matching],
+    };
+    let nodes: Vec<Option<(usize, String)>> = match req.node.as_slice() {
+        [] => vec![None],
+        specs => specs.iter().cloned().enumerate().map(Some).collect(),
+    };
+    Ok(trees.iter().flat_map(|t| nodes.iter().map(|n| Column::new(t.clone(), n.clone()))).collect())
 }
 
 /// One image read and judged with every column.
@@ -124,17 +155,26 @@ fn row(
         Err(e) => return Row { image: name, identity: None, facts: Value::Null, cells: Vec::new(), error: Some(e) },
     };
     g.read_models(req);
-    let facts = serde_json::to_value(g.facts.view(&g.models)).unwrap_or(Value::Null);
+    let (node, gpus) = match g.nodes.as_slice() {
+        [one] => (one.facts.as_ref(), &one.gpus),
+        _ => (None, &NO_GPUS),
+    };
+    let view = g.facts.view(&g.models, node, gpus);
+    let facts = serde_json::to_value(view).unwrap_or(Value::Null);
     let cells = columns
         .iter()
         .map(|c| {
             let mut r = req.clone();
-            r.family = match c {
-                Column::Matching => None,
-                Column::Forced(f) | Column::Judged(f) => Some(f.clone()),
+            r.family = match &c.tree {
+                Tree::Matching => None,
+                Tree::Forced(f) | Tree::Judged(f) => Some(f.clone()),
             };
-            r.family_judged = matches!(c, Column::Judged(_));
-            let (plan, error, family) = g.judge(&r, overlay, opts);
+            r.family_judged = matches!(c.tree, Tree::Judged(_));
+            let Some(node) = g.nodes.get(c.node.as_ref().map_or(0, |n| n.0)) else {
+                let error = Some(crate::error::internal("no node for this column"));
+                return Cell { family: None, plan: Value::Null, error };
+            };
+            let (plan, error, family) = g.judge(&r, node, overlay, opts);
             Cell { family, plan: without_facts(plan), error }
         })
         .collect();

@@ -59,7 +59,7 @@ fn verdicts<'r>(r: &'r Row, columns: &'r [Column]) -> impl Iterator<Item = Strin
         (None, Some(cell)) => {
             let word = cell.error.as_ref().map_or_else(|| "ok".to_string(), |e| format!("refused: {}", e.code));
             match (c, &cell.family) {
-                (Column::Matching, Some(f)) => format!("{word} ({f})"),
+                (Column { tree: super::Tree::Matching, .. }, Some(f)) => format!("{word} ({f})"),
                 _ => word,
             }
         }
@@ -259,7 +259,10 @@ mod tests {
     }
 
     fn rows() -> (Vec<Row>, Vec<Column>) {
-        let columns = vec![Column::Judged("rocm7-py312".into()), Column::Judged("rocm7-py310".into())];
+        let columns = vec![
+            Column::new(super::super::Tree::Judged("rocm7-py312".into()), None),
+            Column::new(super::super::Tree::Judged("rocm7-py310".into()), None),
+        ];
         let identity = infera_core::image::Identity {
             reference: "a.tar".into(),
             manifest_digest: Some("sha256:m".into()),

@@ -74,6 +74,8 @@ pub enum ArgsError {
 pub struct Ctx<'a> {
     pub req: &'a Request,
     pub facts: &'a Facts,
+    /// The GPUs the run may use (the pod's environment, else the node).
+    pub gpus: &'a Result<crate::facts::Gpus, crate::facts::GpuError>,
     /// The model the args name, read from its config.json.
     pub models: &'a std::collections::BTreeMap<OsString, ModelFacts>,
     pub engine: Engine,
@@ -125,7 +127,7 @@ pub struct Applied<'a> {
 /// The args to append after the user's and what they make the engine run with, or the refusal.
 pub fn apply<'a>(ctx: &Ctx<'a>, findings: &mut Vec<Finding>) -> Result<Applied<'a>, Refusal> {
     let rules = crate::rules::shipped();
-    let gpus = ctx.facts.gpus.as_ref().map_err(Clone::clone)?.count;
+    let gpus = ctx.gpus.as_ref().map_err(Clone::clone)?.count;
     let ints = Ints::read(ctx, findings)?;
     let model = model_of(ctx, findings)?;
     let mut added = Vec::new();
@@ -217,7 +219,7 @@ fn tp_default(
             let heads = model.and_then(|m| m.attention_heads);
             let size = default_tp(n.into(), heads);
             add(e, Opt::TensorParallelSize, &size.to_string(), added);
-            let src = ctx.facts.gpus.as_ref().map(|g| g.source.to_string()).unwrap_or_default();
+            let src = ctx.gpus.as_ref().map(|g| g.source.to_string()).unwrap_or_default();
             let flag = e.flag(Opt::TensorParallelSize);
             let why = match heads {
                 Some(h) if size == u64::from(n) => {

@@ -282,9 +282,11 @@ pub fn usability(
     rows: &mut [CapRow],
     keep_caps: Option<&[caps::Capability]>,
     facts: &Facts,
+    node: Option<&crate::facts::node::NodeFacts>,
     rocm: &Rocm,
     env: &Env,
 ) -> Result<(), CapError> {
+    let rdma = node.map(|n| n.rdma_devices.as_slice());
     let host = match (&facts.host, keep_caps) {
         (Some(h), Some(keep)) => {
             let keep: Vec<String> = keep.iter().map(|c| c.to_string()).collect();
@@ -296,7 +298,7 @@ pub fn usability(
     };
     let mut refusal = None;
     for row in rows.iter_mut().filter(|r| r.provided) {
-        let u = usable::check(&row.name, host.as_ref(), rocm, env);
+        let u = usable::check(&row.name, host.as_ref(), rdma, rocm, env);
         row.usable = u.usable;
         row.reason = u.reason.clone();
         if row.requested && u.usable == Some(false) && refusal.is_none() {

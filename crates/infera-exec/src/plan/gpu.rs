@@ -10,8 +10,9 @@ use thiserror::Error;
 use crate::engines::Engine;
 use crate::envvars::{self as ev, Env};
 use crate::error::Refusal;
-use crate::facts::devices::{gfx_name, Devices};
+use crate::facts::devices::{gfx_name, Gpu};
 use crate::facts::gpu_code::GpuLib;
+use crate::facts::node::NodeFacts;
 use crate::facts::Facts;
 use crate::finding::Finding;
 use infera_exec_derive::Refuse;
@@ -19,7 +20,7 @@ use infera_exec_derive::Refuse;
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum GpuError {
     #[error(
-        "{package}'s `{path}` has GPU code for {has}{sampled} but this node's GPUs are {node} (KFD topology): \
+        "{package}'s `{path}` has GPU code for {has}{sampled} but this node's GPUs are {node}: \
          the engine would fail at its first kernel with `HIP error: invalid device function`"
     )]
     #[refuse(
@@ -59,9 +60,17 @@ pub fn runs_on(processor: &str, gpu: &str) -> bool {
     processor == gpu || GENERIC.iter().any(|(g, covers)| *g == processor && covers.contains(&gpu))
 }
 
+/// The node's GPUs this run may use: on the node itself, those whose render node the
+/// container was given (sysfs lists every GPU of the node); a profile's, all of them.
+pub fn allocated<'a>(node: &'a NodeFacts, facts: &Facts) -> Vec<&'a Gpu> {
+    let present =
+        facts.host.as_ref().filter(|_| node.gathered()).map(|h| h.devices.render_minors()).unwrap_or_default();
+    node.gpus.iter().filter(|g| present.is_empty() || g.render_minor.is_some_and(|m| present.contains(&m))).collect()
+}
+
 /// The allocated GPUs' processors.
-pub fn node_gpus(d: &Devices) -> BTreeSet<String> {
-    d.allocated().into_iter().filter_map(|g| g.gfx.clone()).collect()
+pub fn processors(gpus: &[&Gpu]) -> BTreeSet<String> {
+    gpus.iter().filter_map(|g| g.gfx.clone()).collect()
 }
 
 /// `9.4.2` → `gfx942` (HSA_OVERRIDE_GFX_VERSION's form: major.minor.stepping, decimal).
@@ -80,13 +89,19 @@ fn libs_of(facts: &Facts, engine: Engine) -> impl Iterator<Item = &GpuLib> {
 
 pub fn check(
     facts: &Facts,
+    on: Option<&NodeFacts>,
     engine: Engine,
     env: &Env,
     allow: &[String],
     findings: &mut Vec<Finding>,
 ) -> Result<(), Refusal> {
-    let Some(h) = &facts.host else { return Ok(()) };
-    let node = node_gpus(&h.devices);
+    let Some(n) = on else { return Ok(()) };
+    let node = processors(&allocated(n, facts));
+    let from = if n.gathered() {
+        "KFD topology".to_string()
+    } else {
+        format!("--node {}", n.source.split(" (").next().unwrap_or(&n.source))
+    };
     if node.is_empty() {
         return Ok(());
     }
@@ -98,10 +113,10 @@ pub fn check(
         .iter()
         .any(|v| ev::get(env, v).is_some_and(|x| x == "1" || x.eq_ignore_ascii_case("true")));
     for lib in libs_of(facts, engine) {
-        library(lib, lib.required || (lib.package == "aiter" && aiter_forced), &target, findings)?;
+        library(lib, lib.required || (lib.package == "aiter" && aiter_forced), (&target, &from), findings)?;
     }
-    settings(h, &node, findings);
-    if let (Some(driver), Ok(Some(r))) = (&h.devices.driver, facts.rocm.as_ref().map(|r| r.release.as_ref())) {
+    settings(n, &node, findings);
+    if let (Some(driver), Ok(Some(r))) = (&n.driver, facts.rocm.as_ref().map(|r| r.release.as_ref())) {
         driver_window(driver, (r.major, r.minor), &r.version, findings);
     }
     Ok(())
@@ -184,7 +199,13 @@ fn overridden(
 }
 
 /// One library against the GPUs: refused when `needed` and it has no code for them.
-fn library(lib: &GpuLib, needed: bool, target: &BTreeSet<String>, findings: &mut Vec<Finding>) -> Result<(), GpuError> {
+/// `from`: what says the node's GPUs are these (its KFD topology, or `--node`'s profile).
+fn library(
+    lib: &GpuLib,
+    needed: bool,
+    (target, from): (&BTreeSet<String>, &str),
+    findings: &mut Vec<Finding>,
+) -> Result<(), GpuError> {
     let (package, path) = (lib.package, lib.path.display().to_string());
     let code = match &lib.targets {
         Ok(c) => c,
@@ -197,7 +218,8 @@ fn library(lib: &GpuLib, needed: bool, target: &BTreeSet<String>, findings: &mut
     let list = shown(&code.processors);
     if target.iter().any(|g| !has(lib, g)) {
         if needed {
-            return Err(GpuError::Missing { package, path, has: list, sampled, node: shown(target) });
+            let node = format!("{} ({from})", shown(target));
+            return Err(GpuError::Missing { package, path, has: list, sampled, node });
         }
         findings.push(Finding::warn(
             "gpu-code-optional-missing",
@@ -221,8 +243,7 @@ fn library(lib: &GpuLib, needed: bool, target: &BTreeSet<String>, findings: &mut
 }
 
 /// Node settings that shrink or hang GPUs, as warnings (the pod cannot change them).
-fn settings(h: &crate::facts::host::Host, node: &BTreeSet<String>, findings: &mut Vec<Finding>) {
-    let d = &h.devices;
+pub fn settings(d: &NodeFacts, node: &BTreeSet<String>, findings: &mut Vec<Finding>) {
     let split: Vec<String> = d
         .gpus
         .iter()

@@ -53,7 +53,7 @@ pub fn class(fs: &Filesystem) -> (Class, String) {
     match fs.fstype.as_str() {
         "nfs" | "nfs4" => return (Class::Detected { since: "0.19" }, said("a network filesystem".into())),
         "lustre" => return (Class::Detected { since: "0.20" }, said("a network filesystem".into())),
-        f if crate::facts::storage::network_fs(f) => return (Class::Shared, said("a shared filesystem".into())),
+        f if crate::facts::mounts::network_fs(f) => return (Class::Shared, said("a shared filesystem".into())),
         _ => {}
     }
     let Some(d) = &fs.device else { return (Class::Local, said("no block device under it".into())) };

@@ -86,39 +86,54 @@ pub fn gib(b: u64) -> String {
 
 pub fn check(
     facts: &Facts,
+    on: Option<&crate::facts::node::NodeFacts>,
     engine: Engine,
     parsed: &Parsed,
     applied: &Applied,
     allow: &[String],
     findings: &mut Vec<Finding>,
 ) -> Result<(), Refusal> {
-    let Some(h) = &facts.host else { return Ok(()) };
-    let gpus = h.devices.allocated();
+    let Some(h) = on else { return Ok(()) };
+    let gpus = super::gpu::allocated(h, facts);
     let (tp, pp) = (applied.tp.unwrap_or(1).max(1), applied.pp.unwrap_or(1).max(1));
     let local = if gpus.is_empty() { tp * pp } else { (tp * pp).min(gpus.len() as u64) };
-    if let (Some(shm), true) = (h.shm, local > 1) {
-        let estimate = SHM_PER_RANK * local;
-        if shm.size < SHM_FLOOR {
-            let e = MemoryError::ShmTooSmall { size: gib_or_mib(shm.size), ranks: local, estimate: gib(estimate) };
-            return Err(e.into());
-        }
-        if shm.size < estimate {
-            findings.push(Finding::warn(
-                "shm-small",
-                format!(
-                    "/dev/shm is {} for {local} GPU ranks (about {} wanted): a large batch may die with `Bus error`; \
-                     give /dev/shm a memory-backed volume of that size or more",
-                    gib_or_mib(shm.size),
-                    gib(estimate)
-                ),
-            ));
-        }
+    if let Err(e) = shm(h, local, findings) {
+        return Err((*e).into());
     }
     let vram = gpus.iter().filter_map(|g| g.vram).min();
     weights(engine, parsed, applied, (tp, pp), vram, allow, findings)
 }
 
-fn gib_or_mib(b: u64) -> String {
+/// /dev/shm for `local` GPU ranks: refused under the floor, a warning under the estimate.
+fn shm(node: &crate::facts::node::NodeFacts, local: u64, findings: &mut Vec<Finding>) -> Result<(), Box<MemoryError>> {
+    let (Some(shm), true) = (node.shm, local > 1) else { return Ok(()) };
+    let estimate = SHM_PER_RANK * local;
+    if shm.size < SHM_FLOOR {
+        let e = MemoryError::ShmTooSmall { size: gib_or_mib(shm.size), ranks: local, estimate: gib(estimate) };
+        return Err(Box::new(e));
+    }
+    if shm.size < estimate {
+        findings.push(Finding::warn(
+            "shm-small",
+            format!(
+                "/dev/shm is {} for {local} GPU ranks (about {} wanted): a large batch may die with `Bus error`; \
+                 give /dev/shm a memory-backed volume of that size or more",
+                gib_or_mib(shm.size),
+                gib(estimate)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// /dev/shm judged for a rank on each of `ranks` GPUs, as a finding (`infera-exec node`).
+pub fn shm_for(node: &crate::facts::node::NodeFacts, ranks: u64, findings: &mut Vec<Finding>) {
+    if let Err(e) = shm(node, ranks, findings) {
+        findings.push(Finding::warn("shm-too-small", e.to_string()));
+    }
+}
+
+pub fn gib_or_mib(b: u64) -> String {
     if b < 1 << 30 {
         format!("{} MiB", b >> 20)
     } else {

@@ -98,6 +98,10 @@ pub struct Inputs<'a> {
     /// Python, ROCm or overlay to select by (the plan refuses for that first).
     pub selected: Option<&'a Result<Selected, Refusal>>,
     pub env: &'a Env,
+    /// The node judged against: this one at root `/`, `--node`'s, or none (an image root).
+    pub node: Option<&'a crate::facts::node::NodeFacts>,
+    /// The GPUs the run may use: the pod's environment's count, else the node's.
+    pub gpus: &'a Result<crate::facts::Gpus, crate::facts::GpuError>,
 }
 
 /// The tree the run uses with its facts (its files' walk, its modules, its integrity
@@ -111,13 +115,31 @@ pub struct Selected {
 
 pub use select::{engine as decide_engine, tree as select_tree};
 
+/// What in a node would fail or slow any engine, judged without an image (`infera-exec
+/// node`): partitions, NUMA balancing, /dev/shm for a rank per GPU, the driver, no GPU.
+pub fn node_findings(node: &crate::facts::node::NodeFacts) -> Vec<Finding> {
+    let mut f = Vec::new();
+    if node.gpus.is_empty() {
+        f.push(Finding::warn(
+            "node-no-gpus",
+            "the node's KFD topology lists no GPU (/sys/class/kfd/kfd/topology/nodes)",
+        ));
+    }
+    if !node.driver_loaded {
+        f.push(Finding::warn("node-no-driver", "no amdgpu driver is loaded (no /sys/module/amdgpu)"));
+    }
+    gpu::settings(node, &gpu::processors(&node.gpus.iter().collect::<Vec<_>>()), &mut f);
+    memory::shm_for(node, node.gpus.len() as u64, &mut f);
+    f
+}
+
 pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
     let mut p = Plan {
         role: inp.req.role.name(),
         family: None,
         tree: None,
         engine: None,
-        facts: inp.facts.view(inp.models),
+        facts: inp.facts.view(inp.models, inp.node, inp.gpus),
         capabilities: Vec::new(),
         exec: None,
         group: inp.req.group.as_ref().map(|g| GroupView {
@@ -127,7 +149,7 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
             source: g.source.clone(),
         }),
         pd: None,
-        findings: inp.facts.findings.clone(),
+        findings: inp.facts.findings.iter().chain(inp.node.iter().flat_map(|n| &n.findings)).cloned().collect(),
         error: None,
     };
     for (name, ours) in crate::envvars::misspelt(inp.env) {
@@ -208,13 +230,13 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let copies = caps::copies(tree, site, &mut p.findings);
     capabilities(&st, &copies, p)?;
     let addressed = addresses(&st, p)?;
-    caps::usability(&mut p.capabilities, req.privileges.keep_caps.as_deref(), facts, rocm, inp.env)?;
+    caps::usability(&mut p.capabilities, req.privileges.keep_caps.as_deref(), facts, inp.node, rocm, inp.env)?;
     safety::noexec(tree)?;
     if req.role.runs_engine() {
-        gpu_presence(facts, &mut p.findings);
+        gpu_presence(facts, inp.gpus, &mut p.findings);
         node::devices(facts)?;
         if let Some(e) = engine {
-            gpu::check(facts, e, inp.env, &req.allow, &mut p.findings)?;
+            gpu::check(facts, inp.node, e, inp.env, &req.allow, &mut p.findings)?;
         }
     }
     safety::shadowing(tree, site, &copies)?;
@@ -225,6 +247,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
             let ctx = args::Ctx {
                 req,
                 facts,
+                gpus: inp.gpus,
                 models: inp.models,
                 engine: e,
                 parsed: &parsed,
@@ -234,9 +257,9 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
             let applied = args::apply(&ctx, &mut p.findings)?;
             let mut added = applied.added.clone();
             if req.role.runs_engine() {
-                memory::check(facts, e, &parsed, &applied, &req.allow, &mut p.findings)?;
+                memory::check(facts, inp.node, e, &parsed, &applied, &req.allow, &mut p.findings)?;
                 let version = facts.engine(e).map(|i| i.version.as_str());
-                let memory = facts.host.as_ref().and_then(|h| h.memory.as_ref());
+                let memory = inp.node.and_then(|n| n.memory.as_ref());
                 let l = load::plan(e, version, &parsed, applied.model, memory, req.prefetch, &mut p.findings);
                 added.extend(l.added);
                 prefetch = l.prefetch;
@@ -455,8 +478,8 @@ fn args_digest(e: crate::engines::Engine, args: &[OsString], added: &[OsString])
 
 /// GPUs allocated by the visible-devices variables but no device nodes: a warning, so
 /// CPU-only test machines keep working.
-fn gpu_presence(facts: &Facts, findings: &mut Vec<Finding>) {
-    let (Some(h), Ok(g)) = (facts.host.as_ref(), facts.gpus.as_ref()) else { return };
+fn gpu_presence(facts: &Facts, gpus: &Result<crate::facts::Gpus, crate::facts::GpuError>, findings: &mut Vec<Finding>) {
+    let (Some(h), Ok(g)) = (facts.host.as_ref(), gpus.as_ref()) else { return };
     if g.source.from_env() && g.count.unwrap_or(0) > 0 && !h.kfd && h.render_nodes == 0 {
         findings.push(Finding::warn(
             "gpus-not-present",

@@ -65,6 +65,8 @@ struct World {
     image: Facts,
     site: SiteIndex,
     models: BTreeMap<OsString, ModelFacts>,
+    /// The GPUs the pod's environment gives (no node: an image root).
+    gpus: Result<Gpus, crate::facts::GpuError>,
 }
 
 impl std::ops::Deref for World {
@@ -87,6 +89,14 @@ fn facts() -> World {
         image: image_facts(),
         site: SiteIndex::default(),
         models: BTreeMap::from([(OsString::from("/models/kimi-k3"), kimi())]),
+        gpus: Ok(Gpus {
+            count: Some(8),
+            source: GpuSource::VisibleDevices {
+                var: "HIP_VISIBLE_DEVICES",
+                value: "0,1,2,3,4,5,6,7".into(),
+                read: None,
+            },
+        }),
     }
 }
 
@@ -112,14 +122,6 @@ fn image_facts() -> Facts {
             argparse_deprecated: None,
         }],
         gpu_code: Vec::new(),
-        gpus: Ok(Gpus {
-            count: Some(8),
-            source: GpuSource::VisibleDevices {
-                var: "HIP_VISIBLE_DEVICES",
-                value: "0,1,2,3,4,5,6,7".into(),
-                read: None,
-            },
-        }),
         host: None,
         interpreter_file: Some(ExecFile::Ok { mode: 0o755, header: Header::Elf }),
         program: None,
@@ -203,6 +205,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         wait_model: None,
         prefetch: crate::cli::PrefetchChoice::Auto,
         image: Default::default(),
+        node: Vec::new(),
         verify: Verify::Off,
     }
 }
@@ -230,7 +233,9 @@ fn run<'a>(req: &'a Request, w: &'a World, ov: &'a Result<Overlay, Refusal>, env
     };
     let router = (req.role == crate::cli::Role::Server)
         .then(|| &*Box::leak(Box::new(crate::router_args::RouterArgs::read(&req.args))));
-    plan(&Inputs { req, facts: &w.image, engine, args, router, models: &w.models, overlay: ov, selected, env })
+    let models = &w.models;
+    let (node, gpus) = (None, &w.gpus);
+    plan(&Inputs { req, facts: &w.image, engine, args, router, models, overlay: ov, selected, env, node, gpus })
 }
 
 fn strs(v: &[OsString]) -> Vec<String> {

@@ -25,16 +25,17 @@ fn unknown(reason: &str) -> Usability {
 
 const NOT_ROOT: &str = "unknown: the node's devices and limits are only read with --root /";
 
-pub fn check(name: &str, host: Option<&Host>, rocm: &Rocm, env: &Env) -> Usability {
+/// `rdma`: the node's RDMA devices (None: the node is unknown).
+pub fn check(name: &str, host: Option<&Host>, rdma: Option<&[String]>, rocm: &Rocm, env: &Env) -> Usability {
     match name {
         "mooncake" => {
             if ev::truthy(env, ev::MC_FORCE_TCP) {
                 return yes(Some("MC_FORCE_TCP=1: TCP transport, no RDMA needed".into()));
             }
-            let Some(h) = host else { return unknown(NOT_ROOT) };
+            let (Some(h), Some(rdma)) = (host, rdma) else { return unknown(NOT_ROOT) };
             let hint = "set MC_FORCE_TCP=1 to use TCP, or give the pod RDMA devices (the RDMA device plugin) and an \
                         unlimited memlock limit or CAP_IPC_LOCK (securityContext.capabilities.add: [IPC_LOCK])";
-            if h.rdma_devices.is_empty() {
+            if rdma.is_empty() {
                 return no("no RDMA devices (/dev/infiniband/uverbs*) in the container".into(), hint);
             }
             match h.memlock {
@@ -74,7 +75,7 @@ mod tests {
     use super::*;
     use crate::facts::host::CapSets;
 
-    fn host(rdma: bool, memlock: Option<u64>, ipc_lock: bool, kfd: bool) -> Host {
+    fn host(memlock: Option<u64>, ipc_lock: bool, kfd: bool) -> Host {
         Host {
             pid1: false,
             memlock,
@@ -82,12 +83,9 @@ mod tests {
                 effective: if ipc_lock { vec!["CAP_IPC_LOCK".into()] } else { vec![] },
                 ..CapSets::default()
             },
-            rdma_devices: if rdma { vec!["/dev/infiniband/uverbs0".into()] } else { vec![] },
             kfd,
             render_nodes: 0,
             devices: Default::default(),
-            shm: None,
-            memory: None,
         }
     }
 
@@ -111,37 +109,38 @@ mod tests {
         let r = rocm("7.0.0", 7, Some(0));
         let env = Env::new();
         let cases = [
-            (host(true, None, false, false), Some(true), None),
-            (host(true, Some(65536), true, false), Some(true), None),
-            (host(true, Some(65536), false, false), Some(false), Some("the memlock limit is 64 KiB")),
-            (host(false, None, true, false), Some(false), Some("no RDMA devices")),
+            (true, host(None, false, false), Some(true), None),
+            (true, host(Some(65536), true, false), Some(true), None),
+            (true, host(Some(65536), false, false), Some(false), Some("the memlock limit is 64 KiB")),
+            (false, host(None, true, false), Some(false), Some("no RDMA devices")),
         ];
-        for (h, want, why) in cases {
-            let u = check("mooncake", Some(&h), &r, &env);
+        for (has_rdma, h, want, why) in cases {
+            let rdma: Vec<String> = if has_rdma { vec!["/dev/infiniband/uverbs0".into()] } else { vec![] };
+            let u = check("mooncake", Some(&h), Some(&rdma), &r, &env);
             assert_eq!(u.usable, want);
             if let Some(w) = why {
                 assert!(u.reason.as_deref().unwrap().contains(w), "{:?}", u.reason);
                 assert!(u.hint.as_deref().unwrap().contains("MC_FORCE_TCP=1"));
             }
         }
-        assert_eq!(check("mooncake", None, &r, &env).usable, None);
+        assert_eq!(check("mooncake", None, None, &r, &env).usable, None);
         let tcp = Env::from([("MC_FORCE_TCP".into(), "1".into())]);
-        assert_eq!(check("mooncake", Some(&host(false, Some(1), false, false)), &r, &tcp).usable, Some(true));
+        assert_eq!(check("mooncake", Some(&host(Some(1), false, false)), Some(&[]), &r, &tcp).usable, Some(true));
     }
 
     #[test]
     fn hipfile_table() {
         let env = Env::new();
-        let h = host(false, None, false, true);
-        assert_eq!(check("hipfile", Some(&h), &rocm("7.2.0", 7, Some(2)), &env).usable, Some(true));
-        let old = check("hipfile", Some(&h), &rocm("7.0.0", 7, Some(0)), &env);
+        let h = host(None, false, true);
+        assert_eq!(check("hipfile", Some(&h), None, &rocm("7.2.0", 7, Some(2)), &env).usable, Some(true));
+        let old = check("hipfile", Some(&h), None, &rocm("7.0.0", 7, Some(0)), &env);
         assert_eq!(old.usable, Some(false));
         assert!(old.reason.unwrap().contains("older than 7.2"));
-        let nokfd = check("hipfile", Some(&host(false, None, false, false)), &rocm("7.2.0", 7, Some(2)), &env);
+        let nokfd = check("hipfile", Some(&host(None, false, false)), None, &rocm("7.2.0", 7, Some(2)), &env);
         assert_eq!(nokfd.reason.as_deref(), Some("/dev/kfd is not in the container"));
-        assert_eq!(check("hipfile", None, &rocm("7.2.0", 7, Some(2)), &env).usable, None);
-        assert_eq!(check("hipfile", Some(&h), &rocm("7", 7, None), &env).usable, None);
+        assert_eq!(check("hipfile", None, None, &rocm("7.2.0", 7, Some(2)), &env).usable, None);
+        assert_eq!(check("hipfile", Some(&h), None, &rocm("7", 7, None), &env).usable, None);
         // ROCm 10 ships HIP 7.15: the release decides, not the ABI.
-        assert_eq!(check("hipfile", Some(&h), &rocm("10.0.0", 10, Some(0)), &env).usable, Some(true));
+        assert_eq!(check("hipfile", Some(&h), None, &rocm("10.0.0", 10, Some(0)), &env).usable, Some(true));
     }
 }

@@ -1230,6 +1230,25 @@ print(json.dumps({"claims": sorted(claims), "sas": sorted(sas), "pvcs": pvcs, "d
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// The node-profile DaemonSet validates (Kubernetes 1.33, strict) and runs the launcher where
+/// the overlay image has it (`bin/infera-exec`, overlay-layout/README.md).
+#[test]
+fn the_node_profile_daemonset_validates() {
+    let file = repo().join("examples/k8s/node-profile/daemonset.yaml");
+    let valid = out({
+        let mut c = Command::new(repo().join("tests/k8s/validate-lws"));
+        c.arg(&file);
+        c
+    });
+    assert_eq!(valid.code, 0, "{}{}", valid.stdout, valid.stderr);
+    let said = format!("{}{}", valid.stdout, valid.stderr);
+    assert!(said.contains("passed for resource daemonset/infera-node-profile"), "{said}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains(r#"command: ["/bin/infera-exec", "node", "-o", "json"]"#));
+    let layout = std::fs::read_to_string(repo().join("overlay-layout/README.md")).unwrap();
+    assert!(layout.contains("  bin/infera-exec "), "the overlay image holds the launcher at bin/infera-exec");
+}
+
 /// Every scenario of examples/k8s/README.md's index deploys as a unit: `kubectl kustomize` of
 /// its directory validates (the real CRDs, Kubernetes 1.33 strict), defines every PVC and
 /// ServiceAccount its pods name (the operator's InferaDeployment brings its own accounts),
@@ -1401,7 +1420,7 @@ fn a_64_mib_dev_shm_is_refused_for_a_tp8_worker() {
     };
     let small = run("64m");
     assert_eq!(small.code, 69, "{}{}", small.stdout, small.stderr);
-    assert!(small.stdout.contains("  shm       /dev/shm 0.1 GiB"), "{}", small.stdout);
+    assert!(small.stdout.contains("  shm       /dev/shm 64 MiB (64 MiB free)"), "{}", small.stdout);
     assert!(
         small.stderr.starts_with(
             "error[shm-too-small]: /dev/shm is 64 MiB but this pod runs 8 GPU ranks that share memory through it \

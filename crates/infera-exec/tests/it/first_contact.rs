@@ -534,7 +534,7 @@ fn check_says_whether_this_uid_can_open_the_gpu_devices() {
     assert_eq!(
         devices,
         [
-            "  devices   /dev/kfd present, 1 render nodes, 0 RDMA devices; this process: uid 1000, groups 44,109,1000",
+            "  devices   /dev/kfd present, 1 render nodes; this process: uid 1000, groups 44,109,1000",
             "            /dev/kfd             crw-rw---- 0:44    can open (read-write)",
             "            /dev/dri/renderD128  crw-rw---- 0:109   can open (read-write)",
             "  gpu arch  node 1 gfx942 renderD128",

@@ -11,7 +11,7 @@ use infera_core::image::{self, tree::Node, ImageError, Platform, Want};
 /// podman or buildah on a private store in `t` (nothing shared with other tests). The
 /// overlay driver, as on a build host: a directory removed and made again is an opaque
 /// directory in the layer it commits (vfs would write a whiteout per file instead).
-fn tool(name: &str, t: &Path, args: &[&str]) -> String {
+pub(crate) fn tool(name: &str, t: &Path, args: &[&str]) -> String {
     let store = [
         "--root".to_string(),
         t.join("store").display().to_string(),

@@ -498,3 +498,125 @@ fn the_load_strategy_from_the_pods_filesystem_and_memory() {
     assert!(o.stdout.contains("[load-strategy] model 8.0 GiB on "), "every decision is said: {}", o.stdout);
     assert!(!o.stdout.contains("[prefetch]"), "auto reads nothing ahead on a local disk: {}", o.stdout);
 }
+
+/// The refusal's code on stderr (`error[CODE]: …`), if any.
+fn refused(o: &Out) -> Option<&str> {
+    o.stderr.lines().find_map(|l| l.strip_prefix("error[")?.split(']').next())
+}
+
+/// `check` of the image as CI runs it: `--root` (no node of its own), with `--node`s.
+fn in_ci(img: &Fx, nodes: &[&str], extra: &[&str]) -> Out {
+    let mut args: Vec<String> = vec!["check".into()];
+    for n in nodes {
+        args.extend(["--node".to_string(), n.to_string()]);
+    }
+    args.extend(["--", "--model", "/models/kimi-k3"].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    infera(&[]).root(img).overlay(&shipped_overlay().overlay()).args(args).run()
+}
+
+/// `infera-exec node -o json` at root `/` on a node of 8 gfx942 GPUs of 192 GiB and a 64 MiB
+/// /dev/shm writes a profile that, given back with `--node FILE` to a `check` of the image
+/// from outside (`--root`), gives the verdicts the launcher gives in the pod.
+#[test]
+fn a_node_profile_gives_ci_the_pods_verdicts() {
+    let t = tempfile::tempdir().unwrap();
+    let small_shm = Node { shm: "64m", ..Node::default() };
+    let o = on_node(
+        &small_shm,
+        &image_with(&hip_library(t.path(), "t0", &[plain(&["gfx942"])]), None, None),
+        &[],
+        &["node"],
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("  gpu arch  node 1 gfx942 renderD128 192.0 GiB, node 2 gfx942"), "{}", o.stdout);
+    assert!(o.stdout.contains("  shm       /dev/shm 64 MiB (64 MiB free)"), "{}", o.stdout);
+    assert!(o.stdout.contains("[shm-too-small] /dev/shm is 64 MiB but this pod runs 8 GPU ranks"), "{}", o.stdout);
+    for (name, targets, shm, want) in [
+        ("missing", &["gfx90a", "gfx950"][..], &small_shm, Some("gpu-code-missing")),
+        ("shm", &["gfx942"][..], &small_shm, Some("shm-too-small")),
+        ("fits", &["gfx942"][..], &Node::default(), None),
+    ] {
+        let torch = hip_library(t.path(), name, &[plain(targets)]);
+        let img = image_with(&torch, None, None);
+        let profile = on_node(shm, &img, &[], &["node", "-o", "json"]);
+        assert_eq!(profile.code, 0, "{}", profile.stderr);
+        let file = t.path().join(format!("{name}.json"));
+        std::fs::write(&file, &profile.stdout).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&profile.stdout).unwrap();
+        assert_eq!((json["schema_version"].as_u64(), json["gpus"].as_array().map(Vec::len)), (Some(1), Some(8)));
+        let pod = on_node(shm, &img, &[], CHECK);
+        let ci = in_ci(&img, &[file.to_str().unwrap()], &[]);
+        assert_eq!((refused(&ci), ci.code), (refused(&pod), pod.code), "{name}: CI {}\npod {}", ci.stderr, pod.stderr);
+        assert_eq!(refused(&ci), want, "{name}: {}", ci.stderr);
+        let tp = |o: &Out| o.stdout.lines().find(|l| l.starts_with("  added ")).map(str::to_string);
+        assert_eq!(tp(&ci), tp(&pod), "{name}");
+    }
+}
+
+/// Named AMD Instinct parts hold an image archive to the fleet in CI: GPU code, the weights
+/// against a GPU's memory, TP against the GPUs; two make a column each.
+#[test]
+fn named_parts_judge_an_image_archive_against_the_fleet() {
+    let t = tempfile::tempdir().unwrap();
+    let torch = hip_library(t.path(), "torch", &[plain(&["gfx90a", "gfx950"])]);
+    let img = image_with(&torch, None, None);
+    let tp = t.path().display().to_string();
+    std::fs::write(t.path().join("Containerfile"), "FROM scratch\nCOPY img/ /\n").unwrap();
+    let cp = Command::new("cp").arg("-a").arg(img.path()).arg(t.path().join("img")).status().unwrap();
+    assert!(cp.success());
+    let tool = crate::image::tool;
+    tool("podman", t.path(), &["build", "-q", "-t", "localhost/fleet:1", "-f", &format!("{tp}/Containerfile"), &tp]);
+    tool("podman", t.path(), &["push", "-q", "localhost/fleet:1", &format!("oci:{tp}/oci:1")]);
+    let archive = format!("{tp}/oci:1");
+    let check = |nodes: &[&str], extra: &[&str]| {
+        let mut args: Vec<&str> = vec!["check", "--image", &archive];
+        args.extend(extra.iter().take_while(|a| a.starts_with("-o")));
+        for n in nodes {
+            args.extend(["--node", n]);
+        }
+        args.extend(["--", "--model", "/models/kimi-k3"]);
+        args.extend(extra.iter().skip_while(|a| a.starts_with("-o")));
+        infera(&args).overlay(&shipped_overlay().overlay()).run()
+    };
+    let o = check(&["mi300x"], &[]);
+    assert_eq!((refused(&o), o.code), (Some("gpu-code-missing"), 69), "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains(
+            "libtorch_hip.so` has GPU code for gfx90a, gfx950 but this node's GPUs are gfx942 (--node mi300x:8)"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stdout.contains("  node      mi300x:8 (AMD Instinct MI300X, gfx942; "), "{}", o.stdout);
+    let o = check(&["mi355x"], &[]);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("  added     --tensor-parallel-size 8 "), "{}", o.stdout);
+    let o = check(&["mi355x:4"], &["--tensor-parallel-size", "8"]);
+    assert_eq!((refused(&o), o.code), (Some("tp-exceeds-gpus"), 78), "{}{}", o.stdout, o.stderr);
+    // Two nodes: a column each, a JUnit case per tree × node.
+    let o = check(&["mi300x", "mi355x"], &[]);
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("matching tree on mi300x") && o.stdout.contains("matching tree on mi355x"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("refused: gpu-code-missing") && o.stdout.contains("ok (rocm7-py312)"), "{}", o.stdout);
+    let o = check(&["mi300x", "mi355x"], &["-ojunit"]);
+    assert_eq!(o.stdout.matches("<testcase ").count(), 2, "{}", o.stdout);
+    // A 2 TB checkpoint on MI300X nodes (torch with their code): the weights do not fit.
+    let torch = hip_library(t.path(), "torch942", &[plain(&["gfx942"])]);
+    let big = image_with(&torch, None, Some(2_000_000_000_000));
+    let o = in_ci(&big, &["mi300x"], &[]);
+    assert_eq!(refused(&o), Some("weights-exceed-vram"), "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("more than a GPU's 192.0 GiB"), "{}", o.stderr);
+    // A run is judged against its own node; a profile that is not one is said.
+    let o = infera(&["worker", "--node", "mi300x", "--", "--model", "m"]).root(&img).run();
+    assert_eq!((refused(&o), o.code), (Some("node-dry-run-only"), 2), "{}", o.stderr);
+    let fifo = t.path().join("fifo.json");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let o = in_ci(&img, &[fifo.to_str().unwrap()], &[]);
+    assert_eq!((refused(&o), o.code), (Some("node-profile-invalid"), 2), "{}", o.stderr);
+    assert!(o.stderr.contains("is a FIFO"), "{}", o.stderr);
+}
