@@ -167,7 +167,7 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
 
 /// The node judged against: its GPUs, driver, memory, /dev/shm, RDMA devices.
 pub fn node_section(o: &mut String, d: &crate::facts::node::NodeFacts) {
-    if !d.gathered() {
+    if !d.live {
         w!(o, "  node      {}", d.source);
     }
     if !d.gpus.is_empty() {
@@ -191,7 +191,7 @@ pub fn node_section(o: &mut String, d: &crate::facts::node::NodeFacts) {
         (None, true) => format!("the kernel's own amdgpu (kernel {kernel}; no /sys/module/amdgpu/version)"),
         (None, false) => format!("no amdgpu driver loaded on this node (no /sys/module/amdgpu; kernel {kernel})"),
     };
-    if d.gathered() || d.driver.is_some() {
+    if d.live || d.driver.is_some() {
         w!(o, "  driver    {driver}");
     }
     if let Some(m) = &d.memory {
@@ -203,7 +203,7 @@ pub fn node_section(o: &mut String, d: &crate::facts::node::NodeFacts) {
         let node = m.host_available.map_or_else(|| "unknown".to_string(), gib);
         w!(o, "  memory    pod {pod}; node MemAvailable {node}");
     }
-    if d.gathered() || !d.rdma_devices.is_empty() {
+    if d.live || !d.rdma_devices.is_empty() {
         w!(o, "  rdma      {} RDMA devices", d.rdma_devices.len());
     }
     if let Some(s) = d.shm {

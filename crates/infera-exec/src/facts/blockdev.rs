@@ -186,6 +186,21 @@ mod tests {
             .unwrap();
             self
         }
+        /// An EBS volume (259:1) and an instance-store drive (259:2), as AWS names them.
+        fn with_aws_disks() -> Sys {
+            let s = Sys::new();
+            s.disk(
+                "nvme1n1",
+                "259:1",
+                &[("device/model", "Amazon Elastic Block Store\n"), ("device/transport", "pcie\n")],
+            );
+            s.disk(
+                "nvme2n1",
+                "259:2",
+                &[("device/model", "Amazon EC2 NVMe Instance Storage\n"), ("device/transport", "pcie\n")],
+            );
+            s
+        }
         fn classify(&self, majmin: &str, mountinfo: &str) -> BlockDevice {
             classify(&Root::new(self.0.path()), majmin, mountinfo).unwrap()
         }
@@ -193,13 +208,7 @@ mod tests {
 
     #[test]
     fn cloud_volumes_and_local_drives_by_their_own_names() {
-        let s = Sys::new();
-        s.disk("nvme1n1", "259:1", &[("device/model", "Amazon Elastic Block Store\n"), ("device/transport", "pcie\n")]);
-        s.disk(
-            "nvme2n1",
-            "259:2",
-            &[("device/model", "Amazon EC2 NVMe Instance Storage\n"), ("device/transport", "pcie\n")],
-        );
+        let s = Sys::with_aws_disks();
         s.disk("nvme3n1", "259:3", &[("device/model", "nvme_card-pd\n"), ("device/transport", "pcie\n")]);
         s.disk("nvme4n1", "259:4", &[("device/model", "Samsung SSD\n"), ("device/transport", "tcp\n")]);
         s.disk("sdb", "8:16", &[("device/vendor", "Google  \n"), ("device/model", "PersistentDisk  \n")]);
@@ -230,13 +239,7 @@ mod tests {
 
     #[test]
     fn stacked_devices_are_what_their_parts_are() {
-        let s = Sys::new();
-        s.disk("nvme1n1", "259:1", &[("device/model", "Amazon Elastic Block Store\n"), ("device/transport", "pcie\n")]);
-        s.disk(
-            "nvme2n1",
-            "259:2",
-            &[("device/model", "Amazon EC2 NVMe Instance Storage\n"), ("device/transport", "pcie\n")],
-        );
+        let s = Sys::with_aws_disks();
         s.disk("dm-0", "253:0", &[("slaves/nvme1n1", ""), ("slaves/nvme2n1", "")]);
         s.disk("md0", "9:0", &[("slaves/nvme2n1", "")]);
         assert_eq!(s.classify("253:0", "").medium, Medium::Network, "any network part");

@@ -112,7 +112,7 @@ pub fn detect(root: &Root, env: &Env, node: Option<&super::node::NodeFacts>) -> 
         return Ok(gpus);
     }
     let kfd = node.map_or(&[][..], |n| &n.gpus[..]);
-    if let Some(n) = node.filter(|n| !n.gathered()) {
+    if let Some(n) = node.filter(|n| !n.live) {
         return Ok(Gpus { count: Some(kfd.len() as u32), source: GpuSource::Profile { source: n.source.clone() } });
     }
     // What the node exposes. sysfs is not namespaced: the KFD topology lists every GPU of

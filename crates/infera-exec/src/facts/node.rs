@@ -44,13 +44,6 @@ pub struct NodeFacts {
     pub findings: Vec<crate::finding::Finding>,
 }
 
-impl NodeFacts {
-    /// Read from the node the launcher runs on (not a profile).
-    pub fn gathered(&self) -> bool {
-        self.live
-    }
-}
-
 /// Read at root `/`; None elsewhere (an image root has no node).
 pub fn gather(root: &Root) -> Option<NodeFacts> {
     if !root.is_host_root() {

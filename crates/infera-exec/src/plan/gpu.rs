@@ -63,8 +63,7 @@ pub fn runs_on(processor: &str, gpu: &str) -> bool {
 /// The node's GPUs this run may use: on the node itself, those whose render node the
 /// container was given (sysfs lists every GPU of the node); a profile's, all of them.
 pub fn allocated<'a>(node: &'a NodeFacts, facts: &Facts) -> Vec<&'a Gpu> {
-    let present =
-        facts.host.as_ref().filter(|_| node.gathered()).map(|h| h.devices.render_minors()).unwrap_or_default();
+    let present = facts.host.as_ref().filter(|_| node.live).map(|h| h.devices.render_minors()).unwrap_or_default();
     node.gpus.iter().filter(|g| present.is_empty() || g.render_minor.is_some_and(|m| present.contains(&m))).collect()
 }
 
@@ -97,7 +96,7 @@ pub fn check(
 ) -> Result<(), Refusal> {
     let Some(n) = on else { return Ok(()) };
     let node = processors(&allocated(n, facts));
-    let from = if n.gathered() {
+    let from = if n.live {
         "KFD topology".to_string()
     } else {
         format!("--node {}", n.source.split(" (").next().unwrap_or(&n.source))
