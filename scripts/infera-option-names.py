@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print the long option strings of infera's parsers, from the real modules: the router's
 (infera.server) or an engine wrapper's own (infera.engine.vllm|sglang), one per line, sorted:
-the lists crates/infera-exec/src/engines/options/infera.*.txt record.
+the lists crates/infera-facts/src/engines/options/infera.*.txt record.
 
     PYTHONPATH=<infera tree>[:<engine>] python infera-option-names.py infera.server|infera.engine.vllm|infera.engine.sglang
 

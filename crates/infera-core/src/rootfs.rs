@@ -873,6 +873,7 @@ mod tests {
             reference: "x".into(),
             manifest_digest: None,
             config_digest: "sha256:0".into(),
+            names: vec![],
             layers: Vec::new(),
         };
         let r = Root::of_image(t, id).with_image_volumes(vec![("/models".into(), d.path().into())]);
@@ -889,6 +890,7 @@ mod tests {
                 reference: "x".into(),
                 manifest_digest: None,
                 config_digest: "sha256:0".into(),
+                names: vec![],
                 layers: Vec::new(),
             },
         )

@@ -89,15 +89,65 @@ fn meta(v: &syn::Variant) -> syn::Result<Meta> {
     Ok(Meta { code, exit, hint })
 }
 
-/// The message template of a variant: the first literal of its `#[error("...")]`.
+/// The message template of a variant: the first literal of its `#[error("...")]`, each
+/// positional `{}` named by the argument it shows (`{}`, with `names.join(", ")`, reads
+/// `{names}` in the catalogue).
 fn message(v: &syn::Variant) -> Option<String> {
     let attr = v.attrs.iter().find(|a| a.path().is_ident("error"))?;
     let syn::Meta::List(list) = &attr.meta else { return None };
-    let first: Lit = syn::parse2(list.tokens.clone().into_iter().take(1).collect()).ok()?;
-    match first {
-        Lit::Str(s) => Some(s.value()),
-        _ => None,
+    let parser = syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated;
+    let args = syn::parse::Parser::parse2(parser, list.tokens.clone()).ok()?;
+    let mut args = args.into_iter();
+    let syn::Expr::Lit(syn::ExprLit { lit: Lit::Str(s), .. }) = args.next()? else { return None };
+    let names: Vec<String> = args.filter(|a| !matches!(a, syn::Expr::Assign(_))).map(|a| arg_name(&a)).collect();
+    Some(name_positionals(&s.value(), &names))
+}
+
+/// What a format argument shows, by name: the value it is made from (`path.display()`,
+/// `names.iter().map(…)` and `if names.is_empty() {…}` show `names`; `self.0` is `0`;
+/// `size.saturating_sub(1)` is `size - 1`).
+fn arg_name(e: &syn::Expr) -> String {
+    match e {
+        syn::Expr::MethodCall(m) if m.method == "saturating_sub" && m.args.len() == 1 => {
+            let by = &m.args[0];
+            format!("{} - {}", arg_name(&m.receiver), quote!(#by))
+        }
+        syn::Expr::MethodCall(m) => arg_name(&m.receiver),
+        syn::Expr::Reference(r) => arg_name(&r.expr),
+        syn::Expr::Paren(p) => arg_name(&p.expr),
+        syn::Expr::Unary(u) => arg_name(&u.expr),
+        syn::Expr::If(i) => arg_name(&i.cond),
+        syn::Expr::Call(c) if !c.args.is_empty() => arg_name(&c.args[0]),
+        syn::Expr::Field(f) => match &f.member {
+            syn::Member::Named(i) => i.to_string(),
+            syn::Member::Unnamed(i) => i.index.to_string(),
+        },
+        syn::Expr::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default(),
+        other => quote!(#other).to_string().split_whitespace().collect::<Vec<_>>().join(" "),
     }
+}
+
+/// `template` with its positional placeholders (`{}`, `{:?}`) named in turn.
+fn name_positionals(template: &str, names: &[String]) -> String {
+    let (mut out, mut next, mut chars) = (String::new(), 0, template.chars().peekable());
+    while let Some(c) = chars.next() {
+        if c == '{' && chars.peek() == Some(&'{') {
+            out.push_str("{{");
+            chars.next();
+        } else if c == '{' {
+            let spec: String = chars.by_ref().take_while(|c| *c != '}').collect();
+            match (spec.is_empty() || spec.starts_with(':'), names.get(next)) {
+                (true, Some(n)) => {
+                    out.push_str(&format!("{{{n}}}"));
+                    next += 1;
+                }
+                _ => out.push_str(&format!("{{{spec}}}")),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The pattern binding every field of the variant by name (`_0`, `_1` for tuple fields).

@@ -15,8 +15,10 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::engines::Engine;
-use crate::envvars as ev;
+use infera_facts::engines::Engine;
+
+use crate::choices::{Prefetch, Role};
+use infera_facts::envvars as ev;
 
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
 /// The exit codes, once, for every help text that lists them.
@@ -141,7 +143,7 @@ pub enum ManifestCommand {
     },
 }
 
-impl From<ManifestCommand> for crate::manifest_cmd::Command {
+impl From<ManifestCommand> for infera_overlay::manifest_cmd::Command {
     fn from(c: ManifestCommand) -> Self {
         match c {
             ManifestCommand::Schema => Self::Schema,
@@ -209,6 +211,14 @@ pub struct CommonArgs {
     /// (`podman image inspect` JSON, an OCI image config, or KEY=VALUE lines) or one KEY=VALUE.
     #[arg(long, env = ev::INFERA_IMAGE_ENV, value_name = "FILE|KEY=VALUE")]
     pub image_env: Vec<OsString>,
+    /// With --root or --image: a variable the pod sets (its spec's `env`), repeatable; with
+    /// it (or --env-file) this shell's variables are not the pod's and are left out.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub pod_env: Vec<OsString>,
+    /// With --root or --image: the pod's variables from a file of KEY=VALUE lines (docker's
+    /// --env-file format), repeatable; --env is applied after it.
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Vec<OsString>,
     /// With --root or --image: read the container path PATH from the local directory DIR (a
     /// pod's volume, the model's files copied here), repeatable, e.g. /models=/data/models.
     #[arg(long, env = ev::INFERA_VOLUME, value_delimiter = ',', value_name = "PATH=DIR", value_parser = clap::value_parser!(OsString))]
@@ -288,6 +298,16 @@ pub enum PrefetchChoice {
     Auto,
     On,
     Off,
+}
+
+impl From<PrefetchChoice> for Prefetch {
+    fn from(c: PrefetchChoice) -> Prefetch {
+        match c {
+            PrefetchChoice::Auto => Prefetch::Auto,
+            PrefetchChoice::On => Prefetch::On,
+            PrefetchChoice::Off => Prefetch::Off,
+        }
+    }
 }
 
 impl Default for EngineArgs {
@@ -409,6 +429,18 @@ pub struct ImageArgs {
     /// With --image: the platform a multi-arch image is read for, OS/ARCHITECTURE.
     #[arg(long, requires = "image", value_name = "OS/ARCH", default_value = "linux/amd64", value_parser = platform)]
     pub platform: infera_core::image::Platform,
+    /// What fails the check (exit 1): a refusal, or a warning too (`warn`). Every cell's
+    /// warnings are in the report either way.
+    #[arg(long, value_name = "LEVEL", value_enum, default_value = "refusal")]
+    pub fail_on: FailOnChoice,
+}
+
+/// `--fail-on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum FailOnChoice {
+    #[default]
+    Refusal,
+    Warn,
 }
 
 /// `--platform linux/amd64`: an OS and an architecture as an OCI index names them.
@@ -466,32 +498,6 @@ pub enum Invocation {
     Prefetch(crate::prefetch::Args),
 }
 
-/// What the run is (each subcommand's; the command form's from its program).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Worker,
-    Server,
-    Check,
-    /// Any other program or module of the command form (`python3 -m infera.kvd`, `ray start`,
-    /// a debug shell): the tree's environment and capability checks, no engine flags.
-    Run,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Worker => "worker",
-            Role::Server => "server",
-            Role::Check => "check",
-            Role::Run => "run",
-        }
-    }
-    /// `check` plans the worker.
-    pub fn runs_engine(self) -> bool {
-        matches!(self, Role::Worker | Role::Check)
-    }
-}
-
 /// Find which form argv is and parse it. Errors are clap's, with a value that came from a
 /// variable named as that variable.
 pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
@@ -500,66 +506,53 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
         SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) || [&b"-h"[..], b"--help", b"-V", b"--version"].contains(&a)
     });
     if subcommand_form {
-        let mut cmd = Cli::command();
-        let m = cmd.try_get_matches_from_mut(&argv).map_err(|e| explain(e, &argv, &cmd))?;
-        let cli = Cli::from_arg_matches(&m)?;
-        let from_env = |name: &str| {
-            let sub = cmd.find_subcommand(name);
-            let sm = m.subcommand_matches(name);
-            sub.zip(sm).map(|(c, sm)| env_sourced(c, sm)).unwrap_or_default()
-        };
-        return Ok(match cli.command {
-            None => Invocation::Version,
-            Some(Command::Worker(a)) => Invocation::Role {
-                role: Role::Worker,
-                options: Options {
-                    common: a.common,
-                    image: ImageArgs::default(),
-                    engine: a.engine,
-                    exec: a.exec,
-                    from_env: from_env("worker"),
-                },
-                args: a.args,
-            },
-            Some(Command::Server(a)) => Invocation::Role {
-                role: Role::Server,
-                options: Options {
-                    common: a.common,
-                    image: ImageArgs::default(),
-                    engine: EngineArgs::default(),
-                    exec: a.exec,
-                    from_env: from_env("server"),
-                },
-                args: a.args,
-            },
-            Some(Command::Check(a)) => Invocation::Role {
-                role: Role::Check,
-                options: Options {
-                    common: a.common,
-                    image: a.image,
-                    engine: a.engine,
-                    exec: ExecArgs::default(),
-                    from_env: from_env("check"),
-                },
-                args: a.args,
-            },
-            Some(Command::Install { dest, from }) => Invocation::Install { dest, from },
-            Some(Command::Node { output }) => Invocation::Node { output },
-            Some(Command::Manifest(m)) => Invocation::Manifest(m),
-            Some(Command::Prefetch(a)) => Invocation::Prefetch(a),
-        });
+        parse_subcommand(&argv)
+    } else {
+        parse_command_form(&argv)
     }
-    // `infera-exec [OPTIONS] [--] PROGRAM ...`: clap reads the options only.
+}
+
+/// `infera-exec SUBCOMMAND …`: each role's options in the one shape every role has.
+fn parse_subcommand(argv: &[OsString]) -> Result<Invocation, clap::Error> {
+    let mut cmd = Cli::command();
+    let m = cmd.try_get_matches_from_mut(argv).map_err(|e| explain(e, argv, &cmd))?;
+    let cli = Cli::from_arg_matches(&m)?;
+    let from_env = |name: &str| {
+        let sub = cmd.find_subcommand(name);
+        let sm = m.subcommand_matches(name);
+        sub.zip(sm).map(|(c, sm)| env_sourced(c, sm)).unwrap_or_default()
+    };
+    let role = |role: Role, common, image, engine, exec, args| Invocation::Role {
+        role,
+        options: Options { common, image, engine, exec, from_env: from_env(role.name()) },
+        args,
+    };
+    Ok(match cli.command {
+        None => Invocation::Version,
+        Some(Command::Worker(a)) => role(Role::Worker, a.common, ImageArgs::default(), a.engine, a.exec, a.args),
+        Some(Command::Server(a)) => {
+            role(Role::Server, a.common, ImageArgs::default(), EngineArgs::default(), a.exec, a.args)
+        }
+        Some(Command::Check(a)) => role(Role::Check, a.common, a.image, a.engine, ExecArgs::default(), a.args),
+        Some(Command::Install { dest, from }) => Invocation::Install { dest, from },
+        Some(Command::Node { output }) => Invocation::Node { output },
+        Some(Command::Manifest(m)) => Invocation::Manifest(m),
+        Some(Command::Prefetch(a)) => Invocation::Prefetch(a),
+    })
+}
+
+/// `infera-exec [OPTIONS] [--] PROGRAM ...`: clap reads the options only.
+fn parse_command_form(argv: &[OsString]) -> Result<Invocation, clap::Error> {
     let mut cmd = CommandForm::command();
-    if let Some(e) = mistyped_subcommand(&argv, &mut cmd) {
+    if let Some(e) = mistyped_subcommand(argv, &mut cmd) {
         return Err(e);
     }
-    let (options_end, command) = match command_start(&argv, &cmd) {
+    let (options_end, command) = match command_start(argv, &cmd) {
         Some(at) => (if argv[at - 1] == "--" { at - 1 } else { at }, Some(argv[at..].to_vec())),
         // An option that is not ours, or no PROGRAM: the parser says which.
         None => (argv.len(), None),
     };
-    let m = cmd.try_get_matches_from_mut(&argv[..options_end]).map_err(|e| explain(e, &argv, &cmd))?;
+    let m = cmd.try_get_matches_from_mut(&argv[..options_end]).map_err(|e| explain(e, argv, &cmd))?;
     let form = CommandForm::from_arg_matches(&m)?;
     let Some(command) = command else {
         return Err(cmd.error(
@@ -659,10 +652,11 @@ fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::
         a.to_str().is_some_and(|a| a == shown || (!shown.starts_with("--") && a.starts_with(shown.as_str())))
     });
     let word = at.and_then(|i| argv[i + 2].to_str()).map(|w| w.split('=').next().unwrap_or(w));
-    let engine_option = word.is_some_and(|w| crate::engines::OptionList::all().any(|list| list.names().contains(&w)));
+    let engine_option =
+        word.is_some_and(|w| infera_facts::engines::OptionList::all().any(|list| list.names().contains(&w)));
     let slip = match (role, at, owners.is_empty() && (engine_option || !similar)) {
         (Some(("server", _)), Some(_), true)
-            if word.is_some_and(|w| engine_option && !crate::router_args::is_option(w)) =>
+            if word.is_some_and(|w| engine_option && !infera_facts::router_args::is_option(w)) =>
         {
             let w = word.unwrap_or_default();
             Some(format!("`{w}` is an engine's option, not the router's: give it to the workers (`infera-exec worker -- {w} ...`)"))
@@ -678,13 +672,15 @@ fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::
     }
     let mut n = clap::Error::new(e.kind()).with_cmd(role.map_or(cmd, |(_, c)| c));
     for (k, v) in e.context() {
-        // (clap's usage line for the slip would show the similar option it suggested)
-        let dropped = slip.is_some() && matches!(k, ContextKind::SuggestedArg | ContextKind::Usage);
+        // (clap's usage line would show the similar option it suggested: for a slip, or an
+        // option of another role, the tip below is the advice)
+        let dropped =
+            (slip.is_some() || !owners.is_empty()) && matches!(k, ContextKind::SuggestedArg | ContextKind::Usage);
         if k != ContextKind::Suggested && !dropped {
             n.insert(k, v.clone());
         }
     }
-    if let (Some(_), Some((_, c))) = (&slip, role) {
+    if let (true, Some((_, c))) = (slip.is_some() || !owners.is_empty(), role) {
         n.insert(ContextKind::Usage, ContextValue::StyledStr(c.clone().render_usage()));
     }
     if let Some(tip) = slip {
@@ -800,7 +796,7 @@ fn command_start(argv: &[OsString], cmd: &clap::Command) -> Option<usize> {
 /// Did the command line (or `INFERA_OUTPUT`) ask for JSON? Read from the raw argv, so that
 /// an error found while parsing it can still be printed as JSON: the launcher's options
 /// only (before `--` or the command form's program), the last `--output` wins.
-pub fn wants_output(argv: &[OsString], env: &crate::envvars::Env) -> Output {
+pub fn wants_output(argv: &[OsString], env: &infera_facts::envvars::Env) -> Output {
     let cmd = CommandForm::command();
     let mut out: Option<&[u8]> = None;
     let mut i = 1;
@@ -830,7 +826,8 @@ pub fn wants_output(argv: &[OsString], env: &crate::envvars::Env) -> Output {
     };
     match out {
         Some(v) => of(v),
-        None => crate::envvars::get(env, crate::envvars::INFERA_OUTPUT).map_or(Output::Text, |v| of(v.as_bytes())),
+        None => infera_facts::envvars::get(env, infera_facts::envvars::INFERA_OUTPUT)
+            .map_or(Output::Text, |v| of(v.as_bytes())),
     }
 }
 
@@ -880,7 +877,7 @@ mod tests {
         envs(&CommandForm::command(), &mut all);
         assert!(all.len() > 20, "{all:?}");
         for e in all.iter().filter(|e| e.starts_with("INFERA_")) {
-            assert!(crate::envvars::OURS.contains(&e.as_str()), "{e} is missing from envvars::OURS");
+            assert!(infera_facts::envvars::OURS.contains(&e.as_str()), "{e} is missing from envvars::OURS");
         }
     }
 

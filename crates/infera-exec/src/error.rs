@@ -22,10 +22,10 @@ pub enum UsageError {
     )]
     DropCaps { said: String, name: String },
     #[error("{said} names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
-    #[refuse(code = "allow-unknown", exit = Usage, hint_opt = crate::suggest::did_you_mean(name, rules.iter().map(String::as_str)))]
+    #[refuse(code = "allow-unknown", exit = Usage, hint_opt = infera_facts::suggest::did_you_mean(name, rules.iter().map(String::as_str)))]
     AllowUnknown { said: String, name: String, rules: Vec<String> },
-    #[error("{}=`{value}`: expected size, digest or off", crate::envvars::INFERA_VERIFY)]
-    #[refuse(code = "verify-invalid", exit = Usage, hint = crate::suggest::did_you_mean(value, ["size", "digest", "off"]).unwrap_or_else(|| "set size or digest, or unset it".to_string()))]
+    #[error("{}=`{value}`: expected size, digest or off", infera_facts::envvars::INFERA_VERIFY)]
+    #[refuse(code = "verify-invalid", exit = Usage, hint = infera_facts::suggest::did_you_mean(value, ["size", "digest", "off"]).unwrap_or_else(|| "set size or digest, or unset it".to_string()))]
     Verify { value: String },
     #[error("{said} `{value}`: expected PATH=DIR, an absolute container path (not `/`) and a local directory")]
     #[refuse(code = "volume-invalid", exit = Usage, hint = "e.g. --volume /models=/data/models (the model's files, read where the pod mounts them)")]
@@ -59,6 +59,11 @@ pub enum UsageError {
     #[error("{said} describes an image read with --root, but the root is `/`: inside the container the environment already is the image's")]
     #[refuse(code = "image-env-without-root", exit = Usage, hint = "give --root DIR (the unpacked image) with it, or drop it")]
     ImageEnvWithoutRoot { said: String },
+    #[error(
+        "--env/--env-file describe the pod for a dry run against an image, but there is none: no --root or --image"
+    )]
+    #[refuse(code = "env-without-image", exit = Usage, hint = "give --image REF or --root DIR with them; in the pod, its spec's env is the environment")]
+    PodEnvWithoutImage,
     #[error("{said} {value} is for `check`: a run uses one tree and prints one plan")]
     #[refuse(
         code = "check-only",
@@ -112,6 +117,6 @@ pub enum UsageError {
 fn cap_hint(name: &str) -> String {
     let bare = |s: &str| s.to_ascii_lowercase().trim_start_matches("cap_").to_string();
     let names: Vec<String> = caps::all().iter().map(|c| bare(&c.to_string())).collect();
-    crate::suggest::did_you_mean(&bare(name), names.iter().map(String::as_str))
+    infera_facts::suggest::did_you_mean(&bare(name), names.iter().map(String::as_str))
         .unwrap_or_else(|| "name capabilities as in capabilities(7), e.g. net_bind_service or CAP_IPC_LOCK".to_string())
 }

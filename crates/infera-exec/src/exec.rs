@@ -350,7 +350,7 @@ fn replace(src: &Path, dst: &Path) -> io::Result<()> {
     let dir = dst.parent().unwrap_or(Path::new("/"));
     let tmp = dir.join(format!(".infera-exec-{}.tmp", std::process::id()));
     let copy = || -> io::Result<()> {
-        let mut from = crate::rootfs::open_regular(src)?;
+        let mut from = infera_core::rootfs::open_regular(src)?;
         let mut to = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

@@ -6,15 +6,77 @@
 //! Each value is one `KEY=VALUE`, or a file: the JSON of `podman/docker image inspect`
 //! (`[{"Config": {"Env": [...]}}]`), an OCI image config (`{"config": {"Env": [...]}}`), or
 //! `KEY=VALUE` lines (`#` comments), as `docker run --env-file` reads them. Later values win.
+//!
+//! `--env`/`--env-file` are the pod's own variables: with them, or with `--image` (whose
+//! config's `Env` is the image's), this shell's variables are not carried into the plan but
+//! the launcher's own settings (`INFERA_*`); those an engine or the plan reads are named in a
+//! `host-environment` warning.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
+use infera_facts::envvars::Env;
+
 use crate::error::UsageError;
 
 /// The largest file read (an image config is a few KiB).
 const MAX_FILE: u64 = 4 << 20;
+
+/// The variables of this shell an engine or the plan reads (by prefix): left out of a pod's
+/// environment, they are named, since a runner's could have changed the verdict.
+const READ_BY_ENGINES: &[&str] = &[
+    "PYTHON",
+    "LD_",
+    "HIP_",
+    "ROCR_",
+    "ROCM_",
+    "HSA_",
+    "CUDA_",
+    "VLLM_",
+    "SGLANG_",
+    "NCCL_",
+    "RCCL_",
+    "GLOO_",
+    "MC_",
+    "HF_",
+    "TORCH",
+    "OMP_",
+    "MIOPEN_",
+    "AMD_",
+    "UCX_",
+    "TRANSFORMERS_",
+    "LWS_",
+    "POD_IP",
+];
+
+/// This shell's environment as a pod's starts: only the launcher's own settings (`INFERA_*`),
+/// and the names of the variables left out that an engine or the plan reads.
+pub fn launcher_only(env: &Env) -> (Env, Vec<String>) {
+    let ours = |k: &OsString| k.as_encoded_bytes().starts_with(b"INFERA_");
+    let kept = env.iter().filter(|(k, _)| ours(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let dropped = env
+        .keys()
+        .filter(|k| !ours(k))
+        .map(|k| k.to_string_lossy().into_owned())
+        .filter(|k| READ_BY_ENGINES.iter().any(|p| k.starts_with(p)))
+        .collect();
+    (kept, dropped)
+}
+
+/// The warning that names this shell's variables left out of the pod's environment.
+pub fn dropped_finding(dropped: &[String]) -> Option<infera_facts::finding::Finding> {
+    (!dropped.is_empty()).then(|| {
+        infera_facts::finding::Finding::warn(
+            "host-environment",
+            format!(
+                "this shell's {} left out: the environment planned with is the image's and the pod's (--env, \
+                 --env-file), not this runner's; give the pod's own with --env KEY=VALUE",
+                dropped.join(", ")
+            ),
+        )
+    })
+}
 
 /// The `(KEY, VALUE)` pairs the values give, in order.
 pub fn resolve(values: &[OsString], root: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {
@@ -24,6 +86,19 @@ pub fn resolve(values: &[OsString], root: &Path, said: &str) -> Result<Vec<(OsSt
     if root == Path::new("/") {
         return Err(UsageError::ImageEnvWithoutRoot { said: said.to_string() });
     }
+    pairs(values, said)
+}
+
+/// `--env-file` and `--env` (as `resolve` reads each value): the pod's variables, for a dry
+/// run with `--root` or `--image` only (in the pod they already are its environment).
+pub fn resolve_pod(values: &[OsString], root: &Path, image: bool) -> Result<Vec<(OsString, OsString)>, UsageError> {
+    if !values.is_empty() && root == Path::new("/") && !image {
+        return Err(UsageError::PodEnvWithoutImage);
+    }
+    pairs(values, "--env")
+}
+
+fn pairs(values: &[OsString], said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {
     let mut out = Vec::new();
     for v in values {
         match pair(v.as_encoded_bytes()) {
@@ -64,10 +139,10 @@ fn file(path: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(UsageError::ImageEnvMissing { said: said.to_string(), path: PathBuf::from(path) })
         }
-        Err(e) => return Err(invalid(crate::rootfs::io_reason(&e))),
+        Err(e) => return Err(invalid(infera_core::rootfs::io_reason(&e))),
         Ok(m) if !m.is_file() => return Err(invalid("not a regular file".into())),
         Ok(m) if m.len() > MAX_FILE => return Err(invalid(format!("{} bytes, more than an image config", m.len()))),
-        Ok(_) => std::fs::read(path).map_err(|e| invalid(crate::rootfs::io_reason(&e)))?,
+        Ok(_) => std::fs::read(path).map_err(|e| invalid(infera_core::rootfs::io_reason(&e)))?,
     };
     let start = text.iter().find(|c| !c.is_ascii_whitespace());
     if matches!(start, Some(b'[' | b'{')) {

@@ -1,15 +1,10 @@
 //! infera-exec: Request + Facts + Manifests → Plan → exec.
 
+pub mod choices;
 pub mod cli;
-pub mod dialect;
-pub mod engine_args;
-pub mod engines;
-pub mod envvars;
 pub mod error;
 pub mod exec;
 pub mod execve;
-pub mod facts;
-pub mod finding;
 pub mod imageenv;
 pub mod init;
 pub mod leader;
@@ -22,17 +17,11 @@ pub mod procs;
 pub mod refusals;
 pub mod report;
 pub mod request;
-pub mod router_args;
 pub mod rules;
 pub mod spec;
-pub mod suggest;
 pub mod support;
 pub mod term;
 pub mod termination;
-
-// The foundations and the overlay, under the names the launch path's modules use.
-pub use infera_core::{nofollow, rootfs, version};
-pub use infera_overlay::{install, manifest, manifest_cmd, overlay, payload};
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -41,7 +30,7 @@ use cli::{Invocation, Output};
 use error::{Exit, Refusal};
 use request::{Request, Role, Verify};
 
-pub use envvars::Env;
+use infera_facts::envvars::Env;
 
 /// Parse, plan, print or exec. Returns the exit code when it does not exec.
 pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
@@ -86,8 +75,8 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Invocation::Role { role, options, args } => {
             Request::resolve(role, options, args, &env).map_err(Refusal::from).map(|r| Done::Exit(launch(&r, &env)))
         }
-        Invocation::Manifest(m) => manifest_cmd::run(&m.into()).map(Done::Print),
-        Invocation::Install { dest, from } => install::run(&dest, from).map(Done::Print),
+        Invocation::Manifest(m) => infera_overlay::manifest_cmd::run(&m.into()).map(Done::Print),
+        Invocation::Install { dest, from } => infera_overlay::install::run(&dest, from).map(Done::Print),
         Invocation::Node { output } => Ok(Done::Print(node_profile(output))),
         Invocation::Prefetch(a) => Ok(Done::Exit(prefetch::main(&a))),
     };
@@ -105,8 +94,8 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
 /// `node`: this node's profile (root `/`), as JSON, or as text with what in it would fail
 /// an engine.
 fn node_profile(output: cli::NodeOutput) -> String {
-    let root = rootfs::Root::new(std::path::Path::new("/"));
-    let Some(node) = facts::node::gather(&root) else { return String::new() };
+    let root = infera_core::rootfs::Root::new(std::path::Path::new("/"));
+    let Some(node) = infera_facts::node::gather(&root) else { return String::new() };
     if output == cli::NodeOutput::Json {
         return serde_json::to_string_pretty(&node).map(|j| j + "\n").unwrap_or_default();
     }
@@ -121,11 +110,11 @@ fn node_profile(output: cli::NodeOutput) -> String {
 /// `--version`: the launcher, the commit it was built from, and the overlay it would use
 /// with the families (ABI trees) that overlay carries.
 fn version_text(env: &Env) -> String {
-    let dir = envvars::get_nonempty(env, envvars::INFERA_OVERLAY)
+    let dir = infera_facts::envvars::get_nonempty(env, infera_facts::envvars::INFERA_OVERLAY)
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| overlay::discover(std::env::current_exe().ok().as_deref()));
+        .unwrap_or_else(|| infera_overlay::overlay::discover(std::env::current_exe().ok().as_deref()));
     let head = format!("infera-exec {} (commit {})\n", env!("CARGO_PKG_VERSION"), env!("INFERA_COMMIT"));
-    match overlay::load(&dir, &overlay::LoadOptions::default()) {
+    match infera_overlay::overlay::load(&dir, &infera_overlay::overlay::LoadOptions::default()) {
         Ok(ov) => {
             let trees: Vec<_> = ov.trees.iter().map(|t| &t.manifest).collect();
             let none = if trees.is_empty() { " no trees" } else { "" };
@@ -210,7 +199,8 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let Some(node) = g.nodes.first() else {
         return refuse_in(&error::internal("no node to plan for"), req.output, env);
     };
-    g.with_plan(req, node, &overlay, &opts, |plan| {
+    let choice = req.family.clone().map_or(plan::TreeChoice::Matching, plan::TreeChoice::Forced);
+    g.with_plan(req, &choice, node, &overlay, &opts, |plan| {
         if req.dry_run {
             return print_plan(plan, req, &g.env);
         }
@@ -222,38 +212,43 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
 /// start with, its root, its facts, the engine and its args (or the router's), the model.
 pub(crate) struct Gathered {
     env: Env,
-    root: rootfs::Root,
-    facts: facts::Facts,
-    engine: Result<Option<engines::Engine>, Refusal>,
-    args: Option<engine_args::EngineArgs>,
-    router: Option<Result<router_args::RouterArgs, router_args::RouterArgsError>>,
-    models: std::collections::BTreeMap<OsString, facts::model::ModelFacts>,
+    root: infera_core::rootfs::Root,
+    facts: infera_facts::Facts,
+    engine: Result<Option<infera_facts::engines::Engine>, Refusal>,
+    args: Option<infera_facts::engine_args::EngineArgs>,
+    router: Option<Result<infera_facts::router_args::RouterArgs, infera_facts::router_args::RouterArgsError>>,
+    models: std::collections::BTreeMap<OsString, infera_facts::model::ModelFacts>,
     /// The nodes judged against (`--node`, or this node at root `/`, or none), in order.
     nodes: Vec<Node>,
+    /// What reading said that every plan of this image carries (this shell's variables left
+    /// out of the pod's environment).
+    notes: Vec<infera_facts::finding::Finding>,
 }
 
 /// A node a plan is judged against, with the GPUs a run on it may use.
 pub(crate) struct Node {
-    facts: Option<facts::node::NodeFacts>,
-    gpus: Result<facts::Gpus, facts::GpuError>,
+    facts: Option<infera_facts::node::NodeFacts>,
+    gpus: Result<infera_facts::Gpus, infera_facts::GpuError>,
 }
 
 /// `--node` given, each read (a part, or a profile file); else this node at root `/`.
-fn nodes(req: &Request, root: &rootfs::Root, env: &Env) -> Result<Vec<Node>, Refusal> {
+fn nodes(req: &Request, root: &infera_core::rootfs::Root, env: &Env) -> Result<Vec<Node>, Refusal> {
     // A regular file only, opened without blocking (a FIFO is said, not waited on).
-    let read = |p: &std::path::Path| rootfs::read_bounded(p, 1 << 20);
-    let found: Vec<Option<facts::node::NodeFacts>> = if req.node.is_empty() {
-        vec![facts::node::gather(root)]
+    let read = |p: &std::path::Path| infera_core::rootfs::read_bounded(p, 1 << 20);
+    let found: Vec<Option<infera_facts::node::NodeFacts>> = if req.node.is_empty() {
+        vec![infera_facts::node::gather(root)]
     } else {
         let one = |s: &String| {
-            facts::node::from_spec(s, read)
+            infera_facts::node::from_spec(s, read)
                 .map(Some)
                 .map_err(|e| Refusal::from(error::UsageError::NodeProfile { spec: e.spec, why: e.why }))
         };
         req.node.iter().map(one).collect::<Result<_, _>>()?
     };
-    let node =
-        |facts: Option<facts::node::NodeFacts>| Node { gpus: facts::gpus::detect(root, env, facts.as_ref()), facts };
+    let node = |facts: Option<infera_facts::node::NodeFacts>| Node {
+        gpus: infera_facts::gpus::detect(root, env, facts.as_ref()),
+        facts,
+    };
     Ok(found.into_iter().map(node).collect())
 }
 
@@ -261,23 +256,24 @@ impl Gathered {
     /// The image (`--root`, or the archive `image` names) and what the request reads of it;
     /// the model's facts are left for [`model_facts`], after any wait for the model.
     fn read(req: &Request, env: &Env, image: Option<&std::ffi::OsStr>) -> Result<Gathered, Refusal> {
-        let (env, root) = prepare(req, env, image)?;
-        let facts = facts::Facts::gather(&root, &env, &wanted(req, &env));
+        let (env, root, note) = prepare(req, env, image)?;
+        let facts = infera_facts::Facts::gather(&root, &env, &wanted(req, &env));
         let engine = plan::decide_engine(req, &facts).map_err(Refusal::from);
         let args = engine.as_ref().ok().copied().flatten().map(|e| {
             let version = facts.engine(e).map(|i| i.version.as_str());
-            engine_args::EngineArgs::read(e, version, &req.args, &root, req.chdir.as_deref())
+            infera_facts::engine_args::EngineArgs::read(e, version, &req.args, &root, req.chdir.as_deref())
         });
-        let router = (req.role == request::Role::Server).then(|| router_args::RouterArgs::read(&req.args));
+        let router =
+            (req.role == request::Role::Server).then(|| infera_facts::router_args::RouterArgs::read(&req.args));
         let models = Default::default();
         let nodes = nodes(req, &root, &env)?;
-        Ok(Gathered { env, root, facts, engine, args, router, models, nodes })
+        Ok(Gathered { env, root, facts, engine, args, router, models, nodes, notes: note.into_iter().collect() })
     }
 
     /// The facts of the model the run reads (after any wait for it); its storage is probed
-    /// where `--prefetch auto` may read ahead for an engine (see `facts::storage::probe`).
+    /// where `--prefetch auto` may read ahead for an engine (see `infera_facts::storage::probe`).
     fn read_models(&mut self, req: &Request) {
-        let probe = req.role.runs_engine() && req.prefetch == cli::PrefetchChoice::Auto;
+        let probe = req.role.runs_engine() && req.prefetch == choices::Prefetch::Auto;
         self.models = model_facts(&self.root, &self.env, self.model(), probe);
     }
 
@@ -294,12 +290,13 @@ impl Gathered {
     fn with_plan<R>(
         &self,
         req: &Request,
+        choice: &plan::TreeChoice,
         node: &Node,
-        overlay: &Result<overlay::Overlay, Refusal>,
-        opts: &overlay::LoadOptions,
+        overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
+        opts: &infera_overlay::overlay::LoadOptions,
         then: impl FnOnce(&plan::Plan) -> R,
     ) -> R {
-        let selected = select(req, &self.facts, overlay, opts, &self.root);
+        let selected = select(req, choice, &self.facts, overlay, opts, &self.root);
         let inputs = plan::Inputs {
             req,
             facts: &self.facts,
@@ -313,18 +310,21 @@ impl Gathered {
             node: node.facts.as_ref(),
             gpus: &node.gpus,
         };
-        then(&plan::plan(&inputs))
+        let mut plan = plan::plan(&inputs);
+        plan.findings.splice(0..0, self.notes.iter().cloned());
+        then(&plan)
     }
 
     /// A cell of `check`'s matrix: the plan as JSON, its refusal, and the tree it used.
     fn judge(
         &self,
         req: &Request,
+        choice: &plan::TreeChoice,
         node: &Node,
-        overlay: &Result<overlay::Overlay, Refusal>,
-        opts: &overlay::LoadOptions,
+        overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
+        opts: &infera_overlay::overlay::LoadOptions,
     ) -> (serde_json::Value, Option<Refusal>, Option<String>) {
-        self.with_plan(req, node, overlay, opts, |p| match serde_json::to_value(p) {
+        self.with_plan(req, choice, node, overlay, opts, |p| match serde_json::to_value(p) {
             Ok(json) => (json, p.error.clone(), p.family.clone()),
             Err(e) => {
                 let r = error::internal(&format!("the plan cannot be written as JSON: {e}"));
@@ -334,33 +334,45 @@ impl Gathered {
     }
 }
 
-/// The environment the image's containers start with (`--image-env`) over the launcher's,
-/// and the image's root, checked readable: `--root`, or the archive `image` names.
-fn prepare(req: &Request, env: &Env, image: Option<&std::ffi::OsStr>) -> Result<(Env, rootfs::Root), Refusal> {
+/// The environment the plan is made with, and the image's root, checked readable: `--root`,
+/// or the archive `image` names. With `--image` (its config's `Env`), or `--env`/`--env-file`
+/// given, it is the image's and the pod's, over the launcher's own settings only; else this
+/// shell's with `--image-env` over it. The finding names this shell's variables left out.
+fn prepare(
+    req: &Request,
+    env: &Env,
+    image: Option<&std::ffi::OsStr>,
+) -> Result<(Env, infera_core::rootfs::Root, Option<infera_facts::finding::Finding>), Refusal> {
     let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
-    if let Some(reference) = image {
-        let (env, root) = image_root(reference, &req.image.platform, !req.image.no_verify, env)?;
-        let root = root.with_image_volumes(volumes);
-        root.check()?;
-        return Ok((env, root));
-    }
-    let image_env = imageenv::resolve(&req.image_env, &req.root, &req.image_env_said)?;
-    let mut env = env.clone();
-    env.extend(image_env);
-    let root = rootfs::Root::with_volumes(abs(&req.root), volumes);
+    let pod = imageenv::resolve_pod(&req.pod_env, &req.root, image.is_some())?;
+    let (mut out, dropped) = match (image.is_some() || !pod.is_empty(), imageenv::launcher_only(env)) {
+        (true, (ours, dropped)) => (ours, dropped),
+        (false, _) => (env.clone(), Vec::new()),
+    };
+    let root = match image {
+        Some(reference) => {
+            let (image_env, root) = image_root(reference, &req.image.platform, !req.image.no_verify)?;
+            out.extend(image_env);
+            root.with_image_volumes(volumes)
+        }
+        None => {
+            out.extend(imageenv::resolve(&req.image_env, &req.root, &req.image_env_said)?);
+            infera_core::rootfs::Root::with_volumes(abs(&req.root), volumes)
+        }
+    };
     root.check()?;
-    Ok((env, root))
+    out.extend(pod);
+    Ok((out, root, imageenv::dropped_finding(&dropped)))
 }
 
-/// `check --image`: the image read from its archive, its config's `Env` over the launcher's
-/// environment (what `--image-env` gives for a directory).
+/// `check --image`: the image read from its archive, and its config's `Env` (what
+/// `--image-env` gives for a directory).
 fn image_root(
     reference: &std::ffi::OsStr,
     platform: &infera_core::image::Platform,
     verify: bool,
-    env: &Env,
-) -> Result<(Env, rootfs::Root), Refusal> {
+) -> Result<(Vec<(OsString, OsString)>, infera_core::rootfs::Root), Refusal> {
     let started = std::time::Instant::now();
     let shown = reference.to_string_lossy();
     let shown = shown.as_ref();
@@ -388,10 +400,9 @@ fn image_root(
             total >> 20
         );
     };
-    let img = infera_core::image::read_with_progress(reference, platform, &facts::image_keep, verify, &progress)?;
-    let mut env = env.clone();
+    let img =
+        infera_core::image::read_with_progress(reference, platform, &infera_facts::image_keep, verify, &progress)?;
     let (kept, dropped) = imageenv::config_env(img.config.env.as_deref().unwrap_or_default());
-    env.extend(kept);
     if !dropped.is_empty() {
         tracing::warn!(
             code = "image-env-dropped",
@@ -399,24 +410,24 @@ fn image_root(
             dropped.join(", ")
         );
     }
-    Ok((env, rootfs::Root::of_image(img.tree, img.identity)))
+    Ok((kept, infera_core::rootfs::Root::of_image(img.tree, img.identity)))
 }
 
 /// What the request wants read about the image besides what every run needs.
-fn wanted<'a>(req: &'a Request, env: &Env) -> facts::Wanted<'a> {
-    facts::Wanted {
+fn wanted<'a>(req: &'a Request, env: &Env) -> infera_facts::Wanted<'a> {
+    infera_facts::Wanted {
         interpreter: req.interpreter(),
         program: match &req.target {
             request::Target::Program { program } => Some(program.as_os_str()),
             _ => None,
         },
         chdir: req.chdir.as_deref(),
-        engine: req.engine.engine(),
+        engine: req.engine,
         network: req.group.as_ref().is_some_and(|g| g.size > 1)
-            || [envvars::GLOO_SOCKET_IFNAME, envvars::NCCL_SOCKET_IFNAME]
+            || [infera_facts::envvars::GLOO_SOCKET_IFNAME, infera_facts::envvars::NCCL_SOCKET_IFNAME]
                 .iter()
-                .any(|k| envvars::get(env, k).is_some()),
-        infiniband: envvars::get(env, envvars::MC_GID_INDEX).is_some()
+                .any(|k| infera_facts::envvars::get(env, k).is_some()),
+        infiniband: infera_facts::envvars::get(env, infera_facts::envvars::MC_GID_INDEX).is_some()
             || req.args.iter().any(|a| a.as_encoded_bytes().starts_with(b"--disaggregation-ib-device")),
         gpu_code: req.role.runs_engine(),
     }
@@ -424,7 +435,7 @@ fn wanted<'a>(req: &'a Request, env: &Env) -> facts::Wanted<'a> {
 
 /// A model volume the download Job is still filling: a real run in the pod waits for it (the
 /// worker for its model, the router for its tokenizer path).
-fn wait_for_model(req: &Request, root: &rootfs::Root, model: Option<&OsString>) -> Option<i32> {
+fn wait_for_model(req: &Request, root: &infera_core::rootfs::Root, model: Option<&OsString>) -> Option<i32> {
     let w = req.wait_model.as_ref().filter(|_| !req.dry_run && root.is_host_root())?;
     exec::await_models(std::slice::from_ref(model?), w.seconds, &w.said)
 }
@@ -432,45 +443,51 @@ fn wait_for_model(req: &Request, root: &rootfs::Root, model: Option<&OsString>) 
 /// The facts of the model the args name (its config.json: a local directory, or a repo
 /// in the Hugging Face cache).
 fn model_facts(
-    root: &rootfs::Root,
+    root: &infera_core::rootfs::Root,
     env: &Env,
     model: Option<&OsString>,
     probe: bool,
-) -> std::collections::BTreeMap<OsString, facts::model::ModelFacts> {
-    let s = |k: &str| envvars::get(env, k).and_then(|v| v.to_str());
-    let hf = facts::model::HfEnv {
-        hub_cache: s(envvars::HF_HUB_CACHE),
-        hf_home: s(envvars::HF_HOME),
-        home: s(envvars::HOME),
+) -> std::collections::BTreeMap<OsString, infera_facts::model::ModelFacts> {
+    let s = |k: &str| infera_facts::envvars::get(env, k).and_then(|v| v.to_str());
+    let hf = infera_facts::model::HfEnv {
+        hub_cache: s(infera_facts::envvars::HF_HUB_CACHE),
+        hf_home: s(infera_facts::envvars::HF_HOME),
+        home: s(infera_facts::envvars::HOME),
     };
-    model.map(|m| (m.clone(), facts::model::detect(root, m, &hf, probe))).into_iter().collect()
+    model.map(|m| (m.clone(), infera_facts::model::detect(root, m, &hf, probe))).into_iter().collect()
 }
 
 /// The overlay's manifests and layout (the selected tree's files are read once it is known).
-fn load_overlay(req: &Request) -> (Result<overlay::Overlay, Refusal>, overlay::LoadOptions) {
+fn load_overlay(
+    req: &Request,
+) -> (Result<infera_overlay::overlay::Overlay, Refusal>, infera_overlay::overlay::LoadOptions) {
     let modules = match &req.target {
         request::Target::Module { module, .. } => vec![module.clone()],
         _ => Vec::new(),
     };
-    let opts = overlay::LoadOptions { check_writable: true, modules, lazy: true };
-    let dir = req.overlay.clone().unwrap_or_else(|| overlay::discover(std::env::current_exe().ok().as_deref()));
-    (overlay::load(&dir, &opts).map_err(Refusal::from), opts)
+    let opts = infera_overlay::overlay::LoadOptions { check_writable: true, modules, lazy: true };
+    let dir = req
+        .overlay
+        .clone()
+        .unwrap_or_else(|| infera_overlay::overlay::discover(std::env::current_exe().ok().as_deref()));
+    (infera_overlay::overlay::load(&dir, &opts).map_err(Refusal::from), opts)
 }
 
 /// The tree the run uses, selected once, and what only that tree needs read: its files'
 /// walk, its facts and integrity check, the image's copies of its top-level modules.
 fn select(
     req: &Request,
-    facts: &facts::Facts,
-    overlay: &Result<overlay::Overlay, Refusal>,
-    opts: &overlay::LoadOptions,
-    root: &rootfs::Root,
+    choice: &plan::TreeChoice,
+    facts: &infera_facts::Facts,
+    overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
+    opts: &infera_overlay::overlay::LoadOptions,
+    root: &infera_core::rootfs::Root,
 ) -> Option<Result<plan::Selected, Refusal>> {
     let (Ok(python), Ok(rocm), Ok(ov)) = (&facts.python, &facts.rocm, overlay) else { return None };
-    Some(plan::select_tree(req, python, rocm, ov).map_err(Refusal::from).map(|s| {
-        let mut tree = overlay::selected(s.tree, opts);
+    Some(plan::select_tree(choice, python, rocm, ov).map_err(Refusal::from).map(|s| {
+        let mut tree = infera_overlay::overlay::selected(s.tree, opts);
         if req.verify != Verify::Off {
-            tree.facts.integrity = Some(payload::integrity(&tree, req.verify == Verify::Digest));
+            tree.facts.integrity = Some(infera_overlay::payload::integrity(&tree, req.verify == Verify::Digest));
         }
         let probe: std::collections::BTreeSet<String> =
             tree.facts.top_modules.keys().chain(tree.facts.cap_modules.values().flatten()).cloned().collect();
@@ -497,8 +514,20 @@ fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
     match (&plan.error, emit(&text)) {
         (Some(e), _) => refuse(e, env),
         (None, Err(code)) => code,
-        (None, Ok(())) => Exit::Ok.code(),
+        (None, Ok(())) => warned(plan, req),
     }
+}
+
+/// `check --fail-on warn`: a plan with a warning fails the gate (exit 1, said on stderr).
+fn warned(plan: &plan::Plan, req: &Request) -> i32 {
+    let warnings = plan.findings.iter().filter(|f| f.level == infera_facts::finding::Level::Warn).count();
+    if req.role != Role::Check || req.fail_on != matrix::FailOn::Warn || warnings == 0 {
+        return Exit::Ok.code();
+    }
+    let _ = std::io::stderr().write_all(
+        format!("check: {warnings} warning(s) and --fail-on warn (exit {})\n", matrix::CELL_REFUSED).as_bytes(),
+    );
+    matrix::CELL_REFUSED
 }
 
 /// The real run: the findings logged (the warnings each a line, the rest at debug), then
@@ -506,8 +535,8 @@ fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
 fn run_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
     for f in &plan.findings {
         match f.level {
-            finding::Level::Warn => tracing::warn!(code = f.code.as_str(), "{}", f.message),
-            finding::Level::Info => tracing::debug!(code = f.code.as_str(), "{}", f.message),
+            infera_facts::finding::Level::Warn => tracing::warn!(code = f.code.as_str(), "{}", f.message),
+            infera_facts::finding::Level::Info => tracing::debug!(code = f.code.as_str(), "{}", f.message),
         }
     }
     if let Some(e) = &plan.error {

@@ -15,7 +15,7 @@ use tracing::subscriber::Interest;
 use tracing::{span, Event, Metadata, Subscriber};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 
-use crate::envvars::{self as ev, Env};
+use infera_facts::envvars::{self as ev, Env};
 
 /// What `INFERA_LOG` is when unset or empty.
 pub const DEFAULT_FILTER: &str = "info";
@@ -33,7 +33,7 @@ pub enum LogError {
     )]
     Filter { value: String, reason: String },
     #[error("{}=`{value}`: expected text or json", ev::INFERA_LOG_FORMAT)]
-    #[refuse(code = "log-format-invalid", exit = Usage, hint = crate::suggest::did_you_mean(value, ["text", "json"]).unwrap_or_else(|| "unset it for text lines, or set json".to_string()))]
+    #[refuse(code = "log-format-invalid", exit = Usage, hint = infera_facts::suggest::did_you_mean(value, ["text", "json"]).unwrap_or_else(|| "unset it for text lines, or set json".to_string()))]
     Format { value: String },
 }
 
@@ -60,14 +60,14 @@ pub fn filter(value: &str) -> Result<Targets, LogError> {
         };
         if let Some(l) = level {
             if LevelFilter::from_str(l).is_err() || l.is_empty() {
-                let hint = crate::suggest::did_you_mean(&l.to_ascii_lowercase(), LEVELS)
+                let hint = infera_facts::suggest::did_you_mean(&l.to_ascii_lowercase(), LEVELS)
                     .map_or_else(String::new, |h| format!("; {h}"));
                 return Err(bad(format!("`{l}` is not a level (off, error, warn, info, debug, trace){hint}")));
             }
         }
         if let Some(t) = target {
             if !(t == TARGET || t.starts_with("infera_exec::")) {
-                let hint = crate::suggest::did_you_mean(&t.to_ascii_lowercase(), LEVELS)
+                let hint = infera_facts::suggest::did_you_mean(&t.to_ascii_lowercase(), LEVELS)
                     .map_or_else(|| format!("the launcher's logs are under `{TARGET}`; the engine's own logging has its own variables (VLLM_LOGGING_LEVEL, SGLANG_LOG_LEVEL)"), |h| format!("not a level either; {h}"));
                 return Err(bad(format!("`{t}` is not a target of infera-exec's logs: {hint}")));
             }

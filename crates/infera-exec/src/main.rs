@@ -61,6 +61,6 @@ fn main() {
         panic!("a panic the test asked for");
     }
     let args = std::env::args_os().collect();
-    let env: infera_exec::Env = std::env::vars_os().collect();
+    let env: infera_facts::envvars::Env = std::env::vars_os().collect();
     std::process::exit(infera_exec::run(args, env));
 }

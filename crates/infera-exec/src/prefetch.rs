@@ -103,11 +103,11 @@ pub struct Args {
 /// The read-ahead process: read, log what it read, then stay until the parent dies when
 /// asked to linger. Returns the exit code.
 pub fn main(a: &Args) -> i32 {
-    if a.files.len() > crate::facts::model::MAX_FILES {
+    if a.files.len() > infera_facts::model::MAX_FILES {
         eprintln!(
             "error[usage]: {} files: more than a checkpoint has ({} at most)",
             a.files.len(),
-            crate::facts::model::MAX_FILES
+            infera_facts::model::MAX_FILES
         );
         return crate::error::Exit::Usage.code();
     }
@@ -506,7 +506,7 @@ impl Loader {
             return;
         }
         self.last = Some(Instant::now());
-        let mem = crate::facts::storage::pod_memory(|p| std::fs::read_to_string(p).ok());
+        let mem = infera_facts::storage::pod_memory(|p| std::fs::read_to_string(p).ok());
         self.pressed = mem.limit.is_some() && mem.budget().is_some_and(|room| room < 2 * PRESSED_LEAD);
         for pid in crate::procs::descendants(self.parent, self.me) {
             for (i, at) in seen(pid, places, self.position, upto) {

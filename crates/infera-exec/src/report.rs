@@ -4,10 +4,10 @@
 use std::ffi::OsStr;
 use std::fmt::Write;
 
-use crate::finding::Level;
 use crate::plan::Plan;
 use crate::spec::{is_secret, ExecSpec, Step, REDACTED};
 use crate::term::shell_quote;
+use infera_facts::finding::Level;
 
 /// `writeln!` to a String, which cannot fail.
 macro_rules! w {
@@ -61,7 +61,7 @@ pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
 }
 
 /// What the image is: its Python, ROCm release and HIP ABI, torch, and the GPUs.
-fn image_section(o: &mut String, f: &crate::facts::FactsView) {
+fn image_section(o: &mut String, f: &infera_facts::FactsView) {
     if let Some(i) = f.image {
         let manifest = i.manifest_digest.as_deref().map(|d| format!("manifest {d}, ")).unwrap_or_default();
         let n = i.layers.len();
@@ -102,7 +102,7 @@ fn image_section(o: &mut String, f: &crate::facts::FactsView) {
         w!(o, "  gpu code  {:<10} {code} (`{}`)", lib.package, lib.path.display());
     }
     for m in f.models.iter().filter_map(|m| match m {
-        crate::facts::model::ModelFacts::Known(m) => Some(m),
+        infera_facts::model::ModelFacts::Known(m) => Some(m),
         _ => None,
     }) {
         let size = m.weights.as_ref().map(|w| format!("{} ({})", crate::plan::memory::gib(w.bytes), w.source));
@@ -117,7 +117,7 @@ fn image_section(o: &mut String, f: &crate::facts::FactsView) {
 }
 
 /// A finding as the plan's text shows it.
-pub fn finding_line(o: &mut String, fi: &crate::finding::Finding) {
+pub fn finding_line(o: &mut String, fi: &infera_facts::finding::Finding) {
     let lvl = match fi.level {
         Level::Info => "info",
         Level::Warn => "warn",
@@ -126,7 +126,7 @@ pub fn finding_line(o: &mut String, fi: &crate::finding::Finding) {
 }
 
 /// This process (root `/` only): memlock, capability sets, device access.
-fn host_section(o: &mut String, h: &crate::facts::host::Host) {
+fn host_section(o: &mut String, h: &infera_facts::host::Host) {
     // A set is summarised when it is all of them or another set (the JSON has each in full).
     let mut every: Vec<String> = caps::all().iter().map(ToString::to_string).collect();
     every.sort();
@@ -166,7 +166,7 @@ fn host_section(o: &mut String, h: &crate::facts::host::Host) {
 }
 
 /// The node judged against: its GPUs, driver, memory, /dev/shm, RDMA devices.
-pub fn node_section(o: &mut String, d: &crate::facts::node::NodeFacts) {
+pub fn node_section(o: &mut String, d: &infera_facts::node::NodeFacts) {
     if !d.live {
         w!(o, "  node      {}", d.source);
     }

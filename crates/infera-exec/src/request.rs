@@ -8,13 +8,15 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::cli::{EngineChoice, Options, Output};
-use crate::envvars::{self as ev, Env};
-use crate::manifest::SERVER_MODULE;
-use crate::rootfs::parse_minor;
+use crate::choices::Prefetch;
+use crate::cli::{Options, Output};
 use crate::spec::{InitSpec, Privileges};
+use infera_core::rootfs::parse_minor;
+use infera_facts::engines::Engine;
+use infera_facts::envvars::{self as ev, Env};
+use infera_overlay::manifest::SERVER_MODULE;
 
-pub use crate::cli::Role;
+pub use crate::choices::Role;
 
 /// What the run execs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,14 +75,12 @@ pub struct Group {
 pub struct Request {
     pub role: Role,
     pub target: Target,
-    pub engine: EngineChoice,
+    /// The engine asked for (`--engine`, or the command form's module); None: the one the image has.
+    pub engine: Option<Engine>,
     pub require: Vec<Required>,
     /// `INFERA_REQUIRE_NATIVE=1|true|all`: everything the native tree carries.
     pub require_all_native: bool,
     pub family: Option<String>,
-    /// `family` is a column of `check`'s matrix, judged rather than forced: a tree built for
-    /// another ABI is refused (`family-mismatch`), not run with a warning.
-    pub family_judged: bool,
     pub allow: Vec<String>,
     /// The args after the module or program (`--` ARGS of the subcommands).
     pub args: Vec<OsString>,
@@ -91,6 +91,8 @@ pub struct Request {
     /// launcher's, with --root) and how the user named it; read at launch.
     pub image_env: Vec<OsString>,
     pub image_env_said: String,
+    /// `--env-file` then `--env`, as given: the variables the pod sets.
+    pub pod_env: Vec<OsString>,
     /// `--overlay`; None: found at launch (`overlay::discover`).
     pub overlay: Option<PathBuf>,
     /// `INFERA_PYTHON`: the interpreter, overriding the command's.
@@ -109,7 +111,9 @@ pub struct Request {
     /// `--wait-model`: how long a real run waits for an absent model path to appear.
     pub wait_model: Option<ModelWait>,
     /// `--prefetch`: the launcher's own read-ahead of the weights.
-    pub prefetch: crate::cli::PrefetchChoice,
+    pub prefetch: Prefetch,
+    /// `check --fail-on`: what fails the gate.
+    pub fail_on: crate::choices::FailOn,
     /// `check --image`: the image read from its archive instead of `root`.
     pub image: crate::cli::ImageArgs,
     /// `--node`: the nodes judged against (empty: this node at root `/`, else none).
@@ -167,7 +171,7 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
     };
     let num = |var: &str, v: &str| -> Result<u32, UsageError> {
         let bad = |why| UsageError::GroupValue { var: var.to_string(), value: v.to_string(), why };
-        match crate::dialect::py_int(v) {
+        match infera_facts::dialect::py_int(v) {
             Ok(Some(n)) if n < 0 => Err(bad("is negative: a group size or rank counts from 0")),
             Ok(Some(n)) => u32::try_from(n).map_err(|_| bad("is larger than any group of nodes")),
             _ => Err(bad("is not a whole number")),
@@ -295,7 +299,7 @@ fn clean(v: Vec<String>) -> Vec<String> {
 impl Request {
     /// A subcommand (`worker`, `server`, `check`) and its `--` args.
     pub fn resolve(role: Role, o: Options, args: Vec<OsString>, env: &Env) -> Result<Request, UsageError> {
-        Request::build(role, Target::RoleModule, o.engine.engine, o, args, env)
+        Request::build(role, Target::RoleModule, o.engine.engine.engine(), o, args, env)
     }
 
     /// The command form: PROGRAM ARGS as the pod spec wrote them.
@@ -304,17 +308,17 @@ impl Request {
         let program = words.next().unwrap_or_default();
         let rest: Vec<OsString> = words.collect();
         let Some((options, module, args)) = python_module(&program, &rest) else {
-            return Request::build(Role::Run, Target::Program { program }, o.engine.engine, o, rest, env);
+            return Request::build(Role::Run, Target::Program { program }, o.engine.engine.engine(), o, rest, env);
         };
-        let (role, engine) = match crate::engines::TABLE.iter().find(|i| i.module == module) {
+        let (role, engine) = match infera_facts::engines::TABLE.iter().find(|i| i.module == module) {
             Some(info) => {
                 if let Some(e) = o.engine.engine.engine().filter(|e| *e != info.engine) {
                     return Err(UsageError::EngineConflict { module, module_engine: info.name, engine: e.name() });
                 }
-                (Role::Worker, EngineChoice::of(info.engine))
+                (Role::Worker, Some(info.engine))
             }
-            None if module == SERVER_MODULE => (Role::Server, o.engine.engine),
-            None => (Role::Run, o.engine.engine),
+            None if module == SERVER_MODULE => (Role::Server, o.engine.engine.engine()),
+            None => (Role::Run, o.engine.engine.engine()),
         };
         Request::build(role, Target::Module { interpreter: program, options, module }, engine, o, args, env)
     }
@@ -322,7 +326,7 @@ impl Request {
     fn build(
         role: Role,
         target: Target,
-        engine: EngineChoice,
+        engine: Option<Engine>,
         o: Options,
         args: Vec<OsString>,
         env: &Env,
@@ -366,13 +370,13 @@ impl Request {
             require,
             require_all_native,
             family: c.family.filter(|f| !f.is_empty()),
-            family_judged: false,
             allow,
             args,
             root: c.root,
             volumes,
             image_env: c.image_env,
             image_env_said,
+            pod_env: c.env_file.into_iter().chain(c.pod_env).collect(),
             overlay: c.overlay,
             python: c.python.filter(|p| !p.is_empty()),
             chdir,
@@ -385,7 +389,11 @@ impl Request {
             verify,
             group,
             wait_model,
-            prefetch: e.prefetch,
+            prefetch: e.prefetch.into(),
+            fail_on: match image.fail_on {
+                crate::cli::FailOnChoice::Refusal => crate::choices::FailOn::Refusal,
+                crate::cli::FailOnChoice::Warn => crate::choices::FailOn::Warn,
+            },
             image,
             node: c.node,
         })
@@ -450,7 +458,7 @@ fn python_module(program: &OsStr, rest: &[OsString]) -> Option<(Vec<OsString>, S
                     } else {
                         (rest.get(i + 1)?.clone(), i + 2)
                     };
-                    let module = module.into_string().ok().filter(|m| crate::manifest::is_dotted_module(m))?;
+                    let module = module.into_string().ok().filter(|m| infera_overlay::manifest::is_dotted_module(m))?;
                     return Some((options, module, rest[next.min(rest.len())..].to_vec()));
                 }
                 b'W' | b'X' => {

@@ -3,10 +3,10 @@
 //! exec. `--dry-run` prints exactly this; the exec stage only carries it out.
 
 use std::collections::BTreeMap;
-use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::path::PathBuf;
 
+use infera_facts::ser::{os_json, ser_opt_path, ser_os_vec, ser_path, ser_paths};
 use serde::{Serialize, Serializer};
 
 #[derive(Debug, Clone, Serialize)]
@@ -138,33 +138,6 @@ pub fn is_secret(name: &str) -> bool {
 }
 
 pub const REDACTED: &str = "<redacted>";
-
-// JSON forms of OS strings: a string when UTF-8, else {"hex": "..."} so nothing is lost.
-pub fn os_json(s: &OsStr) -> serde_json::Value {
-    match s.to_str() {
-        Some(t) => serde_json::Value::String(t.to_string()),
-        None => {
-            serde_json::json!({ "hex": s.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>() })
-        }
-    }
-}
-
-pub fn ser_path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
-    os_json(p.as_os_str()).serialize(s)
-}
-
-pub fn ser_opt_path<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
-    p.as_ref().map(|p| os_json(p.as_os_str())).serialize(s)
-}
-
-/// Paths as `ser_path` shows each.
-pub fn ser_paths<S: Serializer>(v: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
-    v.iter().map(|p| os_json(p.as_os_str())).collect::<Vec<_>>().serialize(s)
-}
-
-pub fn ser_os_vec<S: Serializer>(v: &[OsString], s: S) -> Result<S::Ok, S::Error> {
-    v.iter().map(|x| os_json(x)).collect::<Vec<_>>().serialize(s)
-}
 
 fn ser_env<S: Serializer>(m: &BTreeMap<OsString, OsString>, s: S) -> Result<S::Ok, S::Error> {
     let mut out = serde_json::Map::new();

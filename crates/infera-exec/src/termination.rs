@@ -7,8 +7,8 @@
 
 use std::io::Write;
 
-use crate::envvars::{self as ev, Env};
 use crate::error::Refusal;
+use infera_facts::envvars::{self as ev, Env};
 
 pub const DEFAULT_PATH: &str = "/dev/termination-log";
 /// The kubelet keeps at most 4096 bytes of a container's message.
@@ -42,7 +42,7 @@ pub fn write(r: &Refusal, env: &Env) {
     };
     // Never created, never followed through a link in any component, never blocking on a FIFO.
     let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::TRUNC;
-    if let Ok(mut f) = crate::nofollow::open_regular(&path, flags) {
+    if let Ok(mut f) = infera_core::nofollow::open_regular(&path, flags) {
         let _ = f.write_all(message(r).as_bytes());
     }
 }

@@ -124,7 +124,13 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
     }
     // An emptyDir is created world-writable; the launcher refuses such a payload.
     fchmod(&dir, 0o755).map_err(|e| err(e, "cannot chmod", &dst))?;
-    let ov = crate::overlay::load(&dst, &crate::overlay::LoadOptions::default())?;
+    verify_copy(&dst)?;
+    Ok(n)
+}
+
+/// The copy read back as the launcher will read it: every tree's files held to its record.
+fn verify_copy(dst: &Path) -> Result<(), Refusal> {
+    let ov = crate::overlay::load(dst, &crate::overlay::LoadOptions::default())?;
     let mut dirs: Vec<&PathBuf> = ov.trees.iter().flat_map(|t| &t.paths.parts).collect();
     dirs.sort();
     dirs.dedup();
@@ -134,11 +140,11 @@ fn install(dest: &Path, from: Option<PathBuf>) -> Result<usize, Refusal> {
             if problems.iter().any(|p| !p.what.starts_with("no integrity record")) {
                 let shown = d.strip_prefix(&ov.dir).unwrap_or(d).display().to_string();
                 let list: String = problems.iter().map(|p| format!("\n  {shown}/{p}")).collect();
-                return Err(InstallError::Integrity { dest: dst, list }.into());
+                return Err(InstallError::Integrity { dest: dst.to_path_buf(), list }.into());
             }
         }
     }
-    Ok(n)
+    Ok(())
 }
 
 /// What `install` writes into the destination first: the parts it copies, one per line. A

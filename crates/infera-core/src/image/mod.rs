@@ -93,6 +93,9 @@ pub struct Identity {
     /// None for a docker-archive (it has no manifest blob).
     pub manifest_digest: Option<String>,
     pub config_digest: String,
+    /// The names the archive gives the image: its `org.opencontainers.image.ref.name`
+    /// annotation, or a docker-archive's `RepoTags`.
+    pub names: Vec<String>,
     /// Each layer's blob digest (a docker-archive's: its diff_id), bottom first.
     pub layers: Vec<String>,
 }
@@ -126,6 +129,7 @@ struct RootFs {
 pub(crate) struct Plan {
     pub manifest_digest: Option<String>,
     pub config_digest: String,
+    pub names: Vec<String>,
     pub config: Vec<u8>,
     pub layers: Vec<LayerBlob>,
 }
@@ -190,6 +194,7 @@ pub fn read_with_progress<R: AsRef<std::ffi::OsStr> + ?Sized>(
         reference: reference.to_string(),
         manifest_digest: plan.manifest_digest,
         config_digest: plan.config_digest,
+        names: plan.names,
         layers,
     };
     Ok(Image { identity, config: config.config, tree })

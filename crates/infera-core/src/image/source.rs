@@ -239,6 +239,7 @@ impl Source {
                 )
             }
         };
+        let names = d.annotations.get("org.opencontainers.image.ref.name").cloned().into_iter().collect();
         // An index (a multi-arch image): the platform's manifest. Each blob is read for what it
         // is (its own mediaType and fields), which must be what its descriptor said.
         let mut depth = 0;
@@ -281,7 +282,7 @@ impl Source {
             let name = blob_path(&l.digest).ok_or_else(|| self.format("a layer digest is not sha256".into()))?;
             layers.push(LayerBlob { name, digest: Some(l.digest.clone()), size: l.size });
         }
-        Ok(Plan { manifest_digest: Some(d.digest), config_digest: manifest.config.digest, config, layers })
+        Ok(Plan { manifest_digest: Some(d.digest), config_digest: manifest.config.digest, names, config, layers })
     }
 
     /// The manifest an index lists for the platform.
@@ -322,7 +323,8 @@ impl Source {
         };
         let config = self.small("the config", &e.config)?;
         let layers = e.layers.iter().map(|l| LayerBlob { name: l.clone(), digest: None, size: None }).collect();
-        Ok(Plan { manifest_digest: None, config_digest: sha256(&config), config, layers })
+        let names = e.repo_tags.clone().unwrap_or_default();
+        Ok(Plan { manifest_digest: None, config_digest: sha256(&config), names, config, layers })
     }
 
     fn wanted(&self) -> String {

@@ -2,23 +2,25 @@
 //! junit`. Each image is read once (its archive, or `--root`) and its facts gathered once;
 //! each cell is the plan `check` makes for that image with that tree, ok or refused with its
 //! code. A column of `--family all` is judged, not forced: a tree built for another Python or
-//! HIP ABI is refused (`family-mismatch`).
+//! HIP ABI does not apply to the image (`not-applicable`, skipped in JUnit), and never fails.
 //!
-//! Exit: the one cell's own code for one image × one tree; else the image's code (65) when
-//! an image cannot be read, 1 when a cell is refused, 0 when every cell is ok.
+//! Exit: the one cell's own code for one image × one tree; else the image's code (65, 66) when
+//! an image cannot be read; 1 when an applicable cell is refused (or, with `--fail-on warn`,
+//! warned), or an image has no applicable tree at all; else 0.
 
 pub(crate) mod render;
 
 use serde_json::Value;
 
+pub use crate::choices::FailOn;
 use crate::cli::{Output, ALL_FAMILIES};
 use crate::error::{Exit, Refusal};
 use crate::request::{Request, Role};
 use crate::{Env, Gathered};
 
 /// The row's facts name no GPU count: each cell's plan has its own (its node's).
-static NO_GPUS: Result<crate::facts::Gpus, crate::facts::GpuError> =
-    Ok(crate::facts::Gpus { count: None, source: crate::facts::GpuSource::Nothing });
+static NO_GPUS: Result<infera_facts::Gpus, infera_facts::GpuError> =
+    Ok(infera_facts::Gpus { count: None, source: infera_facts::GpuSource::Nothing });
 
 /// The exit code when several cells were judged and one was refused.
 pub const CELL_REFUSED: i32 = 1;
@@ -42,16 +44,8 @@ pub struct Column {
     name: String,
 }
 
-/// The tree of a column.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Tree {
-    /// The tree the image's ABI selects (no `--family`).
-    Matching,
-    /// `--family NAME`: forced, as a run forces it.
-    Forced(String),
-    /// A tree of `--family all`: judged against the image.
-    Judged(String),
-}
+/// The tree of a column: the plan's own choice.
+pub use crate::plan::TreeChoice as Tree;
 
 impl Column {
     pub fn new(tree: Tree, node: Option<(usize, String)>) -> Column {
@@ -75,6 +69,8 @@ impl Column {
 pub struct Row {
     /// The reference given (`--image`), or the root directory.
     pub image: String,
+    /// How long reading the image and judging its cells took, in seconds.
+    pub seconds: f64,
     pub identity: Option<infera_core::image::Identity>,
     pub facts: Value,
     pub cells: Vec<Cell>,
@@ -88,6 +84,64 @@ pub struct Cell {
     /// The plan as `check --output json` prints it, without the image's facts (the row's).
     pub plan: Value,
     pub error: Option<Refusal>,
+    pub verdict: Verdict,
+    /// The plan's warnings, `(code, message)`: reported for a cell that passes too.
+    pub warnings: Vec<(String, String)>,
+    pub seconds: f64,
+}
+
+/// What a cell says about its image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    Refused,
+    /// A tree of `--family all` built for another CPython or HIP ABI than the image's.
+    NotApplicable,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Refused => "refused",
+            Verdict::NotApplicable => "not-applicable",
+        }
+    }
+}
+
+impl Cell {
+    /// Does this cell fail the gate?
+    pub fn fails(&self, fail_on: FailOn) -> bool {
+        match self.verdict {
+            Verdict::Refused => true,
+            Verdict::Ok => fail_on == FailOn::Warn && !self.warnings.is_empty(),
+            Verdict::NotApplicable => false,
+        }
+    }
+}
+
+impl Row {
+    /// An image read whose every cell is not applicable: no tree of the overlay runs it.
+    pub fn none_applies(&self) -> bool {
+        self.error.is_none() && !self.cells.is_empty() && self.cells.iter().all(|c| c.verdict == Verdict::NotApplicable)
+    }
+
+    /// Why the image cannot run with this overlay, when no tree applies.
+    pub fn no_tree(&self) -> Option<Refusal> {
+        self.none_applies().then(|| MatrixError::NoTree { abi: render::abi(&self.facts) }.into())
+    }
+}
+
+/// An image the matrix judged as a whole.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, infera_exec_derive::Refuse)]
+pub enum MatrixError {
+    #[error("no tree of this overlay is built for this image's CPython and HIP ABI ({abi}): it cannot run with it")]
+    #[refuse(
+        code = "no-applicable-tree",
+        exit = Unsupported,
+        hint = "build the overlay with a tree for this ABI, or run an image of an ABI it has"
+    )]
+    NoTree { abi: String },
 }
 
 /// Judge every image with every column, print the matrix, and exit as the module says.
@@ -102,20 +156,20 @@ pub fn run(req: &Request, env: &Env) -> i32 {
         refs => refs.iter().map(|r| Some(r.as_os_str())).collect(),
     };
     let rows: Vec<Row> = sources.into_iter().map(|s| row(req, env, s, &columns, &overlay, &opts)).collect();
-    let code = exit(&rows, columns.len());
+    let code = exit(&rows, columns.len(), req.fail_on);
     let out = match req.output {
-        Output::Text => render::text(&rows, &columns),
-        Output::Json => render::json(&rows, &columns, code),
-        Output::Junit => render::junit(&rows, &columns),
+        Output::Text => render::text(&rows, &columns, req.fail_on),
+        Output::Json => render::json(&rows, &columns, code, req.fail_on),
+        Output::Junit => render::junit(&rows, &columns, req.fail_on),
     };
     if let Err(c) = crate::emit(&out) {
         return c;
     }
     if code != 0 {
-        let (refused, cells) = counts(&rows, columns.len());
+        let (failed, cells) = counts(&rows, columns.len(), req.fail_on);
         let _ = std::io::Write::write_all(
             &mut std::io::stderr(),
-            format!("check: {refused} of {cells} image × tree cells refused (exit {code}); the matrix is on stdout\n")
+            format!("check: {failed} of {cells} image × tree cells failed (exit {code}); the matrix is on stdout\n")
                 .as_bytes(),
         );
     }
@@ -124,7 +178,7 @@ pub fn run(req: &Request, env: &Env) -> i32 {
 
 /// The columns: every tree of the overlay for `--family all`, else the one `--family` forces,
 /// else the tree each image's ABI selects; each on every `--node`.
-fn columns(req: &Request, overlay: &Result<crate::overlay::Overlay, Refusal>) -> Result<Vec<Column>, Refusal> {
+fn columns(req: &Request, overlay: &Result<infera_overlay::overlay::Overlay, Refusal>) -> Result<Vec<Column>, Refusal> {
     let trees = match req.family.as_deref() {
         Some(ALL_FAMILIES) => {
             let ov = overlay.as_ref().map_err(Clone::clone)?;
@@ -146,13 +200,17 @@ fn row(
     env: &Env,
     image: Option<&std::ffi::OsStr>,
     columns: &[Column],
-    overlay: &Result<crate::overlay::Overlay, Refusal>,
-    opts: &crate::overlay::LoadOptions,
+    overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
+    opts: &infera_overlay::overlay::LoadOptions,
 ) -> Row {
+    let started = std::time::Instant::now();
     let name = image.map_or_else(|| req.root.display().to_string(), |i| i.to_string_lossy().into_owned());
     let mut g = match Gathered::read(req, env, image) {
         Ok(g) => g,
-        Err(e) => return Row { image: name, identity: None, facts: Value::Null, cells: Vec::new(), error: Some(e) },
+        Err(e) => {
+            let seconds = started.elapsed().as_secs_f64();
+            return Row { image: name, seconds, identity: None, facts: Value::Null, cells: Vec::new(), error: Some(e) };
+        }
     };
     g.read_models(req);
     let (node, gpus) = match g.nodes.as_slice() {
@@ -161,24 +219,48 @@ fn row(
     };
     let view = g.facts.view(&g.models, node, gpus);
     let facts = serde_json::to_value(view).unwrap_or(Value::Null);
-    let cells = columns
-        .iter()
-        .map(|c| {
-            let mut r = req.clone();
-            r.family = match &c.tree {
-                Tree::Matching => None,
-                Tree::Forced(f) | Tree::Judged(f) => Some(f.clone()),
-            };
-            r.family_judged = matches!(c.tree, Tree::Judged(_));
-            let Some(node) = g.nodes.get(c.node.as_ref().map_or(0, |n| n.0)) else {
-                let error = Some(crate::error::internal("no node for this column"));
-                return Cell { family: None, plan: Value::Null, error };
-            };
-            let (plan, error, family) = g.judge(&r, node, overlay, opts);
-            Cell { family, plan: without_facts(plan), error }
+    let cells = columns.iter().map(|c| cell(&g, req, c, overlay, opts)).collect();
+    let identity = g.facts.root.image().cloned();
+    Row { image: name, seconds: started.elapsed().as_secs_f64(), identity, facts, cells, error: None }
+}
+
+/// One image with one column's tree on its node.
+fn cell(
+    g: &Gathered,
+    req: &Request,
+    c: &Column,
+    overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
+    opts: &infera_overlay::overlay::LoadOptions,
+) -> Cell {
+    let started = std::time::Instant::now();
+    let Some(node) = g.nodes.get(c.node.as_ref().map_or(0, |n| n.0)) else {
+        let error = Some(crate::error::internal("no node for this column"));
+        return Cell {
+            family: None,
+            plan: Value::Null,
+            error,
+            verdict: Verdict::Refused,
+            warnings: vec![],
+            seconds: 0.0,
+        };
+    };
+    let (plan, error, family) = g.judge(req, &c.tree, node, overlay, opts);
+    let verdict = match &error {
+        None => Verdict::Ok,
+        Some(e) if matches!(c.tree, Tree::Judged(_)) && e.code == "family-mismatch" => Verdict::NotApplicable,
+        Some(_) => Verdict::Refused,
+    };
+    let warnings = plan["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["level"] == "warn")
+        .map(|f| {
+            (f["code"].as_str().unwrap_or_default().to_string(), f["message"].as_str().unwrap_or_default().to_string())
         })
         .collect();
-    Row { image: name, identity: g.facts.root.image().cloned(), facts, cells, error: None }
+    let seconds = started.elapsed().as_secs_f64();
+    Cell { family, plan: without_facts(plan), error, verdict, warnings, seconds }
 }
 
 fn without_facts(mut plan: Value) -> Value {
@@ -188,24 +270,31 @@ fn without_facts(mut plan: Value) -> Value {
     plan
 }
 
-/// What went wrong and how often: (refused cells, cells), an unreadable image counting a
-/// refused cell per column.
-fn counts(rows: &[Row], columns: usize) -> (usize, usize) {
-    let refused =
-        |r: &Row| if r.error.is_some() { columns } else { r.cells.iter().filter(|c| c.error.is_some()).count() };
-    (rows.iter().map(refused).sum(), rows.len() * columns)
+/// What failed and how often: (failed cells, cells), an unreadable image counting a failed
+/// cell per column, an image no tree applies to one.
+fn counts(rows: &[Row], columns: usize, fail_on: FailOn) -> (usize, usize) {
+    let failed = |r: &Row| {
+        if r.error.is_some() {
+            columns
+        } else {
+            r.cells.iter().filter(|c| c.fails(fail_on)).count() + usize::from(r.none_applies())
+        }
+    };
+    (rows.iter().map(failed).sum(), rows.len() * columns)
 }
 
 /// The exit code of the matrix (the module's rule).
-fn exit(rows: &[Row], columns: usize) -> i32 {
+fn exit(rows: &[Row], columns: usize, fail_on: FailOn) -> i32 {
     if let ([r], 1) = (rows, columns) {
-        let e = r.error.as_ref().or_else(|| r.cells.first().and_then(|c| c.error.as_ref()));
-        return e.map_or(Exit::Ok, |e| e.exit).code();
+        let cell = r.cells.first();
+        if let Some(e) = r.error.as_ref().or_else(|| cell.filter(|c| c.verdict == Verdict::Refused)?.error.as_ref()) {
+            return e.exit.code();
+        }
     }
     if let Some(e) = rows.iter().find_map(|r| r.error.as_ref()) {
         return e.exit.code();
     }
-    if counts(rows, columns).0 > 0 {
+    if counts(rows, columns, fail_on).0 > 0 {
         return CELL_REFUSED;
     }
     Exit::Ok.code()
@@ -215,26 +304,61 @@ fn exit(rows: &[Row], columns: usize) -> i32 {
 mod tests {
     use super::*;
 
+    /// A cell: `Some(exit)` refused, `None` ok; `W` ok with a warning; `NA` not applicable.
+    const W: Option<Exit> = Some(Exit::Ok);
+    const NA: Option<Exit> = Some(Exit::Usage);
+
     fn row(cells: &[Option<Exit>], error: Option<Exit>) -> Row {
         let refusal = |e: Exit| Refusal { code: "x".into(), message: "m".into(), hint: None, exit: e };
+        let cell = |e: &Option<Exit>| {
+            let (verdict, error, warnings) = match *e {
+                None => (Verdict::Ok, None, vec![]),
+                W => (Verdict::Ok, None, vec![("w".to_string(), "warned".to_string())]),
+                NA => (Verdict::NotApplicable, Some(refusal(Exit::Unsupported)), vec![]),
+                Some(x) => (Verdict::Refused, Some(refusal(x)), vec![]),
+            };
+            Cell { family: None, plan: Value::Null, error, verdict, warnings, seconds: 0.0 }
+        };
         Row {
             image: "i".into(),
+            seconds: 0.0,
             identity: None,
             facts: Value::Null,
-            cells: cells.iter().map(|e| Cell { family: None, plan: Value::Null, error: e.map(refusal) }).collect(),
+            cells: cells.iter().map(cell).collect(),
             error: error.map(refusal),
         }
     }
 
     #[test]
     fn one_cell_exits_with_its_own_code_a_matrix_with_1_or_the_archives() {
-        assert_eq!(exit(&[row(&[None], None)], 1), 0);
-        assert_eq!(exit(&[row(&[Some(Exit::Refused)], None)], 1), 78);
-        assert_eq!(exit(&[row(&[], Some(Exit::Invalid))], 1), 65);
-        assert_eq!(exit(&[row(&[None, None], None)], 2), 0);
-        assert_eq!(exit(&[row(&[None, Some(Exit::Refused)], None)], 2), CELL_REFUSED);
-        assert_eq!(exit(&[row(&[Some(Exit::Unsupported)], None), row(&[None], None)], 1), CELL_REFUSED);
-        assert_eq!(exit(&[row(&[Some(Exit::Unsupported)], None), row(&[], Some(Exit::Invalid))], 1), 65);
-        assert_eq!(counts(&[row(&[Some(Exit::Unsupported), None], None), row(&[], Some(Exit::Invalid))], 2), (3, 4));
+        let r = FailOn::Refusal;
+        assert_eq!(exit(&[row(&[None], None)], 1, r), 0);
+        assert_eq!(exit(&[row(&[Some(Exit::Refused)], None)], 1, r), 78);
+        assert_eq!(exit(&[row(&[], Some(Exit::Invalid))], 1, r), 65);
+        assert_eq!(exit(&[row(&[None, None], None)], 2, r), 0);
+        assert_eq!(exit(&[row(&[None, Some(Exit::Refused)], None)], 2, r), CELL_REFUSED);
+        assert_eq!(exit(&[row(&[Some(Exit::Unsupported)], None), row(&[None], None)], 1, r), CELL_REFUSED);
+        assert_eq!(exit(&[row(&[Some(Exit::Unsupported)], None), row(&[], Some(Exit::Invalid))], 1, r), 65);
+        let rows = [row(&[Some(Exit::Unsupported), None], None), row(&[], Some(Exit::Invalid))];
+        assert_eq!(counts(&rows, 2, r), (3, 4));
+    }
+
+    #[test]
+    fn cells_that_do_not_apply_never_fail_but_an_image_none_applies_to_does() {
+        let r = FailOn::Refusal;
+        assert_eq!(exit(&[row(&[None, NA], None)], 2, r), 0);
+        assert_eq!(exit(&[row(&[None, NA], None), row(&[NA, None], None)], 2, r), 0);
+        assert_eq!(counts(&[row(&[None, NA], None)], 2, r), (0, 2));
+        assert_eq!(exit(&[row(&[NA, NA], None), row(&[None, NA], None)], 2, r), CELL_REFUSED);
+        assert_eq!(counts(&[row(&[NA, NA], None)], 2, r), (1, 2));
+        assert_eq!(exit(&[row(&[NA], None)], 1, r), CELL_REFUSED);
+    }
+
+    #[test]
+    fn a_warning_fails_only_with_fail_on_warn() {
+        assert_eq!(exit(&[row(&[W, NA], None)], 2, FailOn::Refusal), 0);
+        assert_eq!(exit(&[row(&[W, NA], None)], 2, FailOn::Warn), CELL_REFUSED);
+        assert_eq!(exit(&[row(&[W], None)], 1, FailOn::Warn), CELL_REFUSED);
+        assert_eq!(exit(&[row(&[None, NA], None)], 2, FailOn::Warn), 0);
     }
 }

@@ -9,17 +9,17 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::dialect::{self, Parsed, Setting};
-use crate::engines::{Engine, Opt};
-use crate::envvars::{self as ev, Env};
 use crate::request::Request;
 use infera_exec_derive::Refuse;
+use infera_facts::dialect::{self, Parsed, Setting};
+use infera_facts::engines::{Engine, Opt};
+use infera_facts::envvars::{self as ev, Env};
 
 use crate::error::Refusal;
-use crate::facts::model::{Model, ModelFacts};
-use crate::facts::Facts;
-use crate::finding::Finding;
 use crate::rules::{OnOff, Trait, When};
+use infera_facts::finding::Finding;
+use infera_facts::model::{Model, ModelFacts};
+use infera_facts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum ArgsError {
@@ -30,6 +30,16 @@ pub enum ArgsError {
     #[error("the model path `{}` does not exist in this container{waited}", path.display())]
     #[refuse(code = "model-missing", exit = Missing, hint = "mount the model volume (PVC) at that path, or fix --model")]
     ModelMissing { path: PathBuf, waited: String },
+    #[error("the model path `{}` is not in the volume `--volume {}={}` gives", path.display(), at.display(), dir.display())]
+    #[refuse(
+        code = "model-missing",
+        exit = Missing,
+        hint_opt = Some(nearest.as_ref().map_or_else(
+            || format!("fix the path, or give the directory that holds it as --volume {}=DIR", at.display()),
+            |n| format!("did you mean `{}`? (the volume holds it; paths are case-sensitive)", n.display())
+        ))
+    )]
+    NotInVolume { path: PathBuf, at: PathBuf, dir: PathBuf, nearest: Option<PathBuf> },
     #[error("the model `{reference}` is a relative path, but the engine runs in `{}` (INFERA_EXEC_CHDIR): it would read another directory", dir.display())]
     #[refuse(
         code = "model-path-relative",
@@ -75,7 +85,7 @@ pub struct Ctx<'a> {
     pub req: &'a Request,
     pub facts: &'a Facts,
     /// The GPUs the run may use (the pod's environment, else the node).
-    pub gpus: &'a Result<crate::facts::Gpus, crate::facts::GpuError>,
+    pub gpus: &'a Result<infera_facts::Gpus, infera_facts::GpuError>,
     /// The model the args name, read from its config.json.
     pub models: &'a std::collections::BTreeMap<OsString, ModelFacts>,
     pub engine: Engine,
@@ -347,7 +357,7 @@ fn config_made_explicit(ctx: &Ctx, added: &mut Vec<OsString>, findings: &mut Vec
 pub fn abbreviations(
     e: Engine,
     version: Option<&str>,
-    list: Option<&crate::engines::OptionList>,
+    list: Option<&infera_facts::engines::OptionList>,
     parsed: &Parsed,
     findings: &mut Vec<Finding>,
 ) -> Result<(), ArgsError> {
@@ -405,27 +415,33 @@ pub fn tokenizer(
     req: &Request,
     facts: &Facts,
     models: &BTreeMap<OsString, ModelFacts>,
-    router: &crate::router_args::RouterArgs,
+    router: &infera_facts::router_args::RouterArgs,
     findings: &mut Vec<Finding>,
 ) -> Result<(), ArgsError> {
-    let Some(Some(ModelFacts::Missing { path, .. })) = router.tokenizer_path().map(|p| models.get(p)) else {
+    let Some(Some(ModelFacts::Missing { path, nearest, .. })) = router.tokenizer_path().map(|p| models.get(p)) else {
         return Ok(());
     };
-    missing(req, facts, path, [" (--router-tokenizer-path)", "", ""], findings)
+    missing(req, facts, path, nearest.as_deref(), [" (--router-tokenizer-path)", "", ""], findings)
 }
 
-/// A model path that is not there: refused at the image's root (the pod's own files),
-/// a warning under `--root`, where it is most likely one of the pod's volumes. `words`: what
+/// A model path that is not there: refused at the image's root (the pod's own files) and
+/// under a `--volume` given (the user's volume is the truth about its paths), a warning
+/// elsewhere under `--root`, where it is most likely one of the pod's volumes. `words`: what
 /// follows the path, what follows "(a volume in the pod?)", what ends the warning.
 fn missing(
     req: &Request,
     facts: &Facts,
     path: &std::path::Path,
+    nearest: Option<&std::path::Path>,
     [named, skipped, purpose]: [&str; 3],
     findings: &mut Vec<Finding>,
 ) -> Result<(), ArgsError> {
     if facts.root.is_host_root() {
         return Err(ArgsError::ModelMissing { path: path.to_path_buf(), waited: waited(req) });
+    }
+    if let Some((at, dir)) = req.volumes.iter().find(|(at, _)| path.starts_with(at)) {
+        let (path, at, dir) = (path.to_path_buf(), at.clone(), dir.clone());
+        return Err(ArgsError::NotInVolume { path, at, dir, nearest: nearest.map(std::path::Path::to_path_buf) });
     }
     let msg = format!(
         "`{}`{named} is not in the image root (a volume in the pod?){skipped}; give its files with --volume {}=DIR{purpose}",
@@ -446,12 +462,14 @@ fn missing(
 pub fn unknown_options(
     e: Engine,
     version: Option<&str>,
-    exact: Option<&crate::engines::OptionList>,
+    exact: Option<&infera_facts::engines::OptionList>,
     args: &[OsString],
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<Opt>, ArgsError> {
-    let Some(list) = exact.or_else(|| crate::engines::nearest_option_list(e, version)) else { return Ok(Vec::new()) };
-    let span = crate::engines::span(e, version);
+    let Some(list) = exact.or_else(|| infera_facts::engines::nearest_option_list(e, version)) else {
+        return Ok(Vec::new());
+    };
+    let span = infera_facts::engines::span(e, version);
     let mut unreadable = Vec::new();
     // Past a few unknown options the args are not this list's engine version: the rest are
     // named once, without a guess each (a guess is a similarity search over every option).
@@ -471,7 +489,8 @@ pub fn unknown_options(
         }
         let in_none = !(e.info().options)().iter().any(|l| is_prefix_of_one(l.names(), head));
         let (whose, fix, opt) = meant(e, head, list.names());
-        let wrong_everywhere = in_none && (span == crate::engines::Span::Within || !whose.is_empty() || typo(e, head));
+        let wrong_everywhere =
+            in_none && (span == infera_facts::engines::Span::Within || !whose.is_empty() || typo(e, head));
         if exact.is_some() || wrong_everywhere {
             let proof = match exact {
                 Some(l) => format!(" (its parser's options, recorded from {} {})", e.name(), l.label()),
@@ -543,7 +562,7 @@ fn recorded_releases(e: Engine) -> String {
 fn unchecked(
     e: Engine,
     version: Option<&str>,
-    list: &crate::engines::OptionList,
+    list: &infera_facts::engines::OptionList,
     head: &str,
     i: usize,
     whose: &str,
@@ -577,13 +596,13 @@ fn meant(e: Engine, name: &str, names: &[&str]) -> (String, String, Option<Opt>)
                 opt,
             );
         }
-        if crate::engines::any_release_has(other, name) {
+        if infera_facts::engines::any_release_has(other, name) {
             // A similar name of this engine would be a guess at a different option.
             let fix = format!("remove it, or find {}'s option for it in its own `--help` in the image", e.name());
             return (format!(" (it is an option of {})", other.name()), fix, None);
         }
     }
-    match crate::suggest::closest(name, names.iter().copied()) {
+    match infera_facts::suggest::closest(name, names.iter().copied()) {
         Some(n) => (String::new(), format!("did you mean {n}?"), e.spelling_of(n).map(|(o, _)| o)),
         None => {
             (String::new(), format!("remove it, or check the option in {}'s own `--help` in the image", e.name()), None)
@@ -599,7 +618,7 @@ pub fn wrapper_dialect(
     e: Engine,
     module: &'static str,
     args: &[std::ffi::OsString],
-    list: Option<&crate::engines::OptionList>,
+    list: Option<&infera_facts::engines::OptionList>,
     parsed: &Parsed,
 ) -> Result<(), ArgsError> {
     if e.info().wrapper_abbrev {
@@ -611,7 +630,9 @@ pub fn wrapper_dialect(
     }
     let known = |name: &str| {
         list.is_some_and(|l| l.names().binary_search(&name).is_ok())
-            || crate::engines::Opt::ALL.iter().any(|o| e.spelling(*o).is_some_and(|sp| sp.names().any(|n| n == name)))
+            || infera_facts::engines::Opt::ALL
+                .iter()
+                .any(|o| e.spelling(*o).is_some_and(|sp| sp.names().any(|n| n == name)))
     };
     for (i, a) in args.iter().enumerate() {
         let a = a.to_string_lossy();
@@ -758,8 +779,9 @@ fn model_of<'a>(ctx: &Ctx<'a>, findings: &mut Vec<Finding>) -> Result<Option<&'a
             }
             Ok(Some(m))
         }
-        Some(ModelFacts::Missing { path, .. }) => {
-            missing(ctx.req, ctx.facts, path, ["", ": model rules skipped", " to run them"], findings)?;
+        Some(ModelFacts::Missing { path, nearest, .. }) => {
+            let words = ["", ": model rules skipped", " to run them"];
+            missing(ctx.req, ctx.facts, path, nearest.as_deref(), words, findings)?;
             Ok(None)
         }
         Some(ModelFacts::Relative { reference }) => match &ctx.req.chdir {

@@ -8,18 +8,18 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::usable;
-use crate::dialect::Parsed;
-use crate::engines::{Engine, Opt};
-use crate::envvars::Env;
 use infera_exec_derive::Refuse;
+use infera_facts::dialect::Parsed;
+use infera_facts::engines::{Engine, Opt};
+use infera_facts::envvars::Env;
 
 use crate::error::Refusal;
-use crate::facts::SiteIndex;
-use crate::facts::{Facts, Rocm};
-use crate::finding::Finding;
-use crate::manifest::Prefer;
-use crate::overlay::{Dist, Overlay, Presence, Tree};
 use crate::request::Request;
+use infera_facts::finding::Finding;
+use infera_facts::SiteIndex;
+use infera_facts::{Facts, Rocm};
+use infera_overlay::manifest::Prefer;
+use infera_overlay::overlay::{Dist, Overlay, Presence, Tree};
 
 /// Which copy of a capability's modules the child imports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -36,7 +36,7 @@ pub enum Copy {
 pub struct Import {
     pub copy: Copy,
     /// The directory the child finds the capability's package in (container path).
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "infera_facts::ser::ser_path")]
     pub from: PathBuf,
     /// The distribution that installed that copy (`mooncake_transfer_engine_rocm 0.3.13.post1`).
     pub dist: Option<String>,
@@ -101,7 +101,7 @@ pub fn implied(
             .map_err(|e| CapError::KvTransferConfigNotJson { reason: e.to_string(), text: text.to_string() })?;
     }
     // The JSON value with vLLM's dotted keys (`--kv-transfer-config.kv_connector X`) merged.
-    if let Some(json) = crate::dialect::json_option(engine, args, parsed, Opt::KvTransferConfig).ok().flatten() {
+    if let Some(json) = infera_facts::dialect::json_option(engine, args, parsed, Opt::KvTransferConfig).ok().flatten() {
         let mut connectors = Vec::new();
         collect_connectors(&json, &mut connectors);
         if let Some(c) = connectors.iter().find(|c| c.to_ascii_lowercase().contains("mooncake")) {
@@ -163,7 +163,7 @@ pub fn rows(
         };
         for name in all {
             if !requested.iter().any(|(x, _)| *x == name) {
-                requested.push((name, format!("{}=all", crate::envvars::INFERA_REQUIRE_NATIVE)));
+                requested.push((name, format!("{}=all", infera_facts::envvars::INFERA_REQUIRE_NATIVE)));
             }
         }
     }
@@ -208,12 +208,16 @@ pub fn rows(
 fn unavailable(overlay: &Overlay, tree: &Tree, name: &str, by: &str, reason: String) -> CapError {
     let known: BTreeSet<&String> = overlay.trees.iter().flat_map(|t| t.manifest.capabilities.keys()).collect();
     // A name the pod spec wrote that no tree knows at all: a typo, said as one.
-    let written = [crate::request::REQUIRE_FLAG, crate::envvars::INFERA_REQUIRE, crate::envvars::INFERA_REQUIRE_NATIVE];
+    let written = [
+        crate::request::REQUIRE_FLAG,
+        infera_facts::envvars::INFERA_REQUIRE,
+        infera_facts::envvars::INFERA_REQUIRE_NATIVE,
+    ];
     if !known.contains(&name.to_string()) && written.contains(&by) {
         return CapError::Unknown {
             name: name.to_string(),
             by: by.to_string(),
-            hint: crate::suggest::did_you_mean(name, known.iter().map(|k| k.as_str())),
+            hint: infera_facts::suggest::did_you_mean(name, known.iter().map(|k| k.as_str())),
             known: known.into_iter().cloned().collect(),
         };
     }
@@ -244,7 +248,7 @@ fn provided(
     tree: &Tree,
     name: &str,
     engine: Option<Engine>,
-    role: crate::cli::Role,
+    role: crate::choices::Role,
 ) -> Result<(bool, Option<String>), Refusal> {
     let Some(cap) = tree.manifest.capabilities.get(name) else {
         return Ok((false, Some(format!("tree {} does not declare it", tree.family))));
@@ -257,7 +261,11 @@ fn provided(
                 tree.family,
                 cap.engines.join(", "),
                 engine.map_or(
-                    if role == crate::cli::Role::Server { "the router" } else { "a program outside an engine's image" },
+                    if role == crate::choices::Role::Server {
+                        "the router"
+                    } else {
+                        "a program outside an engine's image"
+                    },
                     Engine::name
                 )
             )),
@@ -282,7 +290,7 @@ pub fn usability(
     rows: &mut [CapRow],
     keep_caps: Option<&[caps::Capability]>,
     facts: &Facts,
-    node: Option<&crate::facts::node::NodeFacts>,
+    node: Option<&infera_facts::node::NodeFacts>,
     rocm: &Rocm,
     env: &Env,
 ) -> Result<(), CapError> {

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::envvars::{self as ev, Env};
-use crate::finding::Finding;
-use crate::overlay::Tree;
+use infera_facts::envvars::{self as ev, Env};
+use infera_facts::finding::Finding;
+use infera_overlay::overlay::Tree;
 
 pub struct ChildEnv {
     /// Complete: what the child's environment will be.

@@ -7,15 +7,15 @@ use std::collections::BTreeSet;
 
 use thiserror::Error;
 
-use crate::engines::Engine;
-use crate::envvars::{self as ev, Env};
 use crate::error::Refusal;
-use crate::facts::devices::{gfx_name, Gpu};
-use crate::facts::gpu_code::GpuLib;
-use crate::facts::node::NodeFacts;
-use crate::facts::Facts;
-use crate::finding::Finding;
 use infera_exec_derive::Refuse;
+use infera_facts::devices::{gfx_name, Gpu};
+use infera_facts::engines::Engine;
+use infera_facts::envvars::{self as ev, Env};
+use infera_facts::finding::Finding;
+use infera_facts::gpu_code::GpuLib;
+use infera_facts::node::NodeFacts;
+use infera_facts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum GpuError {
@@ -187,7 +187,7 @@ fn overridden(
         Some(l) => {
             let (package, path) = (l.package, l.path.display().to_string());
             let e = GpuError::Override { value, claims: claims.clone(), node: shown(node), package, path };
-            crate::finding::unless_allowed(allow, "gfx-override", e, findings)?;
+            infera_facts::finding::unless_allowed(allow, "gfx-override", e, findings)?;
         }
         None => findings.push(Finding::warn(
             "gfx-override",

@@ -12,15 +12,15 @@
 
 use std::ffi::OsString;
 
-use crate::cli::PrefetchChoice;
-use crate::dialect::{Parsed, Setting};
-use crate::engines::{Engine, Opt};
-use crate::facts::model::{Model, Weights};
-use crate::facts::storage::{Filesystem, PodMemory};
-use crate::finding::Finding;
+use crate::choices::Prefetch;
 use crate::plan::memory::gib;
 use crate::spec::PrefetchSpec;
-use crate::version::{parse, Version};
+use infera_core::version::{parse, Version};
+use infera_facts::dialect::{Parsed, Setting};
+use infera_facts::engines::{Engine, Opt};
+use infera_facts::finding::Finding;
+use infera_facts::model::{Model, Weights};
+use infera_facts::storage::{Filesystem, PodMemory};
 
 /// How the storage under the model is read by the engines' loaders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,12 +48,12 @@ pub const SLOW_IOPS: u64 = 20_000;
 
 /// The storage's class and what says so.
 pub fn class(fs: &Filesystem) -> (Class, String) {
-    use crate::facts::blockdev::Medium;
+    use infera_facts::blockdev::Medium;
     let said = |what: String| format!("{} ({}): {what}", fs.fstype, fs.mount_point.display());
     match fs.fstype.as_str() {
         "nfs" | "nfs4" => return (Class::Detected { since: "0.19" }, said("a network filesystem".into())),
         "lustre" => return (Class::Detected { since: "0.20" }, said("a network filesystem".into())),
-        f if crate::facts::mounts::network_fs(f) => return (Class::Shared, said("a shared filesystem".into())),
+        f if infera_facts::mounts::network_fs(f) => return (Class::Shared, said("a shared filesystem".into())),
         _ => {}
     }
     let Some(d) = &fs.device else { return (Class::Local, said("no block device under it".into())) };
@@ -109,7 +109,7 @@ pub fn plan(
     parsed: &Parsed,
     model: Option<&Model>,
     memory: Option<&PodMemory>,
-    choice: PrefetchChoice,
+    choice: Prefetch,
     findings: &mut Vec<Finding>,
 ) -> Load {
     let Some(w) = model.and_then(|m| m.weights.as_ref()) else { return Load::default() };
@@ -120,7 +120,7 @@ pub fn plan(
     });
     let decided = match (fs, memory, class) {
         (Some(fs), Some(mem), Some(Class::Detected { .. } | Class::Shared)) => {
-            Some(engine_strategy(engine, version, parsed, w, fs, mem, choice == PrefetchChoice::On, findings))
+            Some(engine_strategy(engine, version, parsed, w, fs, mem, choice == Prefetch::On, findings))
         }
         _ => None,
     };
@@ -136,9 +136,9 @@ pub fn plan(
     }
     let own = parsed.is_set(engine_opt(engine));
     let run = match choice {
-        PrefetchChoice::Off => false,
-        PrefetchChoice::On => true,
-        PrefetchChoice::Auto => {
+        Prefetch::Off => false,
+        Prefetch::On => true,
+        Prefetch::Auto => {
             !own && (class == Some(Class::SlowBlock) || decided.as_ref().is_some_and(|d| !d.engine_reads_ahead))
         }
     };
@@ -165,7 +165,7 @@ pub fn plan(
                 }
             ),
         )),
-        (None, PrefetchChoice::On) => {
+        (None, Prefetch::On) => {
             findings.push(Finding::info("prefetch", "--prefetch on: the model has no *.safetensors file to read ahead"))
         }
         (None, _) => {}
@@ -222,7 +222,7 @@ fn engine_strategy(
         return nothing(false);
     };
     let (value, reads, why) = choose(engine, &v, w.bytes, fs, mem);
-    let added = value.and_then(|val| crate::dialect::render(engine, opt, val)).unwrap_or_default();
+    let added = value.and_then(|val| infera_facts::dialect::render(engine, opt, val)).unwrap_or_default();
     let shown = added.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
     say(if added.is_empty() { why } else { format!("{why} → added {shown}") });
     Decided { added, engine_reads_ahead: reads }
@@ -336,8 +336,8 @@ mod tests {
     /// A checkpoint of `bytes` in four files, on `fstype` (`FS@DEVICE`: a block device that is
     /// `network`, `local`, `capped` by the pod's cgroup, or whose probe took that many µs).
     fn model(bytes: u64, fstype: &str) -> Model {
-        let mut m = match crate::facts::model::from_config("/models/m", "/models/m/config.json".as_ref(), b"{}") {
-            crate::facts::model::ModelFacts::Known(m) => m,
+        let mut m = match infera_facts::model::from_config("/models/m", "/models/m/config.json".as_ref(), b"{}") {
+            infera_facts::model::ModelFacts::Known(m) => m,
             other => panic!("{other:?}"),
         };
         let files = (1..=4).map(|i| format!("/models/m/{i}.safetensors").into());
@@ -353,18 +353,18 @@ mod tests {
             probe: None,
         };
         if let Some(d) = device {
-            use crate::facts::blockdev::{BlockDevice, Medium};
+            use infera_facts::blockdev::{BlockDevice, Medium};
             let medium = match d {
                 "network" => Medium::Network,
                 "local" => Medium::Local,
                 "capped" => {
                     let source = "blkio.throttle.read_bps_device".into();
-                    fs.io_cap = Some(crate::facts::storage::IoCap { bps: Some(300_000_000), iops: Some(800), source });
+                    fs.io_cap = Some(infera_facts::storage::IoCap { bps: Some(300_000_000), iops: Some(800), source });
                     Medium::Unknown
                 }
                 micros => {
                     let median_micros = micros.parse().unwrap();
-                    fs.probe = Some(crate::facts::storage::Probe { reads: 8, median_micros });
+                    fs.probe = Some(infera_facts::storage::Probe { reads: 8, median_micros });
                     Medium::Unknown
                 }
             };
@@ -384,15 +384,15 @@ mod tests {
         }
     }
 
-    fn load(e: Engine, version: &str, m: &Model, mem: &PodMemory, args: &[&str], choice: PrefetchChoice) -> Load {
+    fn load(e: Engine, version: &str, m: &Model, mem: &PodMemory, args: &[&str], choice: Prefetch) -> Load {
         let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-        let parsed = crate::dialect::read(e, &args);
+        let parsed = infera_facts::dialect::read(e, &args);
         plan(e, Some(version), &parsed, Some(m), Some(mem), choice, &mut Vec::new())
     }
 
     /// The engine flags added, and `+ours` when the launcher reads ahead itself.
     fn decide(e: Engine, version: &str, size_gib: u64, fs: &str, mem: &PodMemory, args: &[&str]) -> String {
-        let l = load(e, version, &model(size_gib * GIB, fs), mem, args, PrefetchChoice::Auto);
+        let l = load(e, version, &model(size_gib * GIB, fs), mem, args, Prefetch::Auto);
         let mut out: Vec<String> = l.added.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         out.extend(l.prefetch.map(|_| "+ours".to_string()));
         out.join(" ")
@@ -454,18 +454,10 @@ mod tests {
 
     #[test]
     fn each_decision_says_its_numbers() {
-        let parsed = crate::dialect::read(Engine::Vllm, &[]);
+        let parsed = infera_facts::dialect::read(Engine::Vllm, &[]);
         let mut f = Vec::new();
         let m = model(412 * GIB, "virtiofs");
-        plan(
-            Engine::Vllm,
-            Some("0.25.1"),
-            &parsed,
-            Some(&m),
-            Some(&pod(Some(1536), 2048)),
-            PrefetchChoice::Auto,
-            &mut f,
-        );
+        plan(Engine::Vllm, Some("0.25.1"), &parsed, Some(&m), Some(&pod(Some(1536), 2048)), Prefetch::Auto, &mut f);
         assert_eq!(
             f[0].message,
             "model 412.0 GiB on virtiofs (/models); pod budget 1535.0 GiB (limit 1536.0 GiB − 1.0 GiB used, \
@@ -474,7 +466,7 @@ mod tests {
         );
         let m = model(412 * GIB, "fuse.juicefs");
         let mut f = Vec::new();
-        plan(Engine::Vllm, Some("0.17.1"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), PrefetchChoice::Auto, &mut f);
+        plan(Engine::Vllm, Some("0.17.1"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), Prefetch::Auto, &mut f);
         assert_eq!(
             f[1].message,
             "the launcher reads the 4 files (412.0 GiB) ahead of the engine's loader: at most 31.5 GiB ahead, up to \
@@ -490,7 +482,7 @@ mod tests {
         ] {
             let mut f = Vec::new();
             let m = model(412 * GIB, fs);
-            plan(Engine::Vllm, Some("0.28.0"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), PrefetchChoice::Auto, &mut f);
+            plan(Engine::Vllm, Some("0.28.0"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), Prefetch::Auto, &mut f);
             assert!(f[0].code == "load-strategy" && f[0].message.contains(said), "{fs}: {}", f[0].message);
         }
     }
@@ -500,20 +492,20 @@ mod tests {
     #[test]
     fn on_and_off_and_the_read_ahead_s_shape() {
         let (e, big) = (Engine::Vllm, pod(Some(1024), 2048));
-        let on = load(e, "0.25.1", &model(100 * GIB, "virtiofs"), &pod(Some(64), 2048), &[], PrefetchChoice::On);
+        let on = load(e, "0.25.1", &model(100 * GIB, "virtiofs"), &pod(Some(64), 2048), &[], Prefetch::On);
         assert!(on.added.is_empty(), "the launcher's instead of the engine's: {:?}", on.added);
         let p = on.prefetch.unwrap();
         assert_eq!(
             (p.files.len(), p.bytes, p.lead_bytes, p.ranges, p.after_open),
             (4, 100 * GIB, 63 * GIB / 2, 16, false)
         );
-        let local = load(e, "0.25.1", &model(8 * GIB, "ext4"), &big, &[], PrefetchChoice::On).prefetch.unwrap();
+        let local = load(e, "0.25.1", &model(8 * GIB, "ext4"), &big, &[], Prefetch::On).prefetch.unwrap();
         assert_eq!((local.ranges, local.lead_bytes), (16, 8 * GIB), "the lead is at most the checkpoint");
-        let fuse = load(e, "0.17.1", &model(8 * GIB, "fuse.juicefs"), &big, &[], PrefetchChoice::Auto);
+        let fuse = load(e, "0.17.1", &model(8 * GIB, "fuse.juicefs"), &big, &[], Prefetch::Auto);
         assert!(fuse.prefetch.unwrap().after_open);
-        let off = load(e, "0.17.1", &model(8 * GIB, "fuse.juicefs"), &big, &[], PrefetchChoice::Off);
+        let off = load(e, "0.17.1", &model(8 * GIB, "fuse.juicefs"), &big, &[], Prefetch::Off);
         assert!(off.prefetch.is_none());
-        let off = load(e, "0.25.1", &model(100 * GIB, "virtiofs"), &big, &[], PrefetchChoice::Off);
+        let off = load(e, "0.25.1", &model(100 * GIB, "virtiofs"), &big, &[], Prefetch::Off);
         assert_eq!(off.added, ["--safetensors-load-strategy", "prefetch"], "off is the launcher's only");
     }
 }

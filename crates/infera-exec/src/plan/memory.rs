@@ -8,12 +8,12 @@
 use thiserror::Error;
 
 use super::args::Applied;
-use crate::dialect::Parsed;
-use crate::engines::{Engine, Opt};
 use crate::error::Refusal;
-use crate::facts::Facts;
-use crate::finding::Finding;
 use infera_exec_derive::Refuse;
+use infera_facts::dialect::Parsed;
+use infera_facts::engines::{Engine, Opt};
+use infera_facts::finding::Finding;
+use infera_facts::Facts;
 
 /// Below this, a group of more than one rank on the node is refused: Docker's and
 /// Kubernetes' 64 MiB default is the case it catches.
@@ -86,7 +86,7 @@ pub fn gib(b: u64) -> String {
 
 pub fn check(
     facts: &Facts,
-    on: Option<&crate::facts::node::NodeFacts>,
+    on: Option<&infera_facts::node::NodeFacts>,
     engine: Engine,
     parsed: &Parsed,
     applied: &Applied,
@@ -105,7 +105,7 @@ pub fn check(
 }
 
 /// /dev/shm for `local` GPU ranks: refused under the floor, a warning under the estimate.
-fn shm(node: &crate::facts::node::NodeFacts, local: u64, findings: &mut Vec<Finding>) -> Result<(), Box<MemoryError>> {
+fn shm(node: &infera_facts::node::NodeFacts, local: u64, findings: &mut Vec<Finding>) -> Result<(), Box<MemoryError>> {
     let (Some(shm), true) = (node.shm, local > 1) else { return Ok(()) };
     let estimate = SHM_PER_RANK * local;
     if shm.size < SHM_FLOOR {
@@ -127,7 +127,7 @@ fn shm(node: &crate::facts::node::NodeFacts, local: u64, findings: &mut Vec<Find
 }
 
 /// /dev/shm judged for a rank on each of `ranks` GPUs, as a finding (`infera-exec node`).
-pub fn shm_for(node: &crate::facts::node::NodeFacts, ranks: u64, findings: &mut Vec<Finding>) {
+pub fn shm_for(node: &infera_facts::node::NodeFacts, ranks: u64, findings: &mut Vec<Finding>) {
     if let Err(e) = shm(node, ranks, findings) {
         findings.push(Finding::warn("shm-too-small", e.to_string()));
     }
@@ -171,7 +171,7 @@ fn weights(
         let (bytes, per_gpu, need) = (gib(w.bytes), gib(per_gpu), w.bytes.div_ceil(vram));
         let gpu = "KFD topology".to_string();
         let e = MemoryError::WeightsExceedVram { model, bytes, from, tp, pp, per_gpu, vram: gib(vram), gpu, need };
-        return crate::finding::unless_allowed(allow, "weights-exceed-vram", e, findings);
+        return infera_facts::finding::unless_allowed(allow, "weights-exceed-vram", e, findings);
     }
     let Some((option, fraction)) = share_option(engine, parsed) else { return Ok(()) };
     let budget = (vram as f64 * fraction) as u64;
@@ -193,7 +193,7 @@ fn weights(
                 Engine::Sglang => "sglang fails with `Not enough memory. Please try to increase --mem-fraction-static`",
             },
         };
-        return crate::finding::unless_allowed(allow, "kv-cache-no-room", e, findings);
+        return infera_facts::finding::unless_allowed(allow, "kv-cache-no-room", e, findings);
     }
     if share > 0.9 {
         let msg = format!(
@@ -209,7 +209,7 @@ fn weights(
 }
 
 /// Why the checkpoint's size is no bound on what loads: quantized or cast as it loads.
-fn not_a_bound(parsed: &Parsed, m: &crate::facts::model::Model) -> Option<String> {
+fn not_a_bound(parsed: &Parsed, m: &infera_facts::model::Model) -> Option<String> {
     if let (Some(q), None) = (parsed.value(Opt::Quantization), &m.quantization) {
         return Some(format!("--quantization {q} quantizes them as they load"));
     }

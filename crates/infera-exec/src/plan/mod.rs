@@ -30,14 +30,14 @@ use serde::Serialize;
 pub use caps::{CapRow, Copy, Import};
 use program::ProgramError;
 
-use crate::envvars::Env;
 use crate::error::{Exit, Refusal};
-use crate::facts::model::ModelFacts;
-use crate::facts::{Facts, FactsView};
-use crate::finding::Finding;
-use crate::overlay::Overlay;
 use crate::request::{Request, UsageError};
 use crate::spec::ExecSpec;
+use infera_facts::envvars::Env;
+use infera_facts::finding::Finding;
+use infera_facts::model::ModelFacts;
+use infera_facts::{Facts, FactsView};
+use infera_overlay::overlay::Overlay;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineView {
@@ -50,7 +50,7 @@ pub struct EngineView {
 pub struct Plan<'a> {
     pub role: &'static str,
     pub family: Option<String>,
-    #[serde(serialize_with = "crate::spec::ser_opt_path")]
+    #[serde(serialize_with = "infera_facts::ser::ser_opt_path")]
     pub tree: Option<PathBuf>,
     pub engine: Option<EngineView>,
     pub facts: FactsView<'a>,
@@ -86,11 +86,11 @@ pub struct Inputs<'a> {
     pub req: &'a Request,
     pub facts: &'a Facts,
     /// The engine the run starts, decided once (None: the router, or another program).
-    pub engine: &'a Result<Option<crate::engines::Engine>, Refusal>,
+    pub engine: &'a Result<Option<infera_facts::engines::Engine>, Refusal>,
     /// Its args, read once (None without an engine).
-    pub args: Option<&'a crate::engine_args::EngineArgs>,
+    pub args: Option<&'a infera_facts::engine_args::EngineArgs>,
     /// The router's args, read once (the router only).
-    pub router: Option<&'a Result<crate::router_args::RouterArgs, crate::router_args::RouterArgsError>>,
+    pub router: Option<&'a Result<infera_facts::router_args::RouterArgs, infera_facts::router_args::RouterArgsError>>,
     /// The model the args name, read from its config.json.
     pub models: &'a BTreeMap<OsString, ModelFacts>,
     pub overlay: &'a Result<Overlay, Refusal>,
@@ -99,25 +99,25 @@ pub struct Inputs<'a> {
     pub selected: Option<&'a Result<Selected, Refusal>>,
     pub env: &'a Env,
     /// The node judged against: this one at root `/`, `--node`'s, or none (an image root).
-    pub node: Option<&'a crate::facts::node::NodeFacts>,
+    pub node: Option<&'a infera_facts::node::NodeFacts>,
     /// The GPUs the run may use: the pod's environment's count, else the node's.
-    pub gpus: &'a Result<crate::facts::Gpus, crate::facts::GpuError>,
+    pub gpus: &'a Result<infera_facts::Gpus, infera_facts::GpuError>,
 }
 
 /// The tree the run uses with its facts (its files' walk, its modules, its integrity
 /// check), the image's copies of the tree's top-level modules, and what the selection said.
 #[derive(Debug, Clone)]
 pub struct Selected {
-    pub tree: crate::overlay::Tree,
-    pub site: crate::facts::SiteIndex,
+    pub tree: infera_overlay::overlay::Tree,
+    pub site: infera_facts::SiteIndex,
     pub findings: Vec<Finding>,
 }
 
-pub use select::{engine as decide_engine, tree as select_tree};
+pub use select::{engine as decide_engine, tree as select_tree, TreeChoice};
 
 /// What in a node would fail or slow any engine, judged without an image (`infera-exec
 /// node`): partitions, NUMA balancing, /dev/shm for a rank per GPU, the driver, no GPU.
-pub fn node_findings(node: &crate::facts::node::NodeFacts) -> Vec<Finding> {
+pub fn node_findings(node: &infera_facts::node::NodeFacts) -> Vec<Finding> {
     let mut f = Vec::new();
     if node.gpus.is_empty() {
         f.push(Finding::warn(
@@ -152,7 +152,7 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
         findings: inp.facts.findings.iter().chain(inp.node.iter().flat_map(|n| &n.findings)).cloned().collect(),
         error: None,
     };
-    for (name, ours) in crate::envvars::misspelt(inp.env) {
+    for (name, ours) in infera_facts::envvars::misspelt(inp.env) {
         p.findings.push(Finding::warn(
             "env-misspelt",
             format!("{name} is not a variable infera-exec reads (it is ignored); did you mean {ours}?"),
@@ -167,39 +167,22 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
 /// What the stages of a plan share once the tree and the target are known.
 struct Stage<'a> {
     inp: &'a Inputs<'a>,
-    python: &'a crate::facts::Python,
+    python: &'a infera_facts::Python,
     overlay: &'a Overlay,
-    tree: &'a crate::overlay::Tree,
+    tree: &'a infera_overlay::overlay::Tree,
     run: select::Run<'a>,
-    engine: Option<crate::engines::Engine>,
+    engine: Option<infera_facts::engines::Engine>,
     /// The engine under infera's wrapper module (not a program of the pod's own choosing).
-    wrapped: Option<crate::engines::Engine>,
-    args: crate::engine_args::Read,
+    wrapped: Option<infera_facts::engines::Engine>,
+    args: infera_facts::engine_args::Read,
     /// Options the launcher's defaults leave alone: an unknown option in the args may be meant
     /// as them (said as a warning where no recorded list covers the engine's version).
-    unreadable: Vec<crate::engines::Opt>,
+    unreadable: Vec<infera_facts::engines::Opt>,
 }
 
 fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let (req, facts) = (inp.req, inp.facts);
-    if let Some(i) = req.args.iter().position(|a| a.as_bytes().contains(&0)) {
-        return Err(UsageError::ArgNul { index: i + 1 }.into());
-    }
-    if let Some(Err(e)) = inp.router {
-        return Err(e.clone().into());
-    }
-    if req.dry_run && !facts.root.is_host_root() && !facts.root.is_image() && req.image_env.is_empty() {
-        p.findings.push(crate::finding::Finding::warn(
-            "host-environment",
-            "--root without --image-env: the environment planned with is this shell's, not the image's (its PATH, \
-             ROCM_PATH, ... are not applied, and this shell's variables are kept as if the pod set them); give the \
-             image's with --image-env (a `podman image inspect IMAGE` file, or KEY=VALUE)",
-        ));
-    }
-    // The node's environment first: it does not depend on the image or the tree.
-    if req.role.runs_engine() {
-        node::check(req.engine, facts, inp.env, &mut p.findings)?;
-    }
+    before_the_image(inp, p)?;
     let python = facts.python.as_ref().map_err(Clone::clone)?;
     let rocm = facts.rocm.as_ref().map_err(Clone::clone)?;
     let overlay = inp.overlay.as_ref().map_err(Clone::clone)?;
@@ -240,33 +223,9 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
         }
     }
     safety::shadowing(tree, site, &copies)?;
-    let mut prefetch = None;
-    let mut added = match engine {
-        Some(e) => {
-            let parsed = args::with_unreadable(&st.args.parsed, &st.unreadable);
-            let ctx = args::Ctx {
-                req,
-                facts,
-                gpus: inp.gpus,
-                models: inp.models,
-                engine: e,
-                parsed: &parsed,
-                env: inp.env,
-                defaults: st.args.defaults,
-            };
-            let applied = args::apply(&ctx, &mut p.findings)?;
-            let mut added = applied.added.clone();
-            if req.role.runs_engine() {
-                memory::check(facts, inp.node, e, &parsed, &applied, &req.allow, &mut p.findings)?;
-                let version = facts.engine(e).map(|i| i.version.as_str());
-                let memory = inp.node.and_then(|n| n.memory.as_ref());
-                let l = load::plan(e, version, &parsed, applied.model, memory, req.prefetch, &mut p.findings);
-                added.extend(l.added);
-                prefetch = l.prefetch;
-            }
-            added
-        }
-        None => Vec::new(),
+    let (mut added, prefetch) = match engine {
+        Some(e) => engine_defaults(&st, e, p)?,
+        None => (Vec::new(), None),
     };
     added.extend(addressed);
     exec_spec(&st, &copies, added, p)?;
@@ -276,16 +235,79 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// What is checked before the image's facts: the args as the kernel can pass them, the
+/// router's args, the environment a dry run plans with, and the node's environment (it depends
+/// on neither the image nor the tree).
+fn before_the_image(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
+    let (req, facts) = (inp.req, inp.facts);
+    if let Some(i) = req.args.iter().position(|a| a.as_bytes().contains(&0)) {
+        return Err(UsageError::ArgNul { index: i + 1 }.into());
+    }
+    if let Some(Err(e)) = inp.router {
+        return Err(e.clone().into());
+    }
+    if req.dry_run
+        && !facts.root.is_host_root()
+        && !facts.root.is_image()
+        && req.image_env.is_empty()
+        && req.pod_env.is_empty()
+    {
+        p.findings.push(infera_facts::finding::Finding::warn(
+            "host-environment",
+            "--root without --image-env: the environment planned with is this shell's, not the image's (its PATH, \
+             ROCM_PATH, ... are not applied, and this shell's variables are kept as if the pod set them); give the \
+             image's with --image-env (a `podman image inspect IMAGE` file, or KEY=VALUE)",
+        ));
+    }
+    if req.role.runs_engine() {
+        node::check(req.engine, facts, inp.env, &mut p.findings)?;
+    }
+    Ok(())
+}
+
+/// The engine's defaults and rules over the args, then (for a role that runs it) the memory
+/// the node must give it and the weight load the storage needs: the args added and the
+/// read-ahead, if any.
+fn engine_defaults(
+    st: &Stage,
+    e: infera_facts::engines::Engine,
+    p: &mut Plan,
+) -> Result<(Vec<OsString>, Option<crate::spec::PrefetchSpec>), Refusal> {
+    let (inp, req, facts) = (st.inp, st.inp.req, st.inp.facts);
+    let parsed = args::with_unreadable(&st.args.parsed, &st.unreadable);
+    let ctx = args::Ctx {
+        req,
+        facts,
+        gpus: inp.gpus,
+        models: inp.models,
+        engine: e,
+        parsed: &parsed,
+        env: inp.env,
+        defaults: st.args.defaults,
+    };
+    let applied = args::apply(&ctx, &mut p.findings)?;
+    let mut added = applied.added.clone();
+    if !req.role.runs_engine() {
+        return Ok((added, None));
+    }
+    memory::check(facts, inp.node, e, &parsed, &applied, &req.allow, &mut p.findings)?;
+    let version = facts.engine(e).map(|i| i.version.as_str());
+    let memory = inp.node.and_then(|n| n.memory.as_ref());
+    let l = load::plan(e, version, &parsed, applied.model, memory, req.prefetch, &mut p.findings);
+    added.extend(l.added);
+    Ok((added, l.prefetch))
+}
+
 /// The args as read once for this engine (with what reading them found), checked for the
 /// forms the engine's parser, or infera's wrapper, refuses.
 fn engine_args(
     inp: &Inputs,
-    engine: Option<crate::engines::Engine>,
-    wrapped: Option<crate::engines::Engine>,
+    engine: Option<infera_facts::engines::Engine>,
+    wrapped: Option<infera_facts::engines::Engine>,
     p: &mut Plan,
-) -> Result<(crate::engine_args::Read, Vec<crate::engines::Opt>), Refusal> {
+) -> Result<(infera_facts::engine_args::Read, Vec<infera_facts::engines::Opt>), Refusal> {
     let Some(a) = inp.args.filter(|a| Some(a.engine) == engine) else {
-        return Ok((crate::engine_args::Read { parsed: Default::default(), defaults: true }, Vec::new()));
+        return Ok((infera_facts::engine_args::Read { parsed: Default::default(), defaults: true }, Vec::new()));
     };
     p.findings.extend(a.findings.iter().cloned());
     let read = a.read.clone()?;
@@ -307,7 +329,7 @@ fn capabilities(st: &Stage, copies: &caps::Copies, p: &mut Plan) -> Result<(), R
     // engine this run starts, else for a program (not the router) the one engine the image has.
     let image_engine = match (st.engine, facts.engines.as_slice()) {
         (Some(e), _) => Some(e),
-        (None, [one]) if req.role == crate::cli::Role::Run => Some(one.engine),
+        (None, [one]) if req.role == crate::choices::Role::Run => Some(one.engine),
         _ => None,
     };
     match caps::rows(req, st.overlay, st.tree, st.engine, image_engine, &st.args.parsed, copies) {
@@ -356,7 +378,7 @@ fn exec_spec(st: &Stage, copies: &caps::Copies, added: Vec<OsString>, p: &mut Pl
     let mut child = env::child_env(st.tree, &own, st.inp.env, &mut p.findings);
     let (rdma_drivers, replace) = steps::libionic(facts, st.overlay, st.inp.env, &mut p.findings);
     if let Some(v) = rdma_drivers {
-        child.put(crate::envvars::RDMAV_DRIVERS, v);
+        child.put(infera_facts::envvars::RDMAV_DRIVERS, v);
     }
     let (cwd, host_cwd) = workdir(req, facts)?;
     let (program, host_program, host_argv0, mut argv, file) = command(st, p);
@@ -385,8 +407,8 @@ fn exec_spec(st: &Stage, copies: &caps::Copies, added: Vec<OsString>, p: &mut Pl
     };
     if let (Some(e), Some(_)) = (st.engine, req.group.as_ref().filter(|g| g.size > 1)) {
         let digest = args_digest(e, &req.args, &x.added_args);
-        x.env.insert(crate::envvars::INFERA_ARGS_DIGEST.into(), digest.clone().into());
-        x.env_set.push(crate::envvars::INFERA_ARGS_DIGEST.to_string());
+        x.env.insert(infera_facts::envvars::INFERA_ARGS_DIGEST.into(), digest.clone().into());
+        x.env_set.push(infera_facts::envvars::INFERA_ARGS_DIGEST.to_string());
         x.args_digest = Some(digest);
     }
     p.exec = Some(x);
@@ -401,7 +423,7 @@ fn exec_spec(st: &Stage, copies: &caps::Copies, added: Vec<OsString>, p: &mut Pl
 /// in place) a real run execs the image's interpreter file from this host, resolved inside
 /// the root (a venv's link may be absolute and would point at the host's own python), with
 /// the name (a venv's python) as argv[0], where CPython looks for pyvenv.cfg.
-type Command<'a> = (PathBuf, Option<PathBuf>, Option<PathBuf>, Vec<OsString>, Option<&'a crate::facts::ExecFile>);
+type Command<'a> = (PathBuf, Option<PathBuf>, Option<PathBuf>, Vec<OsString>, Option<&'a infera_facts::ExecFile>);
 
 fn command<'a>(st: &Stage<'a>, p: &mut Plan) -> Command<'a> {
     let (req, facts, python) = (st.inp.req, st.inp.facts, st.python);
@@ -466,10 +488,10 @@ fn await_leader(req: &Request) -> Option<crate::spec::Step> {
 
 /// BLAKE3 of the engine args every rank must share: the user's and the launcher's, the flags
 /// that differ per rank left out, NUL-separated.
-fn args_digest(e: crate::engines::Engine, args: &[OsString], added: &[OsString]) -> String {
+fn args_digest(e: infera_facts::engines::Engine, args: &[OsString], added: &[OsString]) -> String {
     let all: Vec<OsString> = args.iter().chain(added).cloned().collect();
     let mut h = blake3::Hasher::new();
-    for a in crate::dialect::strip(e, &all, &ranks::RANK_OPTS) {
+    for a in infera_facts::dialect::strip(e, &all, &ranks::RANK_OPTS) {
         h.update(a.as_bytes());
         h.update(&[0]);
     }
@@ -478,7 +500,7 @@ fn args_digest(e: crate::engines::Engine, args: &[OsString], added: &[OsString])
 
 /// GPUs allocated by the visible-devices variables but no device nodes: a warning, so
 /// CPU-only test machines keep working.
-fn gpu_presence(facts: &Facts, gpus: &Result<crate::facts::Gpus, crate::facts::GpuError>, findings: &mut Vec<Finding>) {
+fn gpu_presence(facts: &Facts, gpus: &Result<infera_facts::Gpus, infera_facts::GpuError>, findings: &mut Vec<Finding>) {
     let (Some(h), Ok(g)) = (facts.host.as_ref(), gpus.as_ref()) else { return };
     if g.source.from_env() && g.count.unwrap_or(0) > 0 && !h.kfd && h.render_nodes == 0 {
         findings.push(Finding::warn(

@@ -5,13 +5,12 @@
 
 use thiserror::Error;
 
-use crate::cli::EngineChoice;
-use crate::engines::Engine;
-use crate::envvars::{self as ev, Env};
-use crate::facts::net::Iface;
-use crate::facts::Facts;
-use crate::finding::Finding;
 use infera_exec_derive::Refuse;
+use infera_facts::engines::Engine;
+use infera_facts::envvars::{self as ev, Env};
+use infera_facts::finding::Finding;
+use infera_facts::net::Iface;
+use infera_facts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum NodeError {
@@ -65,9 +64,9 @@ pub fn devices(facts: &Facts) -> Result<(), NodeError> {
 }
 
 /// `engine`: the one the request names; with `auto`, each engine the image has.
-pub fn check(engine: EngineChoice, facts: &Facts, env: &Env, findings: &mut Vec<Finding>) -> Result<(), NodeError> {
+pub fn check(engine: Option<Engine>, facts: &Facts, env: &Env, findings: &mut Vec<Finding>) -> Result<(), NodeError> {
     let var = |k: &str| ev::get(env, k).map(|v| v.to_string_lossy().into_owned());
-    let engines: Vec<Engine> = match engine.engine() {
+    let engines: Vec<Engine> = match engine {
         Some(e) => vec![e],
         None => Engine::all().filter(|e| facts.engine(*e).is_some()).collect(),
     };

@@ -7,14 +7,14 @@
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::dialect::Parsed;
-use crate::engines::{Engine, Opt};
-use crate::envvars::{self as ev, Env};
-use crate::facts::net::{unreachable_host, unusable_gid};
-use crate::facts::Facts;
-use crate::finding::Finding;
 use crate::request::Group;
 use infera_exec_derive::Refuse;
+use infera_facts::dialect::Parsed;
+use infera_facts::engines::{Engine, Opt};
+use infera_facts::envvars::{self as ev, Env};
+use infera_facts::finding::Finding;
+use infera_facts::net::{unreachable_host, unusable_gid};
+use infera_facts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum PdError {
@@ -74,7 +74,7 @@ pub fn advertise(
     added: &mut Vec<std::ffi::OsString>,
     findings: &mut Vec<Finding>,
 ) -> Result<Option<String>, PdError> {
-    let flag = |o: Opt, v: &str| crate::dialect::render(e, o, v).unwrap_or_default();
+    let flag = |o: Opt, v: &str| infera_facts::dialect::render(e, o, v).unwrap_or_default();
     let mut host = p.value(Opt::Host).map(str::to_string);
     if host.is_none() && defaults {
         added.extend(flag(Opt::Host, "0.0.0.0"));
@@ -128,7 +128,7 @@ pub fn role(e: Engine, args: &[std::ffi::OsString], p: &Parsed) -> Option<Role> 
     let json;
     let value = match r.json_key {
         Some(key) => {
-            json = crate::dialect::json_option(e, args, p, r.opt).ok().flatten()?;
+            json = infera_facts::dialect::json_option(e, args, p, r.opt).ok().flatten()?;
             json.get(key)?.as_str()?
         }
         None => p.value(r.opt)?,
@@ -172,7 +172,7 @@ pub fn plan(
     let var = |k: &str| ev::get(env, k).map(|v| v.to_string_lossy().into_owned());
     devices_and_gid(e, p, facts, env, findings)?;
     // A --kv-transfer-config that is not JSON is the capability check's refusal.
-    let kv = crate::dialect::json_option(e, args, p, Opt::KvTransferConfig).ok().flatten();
+    let kv = infera_facts::dialect::json_option(e, args, p, Opt::KvTransferConfig).ok().flatten();
     if kv.as_ref().and_then(|j| j.get("kv_role")).and_then(|r| r.as_str()) == Some("kv_both") {
         findings.push(Finding::info(
             "pd-kv-both",

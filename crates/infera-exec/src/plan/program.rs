@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::facts::ExecFile;
 use infera_exec_derive::Refuse;
+use infera_facts::ExecFile;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum ProgramError {
@@ -48,7 +48,7 @@ pub fn runnable(program: &std::path::Path, what: &'static str, file: &ExecFile) 
         ExecFile::NotRegular { kind } => Err(ProgramError::NotAFile { what, program, kind }),
         ExecFile::NotExecutable { mode } => Err(ProgramError::NotExecutable { what, program, mode: *mode }),
         ExecFile::NoexecMount => Err(ProgramError::NoexecMount { what, program }),
-        ExecFile::Ok { header: crate::facts::exe::Header::Unknown(kind), .. } => {
+        ExecFile::Ok { header: infera_facts::exe::Header::Unknown(kind), .. } => {
             Err(ProgramError::Format { what, program, kind })
         }
         ExecFile::Ok { .. } => Ok(()),

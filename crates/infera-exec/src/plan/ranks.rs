@@ -16,12 +16,12 @@ use std::ffi::OsString;
 
 use thiserror::Error;
 
-use crate::dialect::{Parsed, Setting};
-use crate::engines::{Engine, Opt, Rendezvous};
-use crate::facts::net::unreachable_host;
-use crate::finding::Finding;
 use crate::request::Group;
 use infera_exec_derive::Refuse;
+use infera_facts::dialect::{Parsed, Setting};
+use infera_facts::engines::{Engine, Opt, Rendezvous};
+use infera_facts::finding::Finding;
+use infera_facts::net::unreachable_host;
 
 /// The flags whose values differ per rank: left out of the args digest.
 pub const RANK_OPTS: [Opt; 5] =
@@ -85,7 +85,7 @@ pub struct UserSizes {
 fn int_of(e: Engine, p: &Parsed, o: Opt, size: u32) -> Result<Option<(i64, String)>, RankError> {
     let Some(Setting::Value(v)) = p.get(o) else { return Ok(None) };
     let text = v.to_string_lossy().into_owned();
-    match v.to_str().ok_or(crate::dialect::NotAnInt).and_then(crate::dialect::py_int) {
+    match v.to_str().ok_or(infera_facts::dialect::NotAnInt).and_then(infera_facts::dialect::py_int) {
         Ok(Some(n)) => Ok(Some((n, text))),
         _ => Err(RankError::NotAnInt { flag: e.flag(o), value: text, size }),
     }
@@ -100,7 +100,7 @@ struct Added<'a> {
 
 impl Added<'_> {
     fn add(&mut self, o: Opt, v: &str) {
-        if let Some(a) = crate::dialect::render(self.e, o, v) {
+        if let Some(a) = infera_facts::dialect::render(self.e, o, v) {
             self.said.push(a.iter().map(|x| x.to_string_lossy()).collect::<Vec<_>>().join(" "));
             self.args.extend(a);
         }
@@ -138,7 +138,8 @@ pub fn plan(
     }
     match e.info().rendezvous {
         Rendezvous::MasterAddr { .. } if ray => {
-            let nnodes = p.value(Opt::Nnodes).filter(|v| crate::dialect::py_int(v).ok().flatten().unwrap_or(1) > 1);
+            let nnodes =
+                p.value(Opt::Nnodes).filter(|v| infera_facts::dialect::py_int(v).ok().flatten().unwrap_or(1) > 1);
             if let Some(nn) = nnodes {
                 return Err(RankError::RayWithNnodes { nnodes: nn.to_string() });
             }

@@ -8,11 +8,11 @@ use thiserror::Error;
 
 use super::caps::{Copy, Import};
 use crate::error::Refusal;
-use crate::facts::SiteIndex;
-use crate::manifest::Prefer;
-use crate::overlay::Problem;
-use crate::overlay::Tree;
 use infera_exec_derive::Refuse;
+use infera_facts::SiteIndex;
+use infera_overlay::manifest::Prefer;
+use infera_overlay::overlay::Problem;
+use infera_overlay::overlay::Tree;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum SafetyError {

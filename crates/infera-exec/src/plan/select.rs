@@ -6,17 +6,16 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::cli::EngineChoice;
 use crate::request::{Request, Role, Target};
 
 use super::program::ProgramError;
-use crate::engines::Engine;
 use crate::error::Refusal;
-use crate::facts::{ExecFile, Facts, Program, Python, Rocm};
-use crate::finding::Finding;
-use crate::overlay::{Overlay, Presence, Tree};
-use crate::version::Spec;
+use infera_core::version::Spec;
 use infera_exec_derive::Refuse;
+use infera_facts::engines::Engine;
+use infera_facts::finding::Finding;
+use infera_facts::{ExecFile, Facts, Program, Python, Rocm};
+use infera_overlay::overlay::{Overlay, Presence, Tree};
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum SelectError {
@@ -115,15 +114,37 @@ fn matches(t: &Tree, python: &Python, rocm: &Rocm) -> bool {
 /// no release recorded (or not comparable).
 fn release_in_bound(t: &Tree, rocm: &Rocm) -> Option<bool> {
     let spec = Spec::parse(t.manifest.abi.rocm_release.as_deref()?).ok()?;
-    let v = crate::version::parse(&rocm.release.as_ref()?.version)?;
+    let v = infera_core::version::parse(&rocm.release.as_ref()?.version)?;
     Some(spec.contains(&v))
 }
 
-/// The tree the request selects, if any: the forced one, else the one built for this
-/// image's ABI, preferring one with native code.
-fn family<'o>(req: &Request, python: &Python, rocm: &Rocm, overlay: &'o Overlay) -> Option<&'o Tree> {
-    match &req.family {
-        Some(f) => overlay.trees.iter().find(|t| &t.family == f),
+/// Which tree a plan is made with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeChoice {
+    /// The tree the image's ABI selects (no `--family`).
+    Matching,
+    /// `--family NAME`: forced, as a run forces it.
+    Forced(String),
+    /// A tree of `check --family all`: judged against the image (one built for another ABI
+    /// does not apply to it).
+    Judged(String),
+}
+
+impl TreeChoice {
+    /// The family named, if any.
+    pub fn family(&self) -> Option<&str> {
+        match self {
+            TreeChoice::Matching => None,
+            TreeChoice::Forced(f) | TreeChoice::Judged(f) => Some(f),
+        }
+    }
+}
+
+/// The tree chosen, if any: the named one, else the one built for this image's ABI,
+/// preferring one with native code.
+fn family<'o>(choice: &TreeChoice, python: &Python, rocm: &Rocm, overlay: &'o Overlay) -> Option<&'o Tree> {
+    match choice.family() {
+        Some(f) => overlay.trees.iter().find(|t| t.family == f),
         None => overlay.trees.iter().filter(|t| matches(t, python, rocm)).min_by_key(|t| t.hip.is_none()),
     }
 }
@@ -131,13 +152,13 @@ fn family<'o>(req: &Request, python: &Python, rocm: &Rocm, overlay: &'o Overlay)
 /// The tree, selected once: the one whose ABI matches, or the forced one (with a warning),
 /// and what was said about the choice.
 pub fn tree<'o>(
-    req: &Request,
+    choice: &TreeChoice,
     python: &Python,
     rocm: &Rocm,
     overlay: &'o Overlay,
 ) -> Result<Selection<'o>, SelectError> {
     let mut findings = Vec::new();
-    let tree = choose(req, python, rocm, overlay, &mut findings)?;
+    let tree = choose(choice, python, rocm, overlay, &mut findings)?;
     Ok(Selection { tree, findings })
 }
 
@@ -147,7 +168,7 @@ pub struct Selection<'o> {
 }
 
 fn choose<'o>(
-    req: &Request,
+    choice: &TreeChoice,
     python: &Python,
     rocm: &Rocm,
     overlay: &'o Overlay,
@@ -161,13 +182,13 @@ fn choose<'o>(
         rocm.describe()
     );
     let trees = || overlay.trees.iter().map(Tree::describe).collect::<Vec<_>>().join(", ");
-    let Some(t) = family(req, python, rocm, overlay) else {
-        return Err(match &req.family {
-            Some(f) => SelectError::FamilyUnknown { family: f.clone(), trees: trees() },
+    let Some(t) = family(choice, python, rocm, overlay) else {
+        return Err(match choice.family() {
+            Some(f) => SelectError::FamilyUnknown { family: f.to_string(), trees: trees() },
             None => SelectError::NoTree { detected, trees: trees() },
         });
     };
-    if t.hip.is_none() && req.family.is_none() {
+    if t.hip.is_none() && choice.family().is_none() {
         // The Infera payload without a native tree for this HIP ABI: aggregated serving
         // needs none of it; a capability that does is refused where it is required.
         let key = format!("rocm{}-py{}{}", rocm.hip.major, python.minor.0, python.minor.1);
@@ -189,23 +210,23 @@ fn choose<'o>(
             ),
         ));
     }
-    named(req, t, matches(t, python, rocm), detected, findings)?;
+    named(choice, t, matches(t, python, rocm), detected, findings)?;
     Ok(t)
 }
 
 /// A tree `--family` named: judged (a column of `check`'s matrix), one built for another
 /// ABI is refused; forced, it is said with a warning.
 fn named(
-    req: &Request,
+    choice: &TreeChoice,
     t: &Tree,
     fits: bool,
     detected: String,
     findings: &mut Vec<Finding>,
 ) -> Result<(), SelectError> {
-    if req.family_judged && !fits {
+    if matches!(choice, TreeChoice::Judged(_)) && !fits {
         return Err(SelectError::FamilyMismatch { tree: t.describe(), detected });
     }
-    if req.family.is_some() && !req.family_judged {
+    if matches!(choice, TreeChoice::Forced(_)) {
         let said = if fits {
             format!("tree {} forced by --family; it also matches this image", t.family)
         } else {
@@ -229,7 +250,7 @@ pub fn engine(req: &Request, facts: &Facts) -> Result<Option<Engine>, SelectErro
 }
 
 /// The one asked for (it must be installed), or the one installed.
-fn installed(choice: EngineChoice, facts: &Facts) -> Result<Engine, SelectError> {
+fn installed(choice: Option<Engine>, facts: &Facts) -> Result<Engine, SelectError> {
     let dirs = || {
         let dirs: Vec<String> = facts
             .python
@@ -242,7 +263,7 @@ fn installed(choice: EngineChoice, facts: &Facts) -> Result<Engine, SelectError>
             dirs.join(", ")
         }
     };
-    match choice.engine() {
+    match choice {
         Some(e) if facts.engine(e).is_none() => Err(SelectError::EngineMissing { engine: e.name(), dirs: dirs() }),
         Some(e) => Ok(e),
         None => match facts.engines.as_slice() {
@@ -275,7 +296,7 @@ pub fn engine_module<'t>(
             .collect(),
     })?;
     if let (Some(spec), Some(inst)) = (&entry.versions, facts.engine(engine)) {
-        match (Spec::parse(spec), crate::version::parse(&inst.version)) {
+        match (Spec::parse(spec), infera_core::version::parse(&inst.version)) {
             (Ok(s), Some(v)) if !s.contains(&v) => {
                 let e = SelectError::EngineVersion {
                     engine: engine.name(),
@@ -301,9 +322,9 @@ pub fn engine_module<'t>(
     Ok(&entry.module)
 }
 
-fn unknown_version(engine: Engine, inst: &crate::facts::site::EngineInstall, spec: &str) -> String {
+fn unknown_version(engine: Engine, inst: &infera_facts::site::EngineInstall, spec: &str) -> String {
     let (name, v, at) = (engine.name(), &inst.version, inst.record.display());
-    match crate::version::untagged(v) {
+    match infera_core::version::untagged(v) {
         Some(commit) => format!(
             "{name} {v} (`{at}`) is setuptools-scm's version for a build from a checkout without release tags{}: \
              its release cannot be read, so the tree's bound {spec} was not checked (and options the newest \
@@ -322,7 +343,8 @@ pub fn wrapper_parser(engine: Engine, facts: &Facts, python: &Python) -> Result<
     let Some(inst) = facts.engine(engine) else { return Ok(()) };
     let Some(at) = inst.argparse_deprecated.as_ref().filter(|_| python.minor < (3, 13)) else { return Ok(()) };
     let lists = (engine.info().options)();
-    let deprecated = |l: &&crate::engines::OptionList| l.wrapper_fails.is_some_and(|w| w.contains("deprecated="));
+    let deprecated =
+        |l: &&infera_facts::engines::OptionList| l.wrapper_fails.is_some_and(|w| w.contains("deprecated="));
     let failing: Vec<&'static str> = lists.iter().filter(deprecated).flat_map(|l| l.releases.iter().copied()).collect();
     let last = lists.iter().rposition(|l| deprecated(&l));
     let fixed = last.and_then(|i| lists.get(i + 1)).and_then(|l| l.releases.first()).copied();

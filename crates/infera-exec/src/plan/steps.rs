@@ -5,13 +5,13 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::envvars::{self as ev, Env};
-use crate::facts::ionic::HOST_LIBIONIC;
-use crate::facts::Facts;
-use crate::finding::Finding;
-use crate::overlay::Overlay;
 use crate::request::{Request, Role};
 use crate::spec::Step;
+use infera_facts::envvars::{self as ev, Env};
+use infera_facts::finding::Finding;
+use infera_facts::ionic::HOST_LIBIONIC;
+use infera_facts::Facts;
+use infera_overlay::overlay::Overlay;
 
 /// The engine patches for the engines the image has. `interpreter`: the container path
 /// they run with, and its file on this host with --root.
@@ -28,10 +28,10 @@ pub fn patches(
     if !matches!(req.role, Role::Worker | Role::Run) {
         return steps;
     }
-    let installed: Vec<(&crate::overlay::Patch, &crate::facts::site::EngineInstall)> = overlay
+    let installed: Vec<(&infera_overlay::overlay::Patch, &infera_facts::site::EngineInstall)> = overlay
         .patches
         .iter()
-        .filter_map(|p| Some((p, facts.engine(crate::engines::Engine::from_name(p.engine)?)?)))
+        .filter_map(|p| Some((p, facts.engine(infera_facts::engines::Engine::from_name(p.engine)?)?)))
         .collect();
     if installed.is_empty() {
         return steps;
@@ -116,7 +116,7 @@ fn by_path(overlay: &Overlay, pabi: u32, env: &Env, findings: &mut Vec<Finding>)
 
 /// The stack's way: the host's build copied over the image's provider, when it differs and
 /// the image's copy can be written.
-fn replace(facts: &Facts, ionic: &crate::facts::ionic::Ionic, pabi: u32, findings: &mut Vec<Finding>) -> Option<Step> {
+fn replace(facts: &Facts, ionic: &infera_facts::ionic::Ionic, pabi: u32, findings: &mut Vec<Finding>) -> Option<Step> {
     match (&ionic.target, ionic.same, ionic.writable) {
         (Err(why), _, _) => findings.push(Finding::warn(
             "libionic-no-target",

@@ -6,20 +6,20 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 use super::{plan, Inputs, Plan};
-use crate::cli::{EngineChoice, Output};
-use crate::engines::Engine;
-use crate::envvars::Env;
+use crate::cli::Output;
 use crate::error::Refusal;
-use crate::facts::exe::Header;
-use crate::facts::model::{Model, ModelFacts};
-use crate::facts::rocm::{Hip, Release};
-use crate::facts::{EngineInstall, ExecFile, Facts, GpuSource, Gpus, Python, Rocm, SiteIndex};
-use crate::manifest;
-use crate::overlay::Problem;
-use crate::overlay::{Integrity, Layout, Mount, Overlay, OverlayError, Paths, Presence, Tree, TreeFacts};
 use crate::request::{Request, Required, Role, Target, Verify};
-use crate::rootfs::Root;
 use crate::spec::{InitSpec, Privileges};
+use infera_core::rootfs::Root;
+use infera_facts::engines::Engine;
+use infera_facts::envvars::Env;
+use infera_facts::exe::Header;
+use infera_facts::model::{Model, ModelFacts};
+use infera_facts::rocm::{Hip, Release};
+use infera_facts::{EngineInstall, ExecFile, Facts, GpuSource, Gpus, Python, Rocm, SiteIndex};
+use infera_overlay::manifest;
+use infera_overlay::overlay::Problem;
+use infera_overlay::overlay::{Integrity, Layout, Mount, Overlay, OverlayError, Paths, Presence, Tree, TreeFacts};
 
 /// The minimal manifest with a bound on the engine version.
 fn py312() -> String {
@@ -66,7 +66,7 @@ struct World {
     site: SiteIndex,
     models: BTreeMap<OsString, ModelFacts>,
     /// The GPUs the pod's environment gives (no node: an image root).
-    gpus: Result<Gpus, crate::facts::GpuError>,
+    gpus: Result<Gpus, infera_facts::GpuError>,
 }
 
 impl std::ops::Deref for World {
@@ -181,17 +181,18 @@ fn request(role: Role, args: &[&str]) -> Request {
     Request {
         role,
         target: Target::RoleModule,
-        engine: EngineChoice::Auto,
+        engine: None,
         require: Vec::new(),
         require_all_native: false,
         family: None,
-        family_judged: false,
+        fail_on: crate::choices::FailOn::Refusal,
         allow: Vec::new(),
         args: args.iter().map(OsString::from).collect(),
         root: "/image".into(),
         volumes: Vec::new(),
         image_env: Vec::new(),
         image_env_said: "--image-env".into(),
+        pod_env: Vec::new(),
         overlay: Some("/opt/infera".into()),
         python: None,
         chdir: Some("/".into()),
@@ -203,7 +204,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         privileges: Privileges::default(),
         group: None,
         wait_model: None,
-        prefetch: crate::cli::PrefetchChoice::Auto,
+        prefetch: crate::choices::Prefetch::Auto,
         image: Default::default(),
         node: Vec::new(),
         verify: Verify::Off,
@@ -220,19 +221,24 @@ fn run<'a>(req: &'a Request, w: &'a World, ov: &'a Result<Overlay, Refusal>, env
     let engine: &'a _ = Box::leak(Box::new(super::decide_engine(req, &w.image).map_err(Refusal::from)));
     let args = engine.as_ref().ok().copied().flatten().map(|e| {
         let version = w.image.engine(e).map(|i| i.version.as_str());
-        let read = crate::engine_args::EngineArgs::read(e, version, &req.args, &Root::new("/image"), None);
+        let read = infera_facts::engine_args::EngineArgs::read(e, version, &req.args, &Root::new("/image"), None);
         &*Box::leak(Box::new(read))
     });
     let selected = match (&w.image.python, &w.image.rocm, ov) {
         (Ok(py), Ok(rocm), Ok(o)) => Some(&*Box::leak(Box::new(
-            super::select_tree(req, py, rocm, o)
-                .map(|s| super::Selected { tree: s.tree.clone(), site: w.site.clone(), findings: s.findings })
-                .map_err(Refusal::from),
+            super::select_tree(
+                &req.family.clone().map_or(super::TreeChoice::Matching, super::TreeChoice::Forced),
+                py,
+                rocm,
+                o,
+            )
+            .map(|s| super::Selected { tree: s.tree.clone(), site: w.site.clone(), findings: s.findings })
+            .map_err(Refusal::from),
         ))),
         _ => None,
     };
-    let router = (req.role == crate::cli::Role::Server)
-        .then(|| &*Box::leak(Box::new(crate::router_args::RouterArgs::read(&req.args))));
+    let router = (req.role == crate::choices::Role::Server)
+        .then(|| &*Box::leak(Box::new(infera_facts::router_args::RouterArgs::read(&req.args))));
     let models = &w.models;
     let (node, gpus) = (None, &w.gpus);
     plan(&Inputs { req, facts: &w.image, engine, args, router, models, overlay: ov, selected, env, node, gpus })
@@ -424,7 +430,7 @@ fn rules_refuse_and_allow() {
 /// vLLM's ROCm images ship mooncake-transfer-engine-rocm.
 fn image_ships_mooncake(f: &mut World) {
     f.site.modules.insert("mooncake".into(), SITE.into());
-    f.site.dists.push(crate::facts::site::Dist {
+    f.site.dists.push(infera_facts::site::Dist {
         dir: SITE.into(),
         name: "mooncake_transfer_engine_rocm".into(),
         version: "0.3.13.post1".into(),
@@ -475,7 +481,7 @@ fn a_capability_the_tree_prefers_replaces_the_images_with_a_warning() {
         format!("{t}/site-packages:{t}/capabilities/hipfile:{t}/capabilities/mooncake").as_str()
     );
     let w = p.findings.iter().find(|x| x.code == "capability-replaces-image").unwrap();
-    assert_eq!(w.level, crate::finding::Level::Warn);
+    assert_eq!(w.level, infera_facts::finding::Level::Warn);
     assert!(
         w.message.contains("ahead of the image's own (mooncake_transfer_engine_rocm 0.3.13.post1, `/usr/local/lib/python3.12/dist-packages/mooncake`)"),
         "{}",

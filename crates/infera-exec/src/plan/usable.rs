@@ -1,9 +1,9 @@
 //! Whether a capability the tree provides can work on this node: a pure function of
 //! the host facts (devices, memlock, capabilities), ROCm and the pod's environment.
 
-use crate::envvars::{self as ev, Env};
-use crate::facts::host::Host;
-use crate::facts::Rocm;
+use infera_facts::envvars::{self as ev, Env};
+use infera_facts::host::Host;
+use infera_facts::Rocm;
 
 pub struct Usability {
     pub usable: Option<bool>,
@@ -73,7 +73,7 @@ pub fn check(name: &str, host: Option<&Host>, rdma: Option<&[String]>, rocm: &Ro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::host::CapSets;
+    use infera_facts::host::CapSets;
 
     fn host(memlock: Option<u64>, ipc_lock: bool, kfd: bool) -> Host {
         Host {
@@ -90,7 +90,7 @@ mod tests {
     }
 
     fn rocm(version: &str, major: u32, minor: Option<u32>) -> Rocm {
-        use crate::facts::rocm::{Hip, Release};
+        use infera_facts::rocm::{Hip, Release};
         let release = minor.map(|minor| Release {
             version: version.into(),
             major,

@@ -1502,55 +1502,66 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
     }
 }
 
-/// CI's use: several images × every tree of the overlay. The vLLM image (py312) and the
-/// sglang image (py310) each run with their own tree and are refused with the other's; an
-/// archive that is not one is unreadable (65) in every column; text, JSON and JUnit say the
-/// same, and one image × one tree exits with the cell's own code.
+/// The README's CI recipe (`check --image … --family all --output junit --volume …`) on real
+/// archives: the vLLM image (CPython 3.12) and the sglang image (3.10) each run with their own
+/// tree, the other's does not apply (skipped, never failed): exit 0, no failure. Adding vLLM
+/// 0.33 (outside the trees' engine bound) gives exit 1 with exactly one failure,
+/// `engine-version`; an archive that is
+/// not one is unreadable (65) in every column; text, JSON and JUnit say the same, and one
+/// image × one tree exits with the cell's own code.
 #[test]
 fn check_images_against_every_tree_as_a_matrix() {
     images();
     let t = tempfile::tempdir().unwrap();
-    let (vllm, sglang, bad) = (t.path().join("vllm.tar"), t.path().join("sglang.tar"), t.path().join("bad.tar"));
-    for (image, path) in [(VLLM, &vllm), (SGLANG, &sglang)] {
+    let path = |n: &str| t.path().join(n);
+    let (vllm, sglang, v033, bad) = (path("vllm.tar"), path("sglang.tar"), path("vllm033.tar"), path("bad.tar"));
+    for (image, path) in [(VLLM, &vllm), (SGLANG, &sglang), (VLLM_ROCM10, &v033)] {
         let saved = out(podman(&["save", "-q", "--format", "oci-archive", "-o", path.to_str().unwrap(), image]));
         assert_eq!(saved.code, 0, "{}", saved.stderr);
     }
     std::fs::write(&bad, b"not an archive").unwrap();
+    let models = path("models");
+    std::fs::create_dir_all(models.join("kimi-k3")).unwrap();
+    std::fs::copy(repo().join("examples/models/kimi-k3/config.json"), models.join("kimi-k3/config.json")).unwrap();
+    let volume = format!("/models={}", models.display());
     let overlay = repo().join("target/e2e/overlay");
-    let (v, s, b) = (vllm.to_str().unwrap(), sglang.to_str().unwrap(), bad.to_str().unwrap());
-    let check = |extra: &[&str]| {
-        let mut a = vec!["check", "--family", "all", "--image", v, "--image", s];
+    let (v, s, n, b) =
+        (vllm.to_str().unwrap(), sglang.to_str().unwrap(), v033.to_str().unwrap(), bad.to_str().unwrap());
+    let check = |images: &[&str], extra: &[&str]| {
+        let mut a = vec!["check", "--family", "all"];
+        a.extend(images.iter().flat_map(|i| ["--image", i]));
+        a.extend(["--volume", &volume]);
         a.extend(extra);
         a.extend(["--", "--model", "/models/kimi-k3"]);
-        infera(&a).overlay(&overlay).run()
+        infera(&a).overlay(&overlay).env("PYTHONPATH", "/ci/site").run()
     };
-    let text = check(&[]);
-    assert_eq!(text.code, 1, "{}{}", text.stdout, text.stderr);
+    let text = check(&[v, s], &[]);
+    assert_eq!(text.code, 0, "{}{}", text.stdout, text.stderr);
     let table: Vec<&str> = text.stdout.lines().take(5).collect();
-    assert_eq!(table[0], "infera-exec check: 2 images × 2 trees, 2 of 4 refused");
+    assert_eq!(table[0], "infera-exec check: 2 images × 2 trees, 0 of 4 failed");
     let cells =
         |line: &str| line.split("   ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>();
     assert_eq!(cells(table[2]), ["IMAGE", "rocm7-py310", "rocm7-py312"]);
-    assert_eq!(cells(table[3]), [v, "refused: family-mismatch", "ok"]);
-    assert_eq!(cells(table[4]), [s, "ok", "refused: family-mismatch"]);
+    assert_eq!(cells(table[3])[..2], [v.to_string(), "n/a".to_string()]);
+    assert!(cells(table[3])[2].starts_with("ok"), "{}", text.stdout);
+    assert!(cells(table[4])[1].starts_with("ok") && cells(table[4])[2] == "n/a", "{}", text.stdout);
     assert!(text.stdout.contains(&format!("  {v}: config sha256:")), "{}", text.stdout);
     assert!(text.stdout.contains("; python 3.12; HIP ABI 7, ROCm 7.0.0; vllm 0.17.1+rocm700\n"), "{}", text.stdout);
-    assert!(
-        text.stdout.contains(&format!(
-            "  {v} with rocm7-py310: error[family-mismatch]: tree rocm7-py310 (python 3.10, HIP ABI 7) is not built for this container (python 3.12 at /usr/bin/python3.12"
-        )),
-        "{}",
-        text.stdout
-    );
-    assert!(
-        text.stderr.ends_with("check: 2 of 4 image × tree cells refused (exit 1); the matrix is on stdout\n"),
-        "{}",
-        text.stderr
-    );
+    // The runner's variables are not the pod's: named, and not planned with.
+    let left_out = text.stdout.lines().find(|l| l.contains("warn[host-environment]: this shell's")).unwrap_or_default();
+    assert!(left_out.contains("PYTHONPATH") && left_out.contains("left out"), "{}", text.stdout);
+    assert!(!text.stdout.contains("refusals:"), "{}", text.stdout);
 
-    let json = check(&["--output", "json"]);
-    assert_eq!(json.code, 1, "{}", json.stderr);
+    let json = check(&[v, s, n], &["--output", "json"]);
+    let verdicts_of = |j: &serde_json::Value| {
+        j["images"]
+            .as_array()
+            .map(|a| a.iter().map(|i| (i["image"].to_string(), i["families"].to_string())).collect::<Vec<_>>())
+    };
+    assert_eq!(json.code, 1, "{:?}\n{}", verdicts_of(&json.json()), json.stderr);
+    assert!(json.stderr.contains("check: 1 of 6 image × tree cells failed (exit 1)"), "{}", json.stderr);
     let j = json.json();
+    assert_eq!(j["schema_version"], 1);
     assert_eq!(j["columns"], serde_json::json!(["rocm7-py310", "rocm7-py312"]));
     assert_eq!(j["exit_code"], 1);
     let verdicts = |i: usize| {
@@ -1561,15 +1572,49 @@ fn check_images_against_every_tree_as_a_matrix() {
             .map(|c| c["verdict"].as_str().unwrap())
             .collect::<Vec<_>>()
     };
-    assert_eq!((verdicts(0), verdicts(1)), (vec!["refused", "ok"], vec!["ok", "refused"]));
+    assert_eq!(
+        (verdicts(0), verdicts(1), verdicts(2)),
+        (vec!["not-applicable", "ok"], vec!["ok", "not-applicable"], vec!["not-applicable", "refused"])
+    );
+    assert_eq!(j["images"][2]["families"][1]["error"]["code"], "engine-version");
+    assert_eq!(j["images"][0]["names"], serde_json::json!([VLLM]), "the archive's own name");
     assert_eq!(j["images"][0]["facts"]["python"]["version"], "3.12");
     assert!(j["images"][0]["config_digest"].as_str().unwrap().starts_with("sha256:"));
     assert_eq!(j["images"][1]["families"][0]["plan"]["family"], "rocm7-py310");
     assert_eq!(j["images"][1]["families"][0]["plan"]["exec"]["argv"][2], "infera.engine.sglang");
     assert_eq!(j["images"][1]["families"][1]["error"]["code"], "family-mismatch");
-    assert_eq!(j["images"][1]["families"][1]["error"]["exit_code"], 69);
+    let env = j["images"][0]["families"][1]["plan"]["exec"]["env"].to_string();
+    assert!(!env.contains("/ci/site"), "the runner's PYTHONPATH is not the pod's: {env}");
 
-    // Another archive that is no image: 65 wins over the refused cells.
+    let junit = check(&[v, s, n], &["--output", "junit"]);
+    assert_eq!(junit.code, 1, "{}", junit.stderr);
+    let doc = roxmltree::Document::parse(&junit.stdout).unwrap();
+    let top = doc.root_element();
+    let attrs = ["tests", "failures", "errors", "skipped"].map(|a| top.attribute(a));
+    assert_eq!(attrs, [Some("6"), Some("1"), Some("0"), Some("3")], "{}", junit.stdout);
+    let failure = doc.descendants().find(|n| n.has_tag_name("failure")).unwrap();
+    assert_eq!(failure.attribute("type"), Some("engine-version"));
+    assert_eq!(doc.root_element().first_element_child().unwrap().attribute("name"), Some(VLLM));
+
+    // The user's volume is the truth about its paths: a case typo is refused, named.
+    let mut a = vec!["check", "--image", v, "--volume", &volume, "--", "--model", "/models/Kimi-K3"];
+    a.extend(["--kv-cache-dtype", "fp8"]);
+    let typo = infera(&a).overlay(&overlay).run();
+    assert_eq!(typo.code, 66, "{}{}", typo.stdout, typo.stderr);
+    assert!(
+        typo.stderr.contains("error[model-missing]: the model path `/models/Kimi-K3` is not in the volume"),
+        "{}",
+        typo.stderr
+    );
+    assert!(typo.stderr.contains("did you mean `/models/kimi-k3`?"), "{}", typo.stderr);
+    // The pod's own variables: --env reaches the plan.
+    let mut a = vec!["check", "--image", v, "--env", "PYTHONPATH=/pod/site", "--output", "json", "--"];
+    a.extend(["--model", "/models/kimi-k3"]);
+    let pod = infera(&a).overlay(&overlay).env("PYTHONPATH", "/ci/site").run();
+    let env = pod.json()["exec"]["env"].to_string();
+    assert!(env.contains("/pod/site") && !env.contains("/ci/site"), "{env}");
+
+    // Another archive that is no image: 65 wins over the other cells.
     let mut a = vec!["check", "--family", "all", "--image", v, "--image", b, "--output", "junit", "--"];
     a.extend(["--model", "/models/kimi-k3"]);
     let junit = infera(&a).overlay(&overlay).run();
@@ -1578,14 +1623,16 @@ fn check_images_against_every_tree_as_a_matrix() {
     let top = doc.root_element();
     assert_eq!(
         [top.attribute("tests"), top.attribute("failures"), top.attribute("errors")],
-        [Some("4"), Some("1"), Some("2")]
+        [Some("4"), Some("0"), Some("2")]
     );
     let suites: Vec<_> = top.children().filter(|n| n.has_tag_name("testsuite")).collect();
-    assert_eq!(suites.iter().map(|s| s.attribute("name").unwrap()).collect::<Vec<_>>(), [v, b]);
+    assert_eq!(suites.iter().map(|s| s.attribute("name").unwrap()).collect::<Vec<_>>(), [VLLM, b]);
     let case = |s: usize, c: usize| suites[s].children().filter(|n| n.has_tag_name("testcase")).nth(c).unwrap();
     assert_eq!(case(0, 0).attribute("name"), Some("rocm7-py310"));
-    assert_eq!(case(0, 0).first_element_child().unwrap().attribute("type"), Some("family-mismatch"));
-    assert!(case(0, 1).first_element_child().is_none(), "vllm with its tree is ok");
+    assert_eq!(case(0, 0).first_element_child().unwrap().tag_name().name(), "skipped");
+    let warned = case(0, 1).first_element_child().unwrap();
+    assert_eq!(warned.tag_name().name(), "system-out", "vllm with its tree passes, its warnings said");
+    assert!(warned.text().unwrap().contains("warn[model-unreadable]"), "{}", junit.stdout);
     let error = case(1, 1).first_element_child().unwrap();
     assert_eq!((error.tag_name().name(), error.attribute("type")), ("error", Some("image-format")));
 

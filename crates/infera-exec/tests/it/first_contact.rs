@@ -121,7 +121,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
 fn help_lists_every_variable_the_launcher_reads() {
     let out = infera(&["worker", "--help"]).run();
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let src = std::fs::read_to_string(repo().join("crates/infera-exec/src/envvars.rs")).unwrap();
+    let src = std::fs::read_to_string(repo().join("crates/infera-facts/src/envvars.rs")).unwrap();
     let reference = std::fs::read_to_string(repo().join("docs/command-line.md")).unwrap();
     // Every INFERA_* the launcher reads (not the ones it sets for the program) is in the
     // worker's help and in the command-line reference.

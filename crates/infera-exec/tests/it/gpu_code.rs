@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use infera_exec::facts::fatbin;
+use infera_facts::fatbin;
 
 use crate::support::*;
 

@@ -308,7 +308,7 @@ use std::os::unix::ffi::OsStrExt;
 /// link out of the tree (which also stops the walk, so part of the tree is read again).
 #[test]
 fn facts_from_the_walks_listings_are_the_facts_read_without_them() {
-    use infera_exec::overlay::{self, LoadOptions};
+    use infera_overlay::overlay::{self, LoadOptions};
     let ov = shipped_overlay();
     let tree = ov.overlay().join("trees/rocm7-py312");
     let site = tree.join("site-packages");

@@ -552,7 +552,7 @@ fn hip_library(dir: &Path, bulk: usize, bundles: usize) -> PathBuf {
 /// the reader reads are kept.
 #[test]
 fn gpu_code_read_from_an_archive_is_the_files() {
-    use infera_exec::facts::{fatbin, image_keep};
+    use infera_facts::{fatbin, image_keep};
     let t = tempfile::tempdir().unwrap();
     let real = crate::gpu_code::rocm_binaries();
     let site = "usr/lib/python3.12/site-packages";
@@ -586,7 +586,7 @@ fn gpu_code_read_from_an_archive_is_the_files() {
         }
         other => panic!("{other:?}"),
     }
-    let root = infera_exec::rootfs::Root::of_image(img.tree, img.identity);
+    let root = infera_core::rootfs::Root::of_image(img.tree, img.identity);
     let (mut sampled, mut with_code) = (0, 0);
     for (at, _) in &libs {
         let p = Path::new("/").join(at);

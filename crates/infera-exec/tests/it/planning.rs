@@ -390,3 +390,46 @@ fn a_config_truncated_while_read_is_never_a_signal() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+/// `check --fail-on warn`: a plan that warns (its model unreadable: rules skipped) fails the
+/// gate, said on stderr, and passes without it. `--env`/`--env-file` with `--root` are the
+/// pod's variables in place of this shell's, whose variables an engine reads are named; alone
+/// (no image) they are refused.
+#[test]
+fn fail_on_warn_and_the_pods_own_environment() {
+    let (img, ov) = vllm8();
+    img.file("/models/kimi-k3/config.json", "{ not json");
+    let check = |extra: &[&str]| {
+        let mut a = vec!["check"];
+        a.extend(extra);
+        a.extend(["--", "--model", "/models/kimi-k3"]);
+        infera(&a).root(&img).overlay(&ov.overlay()).env("PYTHONPATH", "/ci/site").env("INFERA_GPUS", "8").run()
+    };
+    let plain = check(&[]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    assert!(plain.stdout.contains("[model-unreadable]"), "{}", plain.stdout);
+    let warn = check(&["--fail-on", "warn"]);
+    assert_eq!(warn.code, 1, "{}{}", warn.stdout, warn.stderr);
+    assert!(warn.stderr.contains("warning(s) and --fail-on warn (exit 1)"), "{}", warn.stderr);
+
+    let env_file = img.p("pod.env");
+    std::fs::write(&env_file, "# the pod spec's env\nHF_HUB_OFFLINE=1\n").unwrap();
+    let env_file = env_file.to_str().unwrap();
+    let pod = check(&["--env", "PYTHONPATH=/pod/site", "--env-file", env_file, "--output", "json"]);
+    assert_eq!(pod.code, 0, "{}", pod.stderr);
+    let j = pod.json();
+    let env = j["exec"]["env"].to_string();
+    assert!(env.contains("/pod/site") && !env.contains("/ci/site"), "{env}");
+    assert_eq!(j["exec"]["env"]["HF_HUB_OFFLINE"], "1", "{env}");
+    let said: Vec<String> = j["findings"].as_array().unwrap().iter().map(|f| f["message"].to_string()).collect();
+    assert!(
+        said.iter().any(|m| m.contains("this shell's") && m.contains("PYTHONPATH") && m.contains("left out")),
+        "{said:?}"
+    );
+    assert!(!said.iter().any(|m| m.contains("--root without --image-env")), "{said:?}");
+    let added = j["exec"]["added_args"].to_string();
+    assert!(added.contains(r#""--tensor-parallel-size","8""#), "INFERA_GPUS is the launcher's own: {added}");
+
+    let alone = infera(&["check", "--env", "A=1", "--", "--model", "/m"]).overlay(&ov.overlay()).run();
+    alone.assert(2, "error[env-without-image]");
+}

@@ -5,7 +5,7 @@
 //! spelling exit 2 with the spelling meant, on recorded releases and between them.
 
 use crate::support::*;
-use infera_exec::engines::{Engine, OptionList};
+use infera_facts::engines::{Engine, OptionList};
 
 /// Releases of each engine, old and new, across the trees' ranges.
 const VLLM: &[&str] = &["0.9.2", "0.11.0", "0.16.0", "0.20.1", "0.28.0"];

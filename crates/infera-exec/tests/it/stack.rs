@@ -135,7 +135,7 @@ fn every_example_container_and_rank_plans_what_the_real_parsers_accept() {
 }
 
 /// The option lists the launcher judges infera's own parsers by (the router's and each
-/// wrapper's own options, `crates/infera-exec/src/engines/options/infera.*.txt`) are those
+/// wrapper's own options, `crates/infera-facts/src/engines/options/infera.*.txt`) are those
 /// parsers', read from the real modules by `scripts/infera-option-names.py`; the sglang
 /// wrapper imports sglang, here the stand-in whose parser is sglang 0.5.23's recorded one.
 #[test]
@@ -164,7 +164,7 @@ fn the_recorded_infera_option_lists_are_the_real_parsers() {
             .unwrap();
         assert!(out.status.success(), "{module}: {}", String::from_utf8_lossy(&out.stderr));
         let recorded =
-            std::fs::read_to_string(r.join(format!("crates/infera-exec/src/engines/options/{module}.txt"))).unwrap();
+            std::fs::read_to_string(r.join(format!("crates/infera-facts/src/engines/options/{module}.txt"))).unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             recorded,

@@ -254,7 +254,7 @@ pub fn custom_overlay(trees: &[(&str, &str, &[&str])]) -> Fx {
 pub const KIMI_TP8_ADDED: [&str; 8] =
     ["--tensor-parallel-size", "8", "--mm-encoder-tp-mode", "data", "--kv-cache-dtype", "auto", "--host", "0.0.0.0"];
 
-pub const PY312_MANIFEST: &str = infera_exec::manifest::MINIMAL;
+pub const PY312_MANIFEST: &str = infera_overlay::manifest::MINIMAL;
 
 pub struct Out {
     pub code: i32,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::devices::Gpu;
 use super::host::Shm;
 use super::storage::PodMemory;
-use crate::rootfs::Root;
+use infera_core::rootfs::Root;
 
 /// The profile's schema version: a field removed or changed in meaning is a new version.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -217,7 +217,11 @@ pub fn from_spec(spec: &str, read: impl Fn(&Path) -> std::io::Result<Vec<u8>>) -
     }
     let bytes = read(Path::new(spec)).map_err(|e| {
         let parts: Vec<&str> = PARTS.iter().map(|p| p.name).collect();
-        err(format!("not a part ({}) and not a readable profile: {}", parts.join(", "), crate::rootfs::io_reason(&e)))
+        err(format!(
+            "not a part ({}) and not a readable profile: {}",
+            parts.join(", "),
+            infera_core::rootfs::io_reason(&e)
+        ))
     })?;
     let mut node: NodeFacts = serde_json::from_slice(&bytes)
         .map_err(|e| err(format!("not a node profile (`infera-exec node --json` writes one): {e}")))?;

@@ -199,7 +199,7 @@ pub struct Info {
     pub wrapper_abbrev: bool,
     /// The wrapper module's own options (infera/engine/<engine>/args.py), which the
     /// engine's parser never sees.
-    pub(crate) wrapper_options: &'static str,
+    pub wrapper_options: &'static str,
     /// The engine's files (in its package's site directory) whose code builds the parser
     /// the wrapper builds: read for what a plain argparse parser cannot take.
     pub parser_sources: &'static [&'static str],
@@ -228,7 +228,7 @@ pub struct Info {
     /// Whether data parallelism counts in the world the nodes share (vLLM: DP × PP × TP),
     /// or is refused across nodes (sglang's multi-node DP is not the launcher's to plan).
     pub dp_across_nodes: bool,
-    pub(crate) spell: fn(Opt) -> Option<Spelling>,
+    pub spell: fn(Opt) -> Option<Spelling>,
     /// Its recorded option lists (a later release of the same minor may add options: an
     /// abbreviation the list calls unique may then be ambiguous to the engine, which exits 2
     /// at once; it never removes the meaning of an unambiguous one without a deprecation
@@ -346,12 +346,12 @@ impl OptionList {
         self.names().binary_search(&name).is_ok()
     }
 
-    fn first(&self) -> Option<crate::version::Version> {
-        crate::version::parse(self.releases.first()?)
+    fn first(&self) -> Option<infera_core::version::Version> {
+        infera_core::version::parse(self.releases.first()?)
     }
 
-    fn last(&self) -> Option<crate::version::Version> {
-        crate::version::parse(self.releases.last()?)
+    fn last(&self) -> Option<infera_core::version::Version> {
+        infera_core::version::parse(self.releases.last()?)
     }
 
     /// The releases said in a message: `0.16.0`, or `0.17.0 to 0.17.1` for a run of them.
@@ -365,7 +365,7 @@ impl OptionList {
 
     /// Proven for `v`: a release it was recorded from, or a build between two of them (the
     /// run of equal sets is the range the recording proves; a local tag is not a release).
-    fn proves(&self, v: &crate::version::Version) -> bool {
+    fn proves(&self, v: &infera_core::version::Version) -> bool {
         let v = v.clone().without_local();
         self.first().is_some_and(|f| f <= v) && self.last().is_some_and(|l| v <= l)
     }
@@ -373,7 +373,7 @@ impl OptionList {
 
 /// The recorded option list proven for this engine version, if one is.
 pub fn option_list(engine: Engine, version: Option<&str>) -> Option<&'static OptionList> {
-    let v = crate::version::parse(version?)?;
+    let v = infera_core::version::parse(version?)?;
     (engine.info().options)().iter().find(|l| l.proves(&v))
 }
 
@@ -381,7 +381,7 @@ pub fn option_list(engine: Engine, version: Option<&str>) -> Option<&'static Opt
 /// else the earliest (an unknown version: the latest).
 pub fn nearest_option_list(engine: Engine, version: Option<&str>) -> Option<&'static OptionList> {
     let lists = (engine.info().options)();
-    let Some(v) = version.and_then(crate::version::parse) else { return lists.last() };
+    let Some(v) = version.and_then(infera_core::version::parse) else { return lists.last() };
     lists.iter().rev().find(|l| l.first().is_some_and(|f| f <= v)).or_else(|| lists.first())
 }
 
@@ -399,7 +399,9 @@ pub enum Span {
 /// has is then in no release around it either.
 pub fn span(engine: Engine, version: Option<&str>) -> Span {
     let lists = (engine.info().options)();
-    let Some(v) = version.and_then(crate::version::parse).map(|v| v.without_local()) else { return Span::Outside };
+    let Some(v) = version.and_then(infera_core::version::parse).map(|v| v.without_local()) else {
+        return Span::Outside;
+    };
     let within = lists.iter().any(|l| {
         let same: Vec<&OptionList> = lists.iter().filter(|o| o.range == l.range).collect();
         let first = same.iter().filter_map(|o| o.first()).min();

@@ -28,7 +28,7 @@ pub fn truthy(env: &Env, name: &str) -> bool {
 macro_rules! ours {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
         $($(#[$doc])* pub const $name: &str = stringify!($name);)*
-        pub(crate) const OURS: &[&str] = &[$($name,)* "INFERA_EXEC_TEST_PANIC", "INFERA_COMMIT"];
+        pub const OURS: &[&str] = &[$($name,)* "INFERA_EXEC_TEST_PANIC", "INFERA_COMMIT"];
     };
 }
 

@@ -1,12 +1,20 @@
-//! Facts: what is true of the container, read from files under a root.
-//! Reading only; never importing torch, never writing, no Python spawned on the normal path.
+//! infera-facts: what is true of an image and a node, read from files under a root, and the
+//! engines' argv as their own parsers read it. Reading only; never importing torch, never
+//! writing, no Python spawned on the normal path. The launcher plans from these values.
 
-pub use infera_core::{exe, pyassign};
+#![forbid(unsafe_code)]
+
+pub use infera_core::{error, exe, pyassign};
 
 pub mod blockdev;
 pub mod devices;
+pub mod dialect;
+pub mod engine_args;
 pub mod engine_config;
+pub mod engines;
+pub mod envvars;
 pub mod fatbin;
+pub mod finding;
 pub mod gpu_code;
 pub mod gpus;
 pub mod host;
@@ -17,8 +25,11 @@ pub mod net;
 pub mod node;
 pub mod python;
 pub mod rocm;
+pub mod router_args;
+pub mod ser;
 pub mod site;
 pub mod storage;
+pub mod suggest;
 pub mod torch;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,7 +40,7 @@ use serde::Serialize;
 
 use crate::envvars::{self as ev, get, Env};
 use crate::finding::Finding;
-use crate::rootfs::{self, Place, Root};
+use infera_core::rootfs::{self, Place, Root};
 
 pub use exe::ExecFile;
 pub use gpus::{GpuError, GpuSource, Gpus};

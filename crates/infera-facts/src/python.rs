@@ -10,16 +10,16 @@ use serde::Serialize;
 
 use crate::envvars;
 use crate::finding::Finding;
-use crate::rootfs::{self, parse_minor, Root};
+use infera_core::rootfs::{self, parse_minor, Root};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Python {
     /// The path exec'd in the container. For a venv this is the venv's own `bin/python3`
     /// (unresolved), because CPython finds `pyvenv.cfg` next to the path it was started as.
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "crate::ser::ser_path")]
     pub executable: PathBuf,
     /// The interpreter file after resolving every symlink inside the root.
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "crate::ser::ser_path")]
     pub resolved: PathBuf,
     /// `3.12`
     pub version: String,
@@ -27,10 +27,10 @@ pub struct Python {
     pub minor: (u32, u32),
     /// Where the version came from: `interpreter name python3.12`, `pyvenv.cfg`, ...
     pub evidence: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::spec::ser_opt_path")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::ser::ser_opt_path")]
     pub venv: Option<PathBuf>,
     /// The image's site directories for this interpreter (container paths).
-    #[serde(serialize_with = "crate::spec::ser_paths")]
+    #[serde(serialize_with = "crate::ser::ser_paths")]
     pub site_dirs: Vec<PathBuf>,
 }
 

@@ -11,14 +11,14 @@ use serde::Serialize;
 
 use super::fatbin::{self, Targets};
 use crate::engines::Engine;
-use crate::rootfs::Root;
+use infera_core::rootfs::Root;
 
 /// One library (or aiter's kernel tree) and the GPU targets it carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuLib {
     /// `torch`, `vllm`, `sglang`, `flash-attn`, `aiter`.
     pub package: &'static str,
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "crate::ser::ser_path")]
     pub path: PathBuf,
     /// The engine cannot start a model without it (torch, the engine's own kernels).
     pub required: bool,
@@ -133,7 +133,7 @@ pub fn gather(root: &Root, site_dirs: &[PathBuf], minor: (u32, u32), engines: &[
 fn read(root: &Root, path: &Path) -> Option<Result<Code, String>> {
     let (file, size) = match root.open_at(path) {
         Ok(f) => f,
-        Err(e) => return Some(Err(crate::rootfs::io_reason(&e))),
+        Err(e) => return Some(Err(infera_core::rootfs::io_reason(&e))),
     };
     match fatbin::read(file.as_ref(), size) {
         Ok(Some(t)) => Some(Ok(code(&t))),

@@ -189,7 +189,7 @@ impl Parsed {
 }
 
 /// Normalise a long option name the way the engine's parser does.
-pub(crate) fn normalise(engine: Engine, name: &[u8]) -> String {
+pub fn normalise(engine: Engine, name: &[u8]) -> String {
     let s = String::from_utf8_lossy(name).into_owned();
     match engine.info().normalise {
         Normalise::UnderscoresToDashes if s.starts_with("--") => format!("--{}", s[2..].replace('_', "-")),

@@ -30,7 +30,10 @@ impl Finding {
 /// never taken for absent: the warning names it and what is done without it.
 pub fn unreadable(findings: &mut Vec<Finding>, code: &str, path: &std::path::Path, e: &std::io::Error, without: &str) {
     if e.kind() != std::io::ErrorKind::NotFound {
-        findings.push(Finding::warn(code, format!("`{}` {}; {without}", path.display(), crate::rootfs::io_reason(e))));
+        findings.push(Finding::warn(
+            code,
+            format!("`{}` {}; {without}", path.display(), infera_core::rootfs::io_reason(e)),
+        ));
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::rootfs::{self, Root};
+use infera_core::rootfs::{self, Root};
 
 /// Model types whose attention is MLA when `kv_lora_rank` is set (their modelling code in
 /// transformers and vLLM).
@@ -18,7 +18,7 @@ pub struct Model {
     /// What the args named (`/models/x` or `org/name`).
     pub reference: String,
     /// The config.json read (container path).
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "crate::ser::ser_path")]
     pub config: PathBuf,
     pub model_type: Option<String>,
     pub mla: bool,
@@ -106,8 +106,12 @@ pub enum ModelFacts {
     /// An absolute path that does not exist in the container.
     Missing {
         reference: String,
-        #[serde(serialize_with = "crate::spec::ser_path")]
+        #[serde(serialize_with = "crate::ser::ser_path")]
         path: PathBuf,
+        /// What the deepest directory on its way that exists holds nearest to it (`/models/kimi-k3`
+        /// for `/models/Kimi-K3`): the path meant, most likely.
+        #[serde(serialize_with = "crate::ser::ser_opt_path", skip_serializing_if = "Option::is_none")]
+        nearest: Option<PathBuf>,
     },
     /// A path relative to the working directory (`./m`, `../m`).
     Relative {
@@ -167,6 +171,22 @@ impl HfEnv<'_> {
     }
 }
 
+/// The path nearest to `missing` that exists: under the deepest directory on its way that
+/// exists, the name that differs only in case, else the closest spelling.
+fn nearest(root: &Root, missing: &Path) -> Option<PathBuf> {
+    let mut dir = missing.parent()?;
+    let mut name = missing.file_name()?;
+    while root.resolve(dir).is_err() {
+        name = dir.file_name()?;
+        dir = dir.parent()?;
+    }
+    let listed = root.list(dir);
+    let names: Vec<&str> = listed.iter().filter_map(|n| n.to_str()).collect();
+    let name = name.to_str()?;
+    let found = names.iter().find(|n| n.eq_ignore_ascii_case(name)).copied();
+    found.or_else(|| crate::suggest::closest(name, names.iter().copied())).map(|n| dir.join(n))
+}
+
 /// `reference` as the engine gets it: bytes (a path need not be UTF-8), shown lossily.
 pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv, probe: bool) -> ModelFacts {
     use std::os::unix::ffi::OsStrExt;
@@ -179,7 +199,8 @@ pub fn detect(root: &Root, reference: &std::ffi::OsStr, hf: &HfEnv, probe: bool)
     let dir = if b.starts_with(b"/") {
         let p = PathBuf::from(reference);
         if root.resolve(&p).is_err() {
-            return ModelFacts::Missing { reference: shown, path: p };
+            let nearest = nearest(root, &p);
+            return ModelFacts::Missing { reference: shown, path: p, nearest };
         }
         p
     } else {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::pyassign::{self, Value};
-use crate::rootfs::Root;
+use infera_core::rootfs::Root;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Torch {
@@ -16,7 +16,7 @@ pub struct Torch {
     pub cuda: Option<String>,
     /// The ROCm release (torch 2.14's `rocm` field), when the file has one.
     pub rocm: Option<String>,
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "crate::ser::ser_path")]
     pub path: PathBuf,
 }
 

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::dialect::{self, Parsed, Setting};
+use crate::engine_config::{self, ConfigFacts};
 use crate::engines::{Engine, Opt, OptionList, Spelling};
-use crate::facts::engine_config::{self, ConfigFacts};
 use crate::finding::Finding;
-use crate::rootfs::Root;
+use infera_core::rootfs::Root;
 use infera_exec_derive::Refuse;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use super::torch::Torch;
 use crate::finding::Finding;
-use crate::rootfs::{self, Root};
+use infera_core::rootfs::{self, Root};
 
 /// The HIP ABI the runtime binds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -69,7 +69,7 @@ impl Serialize for Rocm {
         st.serialize_field("source", &self.release.as_ref().map(|r| &r.source))?;
         st.serialize_field("hip", &self.hip)?;
         st.serialize_field("release", &self.release)?;
-        st.serialize_field("install", &self.install.as_ref().map(|p| crate::spec::os_json(p.as_os_str())))?;
+        st.serialize_field("install", &self.install.as_ref().map(|p| crate::ser::os_json(p.as_os_str())))?;
         st.end()
     }
 }

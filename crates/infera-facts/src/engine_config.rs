@@ -19,7 +19,7 @@ use saphyr_parser::{Event, Parser, ScalarStyle};
 use serde::Serialize;
 
 use crate::engines::{ConfigFalse, Engine};
-use crate::rootfs::{self, Root};
+use infera_core::rootfs::{self, Root};
 
 /// A YAML value as PyYAML's safe loader gives it to Python.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -7,8 +7,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::envvars as ev;
-use crate::rootfs::{self, Root};
 use crate::Env;
+use infera_core::rootfs::{self, Root};
 use infera_exec_derive::Refuse;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

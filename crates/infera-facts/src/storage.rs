@@ -13,7 +13,7 @@ use serde::Serialize;
 pub struct Filesystem {
     /// `ext4`, `nfs4`, `fuse.juicefs`, `virtiofs`, …
     pub fstype: String,
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "crate::ser::ser_path")]
     pub mount_point: PathBuf,
     /// The device number of the mount (`0:N` for one without a block device).
     #[serde(skip)]

@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::rootfs::Root;
+use infera_core::rootfs::Root;
 
 /// Where the pod mounts the host's build.
 pub use infera_overlay::overlay::HOST_LIBIONIC;
@@ -51,7 +51,7 @@ pub fn detect(root: &Root) -> Option<Ionic> {
     let (same, writable) = match &target {
         Ok(t) => {
             let h = root.host(t);
-            (crate::rootfs::read_bounded(&h, 64 << 20).is_ok_and(|image| image == host), writable(&h))
+            (infera_core::rootfs::read_bounded(&h, 64 << 20).is_ok_and(|image| image == host), writable(&h))
         }
         Err(_) => (false, false),
     };

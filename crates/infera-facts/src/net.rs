@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::rootfs::Root;
+use infera_core::rootfs::Root;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Iface {

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::rootfs::Root;
+use infera_core::rootfs::Root;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeviceAccess {
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "crate::ser::ser_path")]
     pub path: PathBuf,
     /// Read and write allowed for this process (the kernel's own check, effective ids).
     pub usable: bool,

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::engines::Engine;
-use crate::rootfs::Root;
 use infera_core::names::{egg_name, pep503};
 pub use infera_core::names::{module_name, Dist};
+use infera_core::rootfs::Root;
 
 #[derive(Debug, Clone, Default)]
 pub struct SiteIndex {
@@ -36,7 +36,7 @@ pub struct EngineInstall {
     pub engine: Engine,
     pub version: String,
     /// The dist-info directory, or the version file (container path).
-    #[serde(serialize_with = "crate::spec::ser_path")]
+    #[serde(serialize_with = "crate::ser::ser_path")]
     pub record: PathBuf,
     /// Where the engine's parser passes `deprecated=` to argparse (`FILE:LINE`), which
     /// argparse takes from CPython 3.13 on: infera's wrapper, which builds that parser on a
