@@ -3,7 +3,9 @@
 (infera.server) or an engine wrapper's own (infera.engine.vllm|sglang), one per line, sorted:
 the lists crates/infera-facts/src/engines/options/infera.*.txt record.
 
-    PYTHONPATH=<infera tree>[:<engine>] python infera-option-names.py infera.server|infera.engine.vllm|infera.engine.sglang
+    PYTHONPATH=<infera tree>[:<engine>] python infera-option-names.py [--flags] infera.server|infera.engine.vllm|infera.engine.sglang
+
+With --flags, only the options that take no value (nargs 0: store_true and the like).
 
 Each module's parse function is called with argparse's parse methods replaced: the first
 parser asked to parse is the module's own (a wrapper hands what it does not know to the
@@ -17,11 +19,17 @@ class Captured(Exception):
     pass
 
 
+flags = "--flags" in sys.argv[1:]
+
+
 def capture(parser):
-    raise Captured(sorted(s for s in parser._option_string_actions if s.startswith("--") and s != "--help"))
+    actions = parser._option_string_actions
+    raise Captured(sorted(
+        s for s, a in actions.items() if s.startswith("--") and s != "--help" and (not flags or a.nargs == 0)
+    ))
 
 
-which = sys.argv[1]
+which = [a for a in sys.argv[1:] if a != "--flags"][0]
 # The first parser a module parses with is its own (a wrapper hands the rest to the engine's).
 argparse.ArgumentParser.parse_args = lambda self, *a, **k: capture(self)
 argparse.ArgumentParser.parse_known_args = lambda self, *a, **k: capture(self)

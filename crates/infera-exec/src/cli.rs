@@ -118,6 +118,8 @@ pub enum Command {
     /// The read-ahead of the weights a real run starts beside the engine (`--prefetch`).
     #[command(name = "__prefetch", hide = true)]
     Prefetch(crate::prefetch::Args),
+    /// Print the version and the support matrix (as --version).
+    Version,
 }
 
 #[derive(Debug, Subcommand)]
@@ -245,7 +247,7 @@ pub struct CommonArgs {
     #[arg(long, env = ev::INFERA_EXEC_CHDIR, value_name = "DIR", value_parser = clap::value_parser!(OsString))]
     pub chdir: Option<OsString>,
     /// Output format of the plan (dry run, check, refusals).
-    #[arg(short = 'o', long, env = ev::INFERA_OUTPUT, value_enum, default_value = "text")]
+    #[arg(short = 'o', long, env = ev::INFERA_OUTPUT, value_enum, ignore_case = true, default_value = "text")]
     pub output: Output,
     /// Drop every Linux capability but these before exec (comma-separated; `none` keeps nothing).
     #[arg(long, env = ev::INFERA_DROP_CAPS, value_delimiter = ',', value_name = "CAP[,CAP]")]
@@ -538,6 +540,7 @@ fn parse_subcommand(argv: &[OsString]) -> Result<Invocation, clap::Error> {
         Some(Command::Node { output }) => Invocation::Node { output },
         Some(Command::Manifest(m)) => Invocation::Manifest(m),
         Some(Command::Prefetch(a)) => Invocation::Prefetch(a),
+        Some(Command::Version) => Invocation::Version,
     })
 }
 
@@ -760,7 +763,8 @@ fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> 
 }
 
 /// The subcommands (`help` is clap's).
-const SUBCOMMANDS: [&str; 8] = ["worker", "server", "check", "node", "install", "manifest", "__prefetch", "help"];
+const SUBCOMMANDS: [&str; 9] =
+    ["worker", "server", "check", "node", "install", "manifest", "__prefetch", "version", "help"];
 
 /// Where the command of the command form starts: the first word after the launcher's own
 /// options that is not a subcommand (`--` ends the options explicitly). None when an option

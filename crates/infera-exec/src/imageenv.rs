@@ -3,7 +3,8 @@
 //! environment already is that; on a build host it is the host's, whose PATH and ROCM_PATH
 //! say nothing about the image.
 //!
-//! Each value is one `KEY=VALUE`, or a file: the JSON of `podman/docker image inspect`
+//! Each value is one `KEY=VALUE`, or a file (`-`: stdin; a pipe such as `<(podman image
+//! inspect IMAGE)` is read to its end): the JSON of `podman/docker image inspect`
 //! (`[{"Config": {"Env": [...]}}]`), an OCI image config (`{"config": {"Env": [...]}}`), or
 //! `KEY=VALUE` lines (`#` comments), as `docker run --env-file` reads them. Later values win.
 //!
@@ -135,12 +136,28 @@ fn pair(b: &[u8]) -> Option<(OsString, OsString)> {
 fn file(path: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {
     let invalid =
         |reason: String| UsageError::ImageEnvInvalid { said: said.to_string(), path: path.to_path_buf(), reason };
+    use std::os::unix::fs::FileTypeExt;
+    let bounded = |r: &mut dyn std::io::Read| {
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(r, MAX_FILE + 1), &mut text)
+            .map_err(|e| invalid(infera_core::rootfs::io_reason(&e)))?;
+        match text.len() as u64 > MAX_FILE {
+            true => Err(invalid(format!("more than {MAX_FILE} bytes, more than an image config"))),
+            false => Ok(text),
+        }
+    };
+    // `-` is this launcher's stdin, a pipe (`<(podman image inspect IMAGE)`) is read to its
+    // end: both are the user's own, given on this command line.
     let text = match std::fs::metadata(path) {
+        _ if path == Path::new("-") => bounded(&mut std::io::stdin())?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(UsageError::ImageEnvMissing { said: said.to_string(), path: PathBuf::from(path) })
         }
         Err(e) => return Err(invalid(infera_core::rootfs::io_reason(&e))),
-        Ok(m) if !m.is_file() => return Err(invalid("not a regular file".into())),
+        Ok(m) if m.file_type().is_fifo() => {
+            bounded(&mut std::fs::File::open(path).map_err(|e| invalid(infera_core::rootfs::io_reason(&e)))?)?
+        }
+        Ok(m) if !m.is_file() => return Err(invalid("not a regular file, a pipe or `-`".into())),
         Ok(m) if m.len() > MAX_FILE => return Err(invalid(format!("{} bytes, more than an image config", m.len()))),
         Ok(_) => std::fs::read(path).map_err(|e| invalid(infera_core::rootfs::io_reason(&e)))?,
     };

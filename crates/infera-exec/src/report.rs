@@ -218,6 +218,9 @@ pub fn node_section(o: &mut String, d: &infera_facts::node::NodeFacts) {
 
 /// Each capability: requested, provided, usable, which copy the child imports, and why.
 fn capability_table(o: &mut String, rows: &[crate::plan::CapRow]) {
+    if rows.is_empty() {
+        return; // a plan refused before its tree was read: no table to show
+    }
     w!(o, "  capabilities:");
     w!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} why", "name", "requested", "provided", "usable", "copy");
     for c in rows {

@@ -15,6 +15,10 @@ use infera_exec_derive::Refuse;
 const OPTIONS: &str = include_str!("engines/options/infera.server.txt");
 /// What the router cannot start without (`required=True`).
 const TOKENIZER: &str = "--router-tokenizer-path";
+/// The router's options that take no value (`store_true`); every other takes one
+/// (`scripts/infera-option-names.py --flags infera.server` reads them from the parser, and a
+/// test keeps this list its answer).
+pub const FLAGS: &[&str] = &["--enable-profiling", "--enable-scaling-api"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub enum RouterArgsError {
@@ -24,6 +28,13 @@ pub enum RouterArgsError {
     #[error("`{written}` (arg {index}) is ambiguous for infera.server's parser: it could be {}; it exits 2 with `ambiguous option`", candidates.join(", "))]
     #[refuse(code = "router-arg-ambiguous", exit = Usage, hint = format!("write {} in full", candidates.join(" or ")))]
     Ambiguous { written: String, index: usize, candidates: Vec<&'static str> },
+    #[error("`{written}` (arg {index}) is not the value of an option, and infera.server takes no positional argument: its parser exits 2 with `unrecognized arguments`")]
+    #[refuse(
+        code = "router-arg-positional",
+        exit = Usage,
+        hint = "remove it, or give it as the value of the option it belongs to (`--router-policy VALUE`); a flag (--enable-profiling) takes none"
+    )]
+    Positional { written: String, index: usize },
     #[error("infera.server requires --router-tokenizer-path (the tokenizer the workers use: a local path or a Hugging Face id); its parser exits 2 without it")]
     #[refuse(code = "router-arg-missing", exit = Usage, hint = "add --router-tokenizer-path /models/<model> (the model directory the workers load)")]
     TokenizerMissing,
@@ -54,11 +65,17 @@ impl RouterArgs {
         let names: Vec<&'static str> = OPTIONS.lines().map(str::trim).filter(|l| l.starts_with("--")).collect();
         let mut tokenizer = None;
         let mut i = 0;
-        while i < args.len() && args[i].as_bytes() != b"--" {
+        while i < args.len() {
             let raw = args[i].as_bytes();
+            // After `--` every arg is a positional one; a bare word is one unless an option
+            // took it as its value (below).
             if !raw.starts_with(b"--") || raw.len() < 3 {
-                i += 1;
-                continue;
+                let at = if raw == b"--" { (i + 1).min(args.len() - 1) } else { i };
+                if raw == b"--" && i + 1 == args.len() {
+                    break;
+                }
+                let written = args[at].to_string_lossy().into_owned();
+                return Err(RouterArgsError::Positional { written, index: at + 1 });
             }
             let (name, inline) = match raw.iter().position(|b| *b == b'=') {
                 Some(p) => (&raw[..p], Some(&raw[p + 1..])),
@@ -66,14 +83,16 @@ impl RouterArgs {
             };
             let written = String::from_utf8_lossy(name).into_owned();
             let full = resolve(&names, &written, i)?;
-            if full == TOKENIZER {
-                match inline {
-                    Some(v) => tokenizer = Some(OsString::from(std::ffi::OsStr::from_bytes(v))),
-                    None => {
-                        tokenizer = args.get(i + 1).cloned();
-                        i += 1;
-                    }
+            let value = match inline {
+                Some(v) => Some(OsString::from(std::ffi::OsStr::from_bytes(v))),
+                None if FLAGS.contains(&full) => None,
+                None => {
+                    i += 1;
+                    args.get(i).cloned()
                 }
+            };
+            if full == TOKENIZER {
+                tokenizer = value;
             }
             i += 1;
         }
@@ -137,10 +156,17 @@ mod tests {
             }
         );
         assert_eq!(read(&["--port", "1"]).unwrap_err(), RouterArgsError::TokenizerMissing);
+        // Positional args: the parser has none (a flag takes no value; `--` ends the options).
+        let t = ["--router-tokenizer-path", "/m"];
+        let positional = |w: &str, i| RouterArgsError::Positional { written: w.into(), index: i };
+        assert_eq!(read(&[&["a0"], &t[..]].concat()).unwrap_err(), positional("a0", 1));
+        assert_eq!(read(&[&t[..], &["--enable-profiling", "junk"]].concat()).unwrap_err(), positional("junk", 4));
+        assert_eq!(read(&[&t[..], &["--", "x"]].concat()).unwrap_err(), positional("x", 4));
+        assert!(read(&[&t[..], &["--enable-profiling", "--port", "-1", "--"]].concat()).is_ok());
         let RouterArgsError::Ambiguous { candidates, .. } = read(&["--router-", "x"]).unwrap_err() else { panic!() };
         assert_eq!(candidates, ["--router-backend", "--router-mode", "--router-policy", "--router-tokenizer-path"]);
-        // Values are not options; `--` ends the options.
-        assert!(read(&["--router-tokenizer-path", "/m", "--", "--what"]).is_ok());
+        // `--` ends the options: what follows is positional, which the parser refuses.
+        assert_eq!(read(&["--router-tokenizer-path", "/m", "--", "--what"]).unwrap_err(), positional("--what", 4));
     }
 
     #[test]

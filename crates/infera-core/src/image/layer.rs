@@ -1,6 +1,8 @@
 //! One layer in one streaming pass: the blob hashed as it is read (its digest), then
 //! decompressed (gzip or zstd by their magic bytes, else a plain tar) and hashed again (its
-//! diff_id), each tar entry turned into a change of the tree. Entries that would reach out
+//! diff_id), each tar entry turned into a change of the tree. Each digest is computed on a
+//! thread of its own beside the decompression (SHA-256 of a layer costs as much as zstd's
+//! decoding of it). Entries that would reach out
 //! of the image are refused, never followed; a layer past the bounds is refused.
 
 use std::cell::Cell;
@@ -131,11 +133,73 @@ impl<R: Read> Read for Codec<R> {
     }
 }
 
+/// SHA-256 of a stream on a thread of its own, beside the decompression: the bytes are handed
+/// over in chunks of `CHUNK` through a channel of `IN_FLIGHT` (so a layer holds at most a few
+/// MiB more). Where no thread can be started, hashed in line.
+struct Sha {
+    pending: Vec<u8>,
+    tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+    thread: Option<std::thread::JoinHandle<sha2::Sha256>>,
+    inline: Option<sha2::Sha256>,
+}
+
+const CHUNK: usize = 1 << 20;
+const IN_FLIGHT: usize = 4;
+
+impl Sha {
+    fn new() -> Sha {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT);
+        let spawned = std::thread::Builder::new().name("sha256".into()).spawn(move || {
+            let mut h = sha2::Sha256::new();
+            for chunk in rx {
+                h.update(&chunk);
+            }
+            h
+        });
+        match spawned {
+            Ok(thread) => Sha { pending: Vec::with_capacity(CHUNK), tx: Some(tx), thread: Some(thread), inline: None },
+            Err(_) => Sha { pending: Vec::new(), tx: None, thread: None, inline: Some(sha2::Sha256::new()) },
+        }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        if let Some(h) = &mut self.inline {
+            return h.update(bytes);
+        }
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() >= CHUNK {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        let chunk = std::mem::replace(&mut self.pending, Vec::with_capacity(CHUNK));
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(chunk).is_ok());
+        if !sent {
+            // The thread is gone (it cannot fail but by a panic): the digest cannot be made.
+            self.tx = None;
+        }
+    }
+
+    /// The digest, `sha256:…`; None if the hashing thread was lost.
+    fn finalize(mut self) -> Option<String> {
+        if let Some(h) = self.inline.take() {
+            return Some(format!("sha256:{:x}", h.finalize()));
+        }
+        if !self.pending.is_empty() {
+            self.send();
+        }
+        drop(self.tx.take());
+        let h = self.thread.take()?.join().ok()?;
+        Some(format!("sha256:{:x}", h.finalize()))
+    }
+}
+
 /// A reader that counts, and hashes, what passes through it; with `ratio_of` (the
 /// compressed bytes' count), it is a decompressed stream held to `MAX_RATIO`.
 struct Hashing<'p, R> {
     inner: R,
-    hash: Option<sha2::Sha256>,
+    hash: Option<Sha>,
     bytes: Rc<Cell<u64>>,
     ratio_of: Option<Rc<Cell<u64>>>,
     /// Told the bytes every `PROGRESS_EVERY`.
@@ -171,7 +235,7 @@ impl<R: Read> Read for Hashing<'_, R> {
 }
 
 fn hashing<'p, R: Read>(inner: R, verify: bool, ratio_of: Option<Rc<Cell<u64>>>) -> Hashing<'p, R> {
-    Hashing { inner, hash: verify.then(sha2::Sha256::new), bytes: Rc::default(), ratio_of, progress: None }
+    Hashing { inner, hash: verify.then(Sha::new), bytes: Rc::default(), ratio_of, progress: None }
 }
 
 /// A layer to read: its number (1 = the bottom one), its member, what its blob must hash to
@@ -218,11 +282,12 @@ pub fn read(
     let changes = entries(src, n, &mut tar_stream, keep, totals)?;
     // The tar ends before its padding and the compressed stream's end: read them for the digests.
     std::io::copy(&mut tar_stream, &mut std::io::sink()).map_err(io)?;
-    let found_diff = tar_stream.hash.take().map(|h| format!("sha256:{:x}", h.finalize()));
+    let lost = || io(std::io::Error::other("the thread hashing it was lost"));
+    let found_diff = tar_stream.hash.take().map(|h| h.finalize().ok_or_else(lost)).transpose()?;
     let bytes = tar_stream.bytes.get();
     drop(tar_stream);
     std::io::copy(&mut blob, &mut std::io::sink()).map_err(io)?;
-    let found_blob = blob.into_inner().hash.map(|h| format!("sha256:{:x}", h.finalize()));
+    let found_blob = blob.into_inner().hash.map(|h| h.finalize().ok_or_else(lost)).transpose()?;
     check(src, l, read_bytes.get(), found_blob, found_diff)?;
     Ok((changes, bytes))
 }

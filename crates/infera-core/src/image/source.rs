@@ -34,8 +34,8 @@ enum Kind {
     /// A layout directory, opened once: every member is opened beneath it.
     Dir(OwnedFd),
     /// The archive, opened once and read at offsets, and each member's offset and size (a
-    /// symlink member: its target).
-    Tar { file: Arc<File>, members: HashMap<String, Member> },
+    /// symlink member: its target); `cut`: why it seems cut short (no tar end marker).
+    Tar { file: Arc<File>, members: HashMap<String, Member>, cut: Option<String> },
 }
 
 enum Member {
@@ -86,7 +86,7 @@ impl Source {
             crate::rootfs::Kind::Dir => Kind::Dir(fd),
             crate::rootfs::Kind::File => {
                 let file = File::from(fd);
-                let members =
+                let (members, cut) =
                     index(&file).map_err(|e| match e.get_ref().and_then(|i| i.downcast_ref::<Truncated>()) {
                         Some(Truncated(reason)) => ImageError::Damaged {
                             reference: reference.to_string(),
@@ -95,7 +95,7 @@ impl Source {
                         },
                         None => fail(format!("not a tar archive ({e})")),
                     })?;
-                Kind::Tar { file: Arc::new(file), members }
+                Kind::Tar { file: Arc::new(file), members, cut }
             }
             other => {
                 return Err(fail(format!(
@@ -137,7 +137,7 @@ impl Source {
         }
         match &self.kind {
             Kind::Dir(dir) => open_beneath(dir, Path::new(name)).map(|f| Box::new(f) as Box<dyn Read + Send>),
-            Kind::Tar { file, members } => {
+            Kind::Tar { file, members, .. } => {
                 let mut name = name.to_string();
                 for _ in 0..8 {
                     match members.get(&name).ok_or(Unread::Missing)? {
@@ -197,13 +197,18 @@ impl Source {
             Some(i) if !i.manifests.as_deref().unwrap_or_default().is_empty() => self.oci(i, platform),
             _ if self.has("manifest.json") => self.docker(),
             Some(_) => Err(self.format("its index.json lists no manifest".into())),
-            None => Err(self.format(match &self.kind {
-                Kind::Tar { members, .. } => format!(
+            None => Err(match &self.kind {
+                Kind::Tar { cut: Some(reason), .. } => ImageError::Damaged {
+                    reference: self.reference.clone(),
+                    what: "the archive".into(),
+                    reason: format!("{reason}, and it holds no oci-layout or manifest.json"),
+                },
+                Kind::Tar { members, .. } => self.format(format!(
                     "it is a tar archive of {} members, none of them an oci-layout or a manifest.json: not an image archive",
                     members.len()
-                ),
-                Kind::Dir(_) => "the directory has neither an oci-layout nor a manifest.json".into(),
-            })),
+                )),
+                Kind::Dir(_) => self.format("the directory has neither an oci-layout nor a manifest.json".into()),
+            }),
         }
     }
 
@@ -378,15 +383,18 @@ impl std::error::Error for Truncated {}
 
 /// Each member of a tar archive: where its data starts and its size, or a link's target (an
 /// empty target: one that leaves the archive). Members that are not regular files are left
-/// out; an archive that ends inside a member is [`Truncated`].
-fn index(file: &File) -> io::Result<HashMap<String, Member>> {
+/// out; an archive that ends inside a member is [`Truncated`]; one that ends after a member
+/// without the two zero blocks every tar writer ends with is said to be cut short (`cut`).
+fn index(file: &File) -> io::Result<(HashMap<String, Member>, Option<String>)> {
     let len = file.metadata()?.len();
     let (stream, left) = super::tarstream::Between::new(file);
     let mut a = tar::Archive::new(stream);
     let mut members = HashMap::new();
+    let mut end = 0u64;
     // Seeking past each member: the layers are read once, when they are read.
     for e in a.entries_with_seek()? {
         let e = e?;
+        end = e.raw_file_position().saturating_add(e.size().div_ceil(512) * 512);
         left.set(super::tarstream::after(e.size(), 0));
         if members.len() == MAX_MEMBERS {
             return Err(io::Error::other(format!("more than {MAX_MEMBERS} members")));
@@ -418,7 +426,10 @@ fn index(file: &File) -> io::Result<HashMap<String, Member>> {
     if members.is_empty() {
         return Err(io::Error::other("no members"));
     }
-    Ok(members)
+    let cut = (len < end.saturating_add(1024)).then(|| {
+        format!("it ends at byte {len}, right after a member, without a tar's end marker: truncated? copy it again")
+    });
+    Ok((members, cut))
 }
 
 /// A member of a layout directory, opened beneath it: links followed only while they stay

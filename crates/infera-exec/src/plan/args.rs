@@ -30,6 +30,9 @@ pub enum ArgsError {
     #[error("the model path `{}` does not exist in this container{waited}", path.display())]
     #[refuse(code = "model-missing", exit = Missing, hint = "mount the model volume (PVC) at that path, or fix --model")]
     ModelMissing { path: PathBuf, waited: String },
+    #[error("{engine}'s parser requires {option} and it is in neither the args nor a --config file: it exits 2 with `{says}` as the pod starts")]
+    #[refuse(code = "arg-required", exit = Usage, hint = "give it: {option} VALUE (for the model, the directory the pod mounts, e.g. {option} /models/<model>)")]
+    Required { engine: &'static str, option: &'static str, says: &'static str },
     #[error("the model path `{}` is not in the volume `--volume {}={}` gives", path.display(), at.display(), dir.display())]
     #[refuse(
         code = "model-missing",
@@ -408,6 +411,17 @@ pub fn waited(req: &Request) -> String {
     }
 }
 
+/// What the engine's parser exits 2 without, given neither in the args nor their `--config`.
+pub fn required(e: Engine, parsed: &Parsed) -> Result<(), ArgsError> {
+    for (opt, says) in e.info().requires {
+        if parsed.get(*opt).is_none() {
+            let option = (e.info().spell)(*opt).and_then(|s| s.names().next()).unwrap_or_default();
+            return Err(ArgsError::Required { engine: e.name(), option, says });
+        }
+    }
+    Ok(())
+}
+
 /// The router's tokenizer path, when it is one: missing at the image's root it is refused
 /// as a worker's model is (the router would try to download a path); under `--root` (a
 /// volume in the pod) it is a warning.
@@ -444,8 +458,9 @@ fn missing(
         return Err(ArgsError::NotInVolume { path, at, dir, nearest: nearest.map(std::path::Path::to_path_buf) });
     }
     let msg = format!(
-        "`{}`{named} is not in the image root (a volume in the pod?){skipped}; give its files with --volume {}=DIR{purpose}",
+        "`{}`{named} is not in the image root (a volume in the pod?){}{skipped}; give its files with --volume {}=DIR{purpose}",
         path.display(),
+        waited(req),
         volume_of(path).display()
     );
     findings.push(Finding::warn("model-unreadable", msg));

@@ -228,6 +228,15 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
         None => (Vec::new(), None),
     };
     added.extend(addressed);
+    // What the engine's parser exits 2 without, after the launcher's own refusals: for a
+    // worker, and for a check given the pod's args (a bare `check` asks what the image and
+    // the tree can do, of no particular pod).
+    let describes_a_pod =
+        req.role == crate::choices::Role::Worker || (req.role == crate::choices::Role::Check && !req.args.is_empty());
+    // (a `--config` file that could not be read may give it: nothing refused on a guess)
+    if let Some(e) = wrapped.filter(|_| describes_a_pod && st.args.defaults) {
+        args::required(e, &st.args.parsed)?;
+    }
     exec_spec(&st, &copies, added, p)?;
     if let Some(x) = p.exec.as_mut() {
         x.prefetch = prefetch;

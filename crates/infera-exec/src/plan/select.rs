@@ -29,10 +29,12 @@ pub enum SelectError {
     #[error("--family {family}: the overlay has no such tree; trees: {trees}")]
     #[refuse(
         code = "family-unknown",
-        exit = Unsupported,
-        hint = "use one of the trees listed, or drop --family / INFERA_FAMILY to match the image"
+        exit = Usage,
+        hint_opt = Some(infera_facts::suggest::did_you_mean(family, families.iter().map(String::as_str)).unwrap_or_else(
+            || "use one of the trees listed, or drop --family / INFERA_FAMILY to match the image".to_string()
+        ))
     )]
-    FamilyUnknown { family: String, trees: String },
+    FamilyUnknown { family: String, trees: String, families: Vec<String> },
     #[error("tree {tree} is not built for this container ({detected})")]
     #[refuse(
         code = "family-mismatch",
@@ -184,7 +186,11 @@ fn choose<'o>(
     let trees = || overlay.trees.iter().map(Tree::describe).collect::<Vec<_>>().join(", ");
     let Some(t) = family(choice, python, rocm, overlay) else {
         return Err(match choice.family() {
-            Some(f) => SelectError::FamilyUnknown { family: f.to_string(), trees: trees() },
+            Some(f) => SelectError::FamilyUnknown {
+                family: f.to_string(),
+                trees: trees(),
+                families: overlay.trees.iter().map(|t| t.family.clone()).collect(),
+            },
             None => SelectError::NoTree { detected, trees: trees() },
         });
     };

@@ -407,7 +407,8 @@ fn capabilities_requested_implied_and_unavailable() {
     assert_eq!(err.hint.as_deref(), Some("did you mean `mooncake`?"));
     // A Mooncake connector implies mooncake; the tree provides it; usability is unknown
     // without the node's facts.
-    let req = request(Role::Worker, &["--kv-transfer-config", r#"{"kv_connector":"MooncakeConnector"}"#]);
+    let req =
+        request(Role::Worker, &["--model", "/m", "--kv-transfer-config", r#"{"kv_connector":"MooncakeConnector"}"#]);
     let p = run(&req, &f, &ov, &e);
     assert!(p.error.is_none(), "{:?}", p.error);
     let mc = p.capabilities.iter().find(|c| c.name == "mooncake").unwrap();

@@ -169,7 +169,7 @@ fn every_option_dry_run_equals_real_run() {
             "refuse-family",
             &["server", "--family", "rocm9-py399", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
             &[],
-            69,
+            2,
         ),
         case(
             "refuse-verify",

@@ -131,7 +131,7 @@ fn run_case(c: &Case) -> Result<(), String> {
         let st = std::process::Command::new("mkfifo").arg(&p).status().unwrap();
         assert!(st.success(), "mkfifo {}", p.display());
     }
-    let default = vec!["worker".to_string(), "--dry-run".to_string()];
+    let default: Vec<String> = ["worker", "--dry-run", "--", "--model", "/models/m"].map(String::from).to_vec();
     let args: Vec<OsString> = c
         .args
         .as_ref()

@@ -92,7 +92,7 @@ fn refusals_carry_the_same_codes_and_messages() {
             &[("INFERA_REQUIRE", "nixl")],
             2,
         ),
-        (&["python3", "-m", "infera.engine.vllm"], &["worker"], &[("INFERA_FAMILY", "nope")], 69),
+        (&["python3", "-m", "infera.engine.vllm"], &["worker"], &[("INFERA_FAMILY", "nope")], 2),
     ];
     for (command, sub, env, code) in cases {
         let run = |args: &[&str]| {

@@ -59,7 +59,7 @@ fn a_venv_with_system_site_packages_sees_the_base() {
     assert_eq!(j["facts"]["rocm"]["version"], "7.0.0");
     // Without it, the venv sees only its own (empty) site-packages: no engine there.
     img.file("/opt/venv/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n");
-    let out = infera(&["worker", "--dry-run"])
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .env("INFERA_PYTHON", "/opt/venv/bin/python3")

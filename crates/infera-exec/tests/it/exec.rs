@@ -95,11 +95,23 @@ fn exit_codes_126_and_127() {
     let img = vllm_image(None);
     let ov = shipped_overlay();
     img.chmod("/usr/bin/python3.12", 0o644);
-    infera(&["worker"]).root(&img).overlay(&ov.overlay()).run().assert(126, "is not an executable file (mode 644)");
-    infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(126, "exec-not-executable");
+    infera(&["worker", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run()
+        .assert(126, "is not an executable file (mode 644)");
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run()
+        .assert(126, "exec-not-executable");
     // The interpreter's `#!` names a program that does not exist: execve says ENOENT.
     img.chmod("/usr/bin/python3.12", 0o755).exe("/usr/bin/python3.12", "#!/nonexistent/interpreter\n");
-    infera(&["worker"]).root(&img).overlay(&ov.overlay()).run().assert(127, "error[exec-not-found]: execve");
+    infera(&["worker", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run()
+        .assert(127, "error[exec-not-found]: execve");
 }
 
 /// The normal path spawns no Python: a fixture interpreter that leaves a marker when run.
@@ -111,8 +123,8 @@ fn normal_path_spawns_no_python() {
     let ov = shipped_overlay();
     for args in [
         vec!["check"],
-        vec!["worker", "--dry-run"],
-        vec!["worker", "--dry-run", "--output", "json"],
+        vec!["worker", "--dry-run", "--", "--model", "/models/m"],
+        vec!["worker", "--dry-run", "--output", "json", "--", "--model", "/models/m"],
         vec!["server", "--dry-run", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"],
     ] {
         let out = infera(&args).root(&img).overlay(&ov.overlay()).run();
@@ -125,7 +137,7 @@ fn normal_path_spawns_no_python() {
     infera(&["check"]).root(&img).overlay(&ov.overlay()).run().assert(0, "python-evidence-conflict");
     assert!(!marker.exists());
     // The real run execs it exactly once, with the stand-in's exit code.
-    let out = infera(&["worker"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["worker", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
     assert_eq!(out.code, 3);
     assert!(marker.exists());
 }

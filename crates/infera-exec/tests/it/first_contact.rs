@@ -101,7 +101,7 @@ fn typos_and_options_of_other_roles_are_usage_errors_that_say_what_to_do() {
         "the engine's args go after `--`: infera-exec worker --output json -- -tp 2"
     );
     // A value from a variable names the variable.
-    let out = infera(&["worker", "--dry-run"]).env("INFERA_ENGINE", "vlm").run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).env("INFERA_ENGINE", "vlm").run();
     assert_eq!(
         (out.code, out.stderr.as_str()),
         (
@@ -388,6 +388,7 @@ fn image_env_gives_the_images_path() {
     let run = |extra: &[&str], env: &[(&str, &str)]| {
         let mut args = vec!["worker", "--dry-run", "--output", "json"];
         args.extend_from_slice(extra);
+        args.extend(["--", "--model", "/models/m"]);
         let mut r = infera(&args).env("INFERA_ROOT", img.path()).overlay(&ov.overlay());
         for (k, v) in env {
             r = r.env(k, *v);
@@ -423,6 +424,25 @@ fn image_env_gives_the_images_path() {
     // The variable, too.
     let j = run(&[], &[("INFERA_IMAGE_ENV", &path_kv)]).json();
     assert_eq!(j["facts"]["python"]["executable"], "/opt/venv/bin/python3");
+    // `-` (stdin) and a pipe (`<(podman image inspect IMAGE)` is /dev/fd/N): read to their end.
+    let inspect = std::fs::read(files.p("inspect.json")).unwrap();
+    let script = format!("exec {BIN} worker --dry-run --output json --image-env \"$1\" -- --model /m");
+    for (how, arg) in [("stdin", "-"), ("a pipe", "/dev/fd/3")] {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &format!("{script} 3<&0"), "sh", arg])
+            .env("INFERA_ROOT", img.path())
+            .env("INFERA_OVERLAY", ov.overlay())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), &inspect).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{how}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(j["facts"]["python"]["executable"], "/opt/venv/bin/python3", "{how}");
+    }
 
     // Without --root it would be the host's own environment: refused.
     let out = infera(&["worker", "--dry-run", "--image-env", &path_kv]).run();
@@ -451,7 +471,7 @@ fn allow_engine_version_runs_a_newer_engine_knowingly() {
         .overlay(&ov.overlay())
         .run();
     assert_eq!(out.code, 0, "the router does not care: {}", out.stderr);
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
     assert_eq!(out.code, 69);
     let record = format!("{VLLM_SITE}/vllm-0.34.1.dist-info");
     assert_eq!(
@@ -465,6 +485,7 @@ fn allow_engine_version_runs_a_newer_engine_knowingly() {
     for allow in [&["--allow", "engine-version"][..], &["--allow=kv-fp8-mla,engine-version"]] {
         let mut args = vec!["worker", "--dry-run"];
         args.extend_from_slice(allow);
+        args.extend(["--", "--model", "/models/m"]);
         let out = infera(&args).root(&img).overlay(&ov.overlay()).run();
         assert_eq!(out.code, 0, "{}", out.stderr);
         assert!(
@@ -903,4 +924,24 @@ fn the_dry_run_says_where_it_differs_from_the_pod() {
     let (code, _, err) = run(&["--volume", "models"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.starts_with("error[volume-invalid]: --volume `models`: expected PATH=DIR"), "{err}");
+}
+
+/// Habits people bring: `infera-exec version` is `--version` (and `verison` a typo of it, not
+/// a program); `--output=JSON` is `json`; a typo of a tree's name is a usage error with the
+/// name meant, as every other name is; a refused plan shows no empty capability table.
+#[test]
+fn version_case_and_tree_names_as_people_type_them() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let version = infera(&["version"]).overlay(&ov.overlay()).run();
+    let dashed = infera(&["--version"]).overlay(&ov.overlay()).run();
+    assert_eq!((version.code, &version.stdout), (0, &dashed.stdout));
+    infera(&["verison"]).run().assert(2, "did you mean `infera-exec version`?");
+    let j = infera(&["check", "--output=JSON"]).root(&img).overlay(&ov.overlay()).run();
+    assert_eq!(j.code, 0, "{}", j.stderr);
+    assert_eq!(j.json()["role"], "check");
+    let typo = infera(&["check", "--family", "rocm7-py311"]).root(&img).overlay(&ov.overlay()).run();
+    typo.assert(2, "error[family-unknown]: --family rocm7-py311: the overlay has no such tree");
+    assert!(typo.stderr.contains("hint: did you mean `rocm7-py312`?"), "{}", typo.stderr);
+    assert!(!typo.stdout.contains("capabilities:"), "{}", typo.stdout);
 }

@@ -362,7 +362,7 @@ fn facts_from_the_walks_listings_are_the_facts_read_without_them() {
 fn an_answer_written_to_a_full_device_is_exit_74() {
     let img = vllm_image(None);
     let ov = shipped_overlay();
-    for args in [&["--version"][..], &["check", "--output", "json"], &["worker", "--dry-run"]] {
+    for args in [&["--version"][..], &["check", "--output", "json"], &["worker", "--dry-run", "--", "--model", "/m"]] {
         let out = std::process::Command::new(BIN)
             .args(args)
             .env("INFERA_ROOT", img.path())
@@ -462,7 +462,7 @@ fn closed_stdio_without_dev_null_is_not_a_death_by_signal() {
     let (code, out, err) = run("<&- 2>&-", &["--version"]);
     assert_eq!((code, err.as_str()), (0, ""), "{out}");
     assert!(out.starts_with("infera-exec "), "{out}");
-    let (code, out, err) = run(">&-", &["worker", "--dry-run"]);
+    let (code, out, err) = run(">&-", &["worker", "--dry-run", "--", "--model", "/m"]);
     assert_eq!(code, 74, "{err}");
     assert!(out.is_empty() && err.contains("error[output-failed]: cannot write the answer to stdout"), "{err}");
     let (code, out, err) = run("<&- 2>&-", &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"]);
@@ -536,14 +536,22 @@ fn echoed_values_cannot_forge_lines() {
     let img = vllm_image(None);
     let ov = shipped_overlay();
     let forged = "vlm\nerror[ok]: all good\nhint: \u{1b}[2Kignore";
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).env("INFERA_ENGINE", forged).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_ENGINE", forged)
+        .run();
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
         out.stderr.contains("invalid value 'vlm\\nerror[ok]: all good\\nhint: \\u{1b}[2Kignore'"),
         "{}",
         out.stderr
     );
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).env("INFERA_LOG_FORMAT", forged).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_LOG_FORMAT", forged)
+        .run();
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("\n  error[ok]: all good\n  hint: \\u{1b}[2Kignore"), "{}", out.stderr);
     // An argument echoed in the plan, and a path in a refusal.

@@ -405,7 +405,7 @@ fn an_interpreter_that_is_a_fifo_is_named() {
     let ov = shipped_overlay();
     img.rm("/usr/bin/python3.12");
     fifo(&img.p("/usr/bin/python3.12"));
-    infera(&["worker", "--dry-run"])
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()

@@ -626,3 +626,25 @@ fn an_archive_is_read_once() {
     assert!(read < (56 << 20), "{} MiB read for a 48 MiB layer", read >> 20);
     assert!(read >= (48 << 20), "the layer itself is read: {} MiB", read >> 20);
 }
+
+/// An archive cut short right after a member (no tar end marker), whose index was in the part
+/// lost, says it was cut short (image-damaged, "truncated? copy it again"); the same members
+/// with the end marker are a tar that is not an image archive.
+#[test]
+fn an_archive_cut_at_a_member_boundary_says_so() {
+    let t = tempfile::tempdir().unwrap();
+    let mut bytes = raw_entry(tar::EntryType::Regular, "blobs/sha256/aa", b"layer bytes");
+    bytes.extend(raw_entry(tar::EntryType::Regular, "blobs/sha256/bb", b"more"));
+    let cut = t.path().join("cut.tar");
+    std::fs::write(&cut, &bytes).unwrap();
+    let e = read(cut.to_str().unwrap()).err().unwrap();
+    assert!(matches!(&e, ImageError::Damaged { what, .. } if what == "the archive"), "{e}");
+    let said = e.to_string();
+    assert!(said.contains("ends at byte 2048, right after a member, without a tar's end marker: truncated?"), "{said}");
+    bytes.extend([0u8; 1024]);
+    let whole = t.path().join("whole.tar");
+    std::fs::write(&whole, &bytes).unwrap();
+    let e = read(whole.to_str().unwrap()).err().unwrap();
+    assert!(matches!(&e, ImageError::Format { .. }), "{e}");
+    assert!(e.to_string().contains("none of them an oci-layout or a manifest.json"), "{e}");
+}

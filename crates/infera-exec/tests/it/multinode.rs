@@ -450,7 +450,7 @@ fn a_rank_waits_for_the_leader_then_runs_or_gives_up_in_time() {
     assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(15), "{took:?}");
     assert!(!out.stdout.contains("INFERA-STANDIN"), "nothing ran");
     // The dry run shows the wait it would take; the leader itself never waits.
-    let j = infera(&["python3", "-m", "infera.engine.vllm"])
+    let j = infera(&["python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .env("LWS_GROUP_SIZE", "2")

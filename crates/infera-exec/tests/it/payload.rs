@@ -181,15 +181,24 @@ fn verify_reports_each_kind_of_damage() {
 fn launcher_opt_in_digest_check() {
     let img = vllm_image(None);
     let fx = verified();
-    let run =
-        |v: &str| infera(&["worker", "--dry-run"]).root(&img).overlay(&fx.overlay()).env("INFERA_VERIFY", v).run();
+    let run = |v: &str| {
+        infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+            .root(&img)
+            .overlay(&fx.overlay())
+            .env("INFERA_VERIFY", v)
+            .run()
+    };
     run("digest").assert(0, "infera.engine.vllm");
     let p = "overlay/trees/rocm7-py312/site-packages/mooncake/__init__.py";
     std::fs::write(fx.p(p), "X").unwrap(); // was empty: the size check sees it
     run("size").assert(65, "error[integrity]: tree rocm7-py312 does not match its integrity record");
     run("sometimes").assert(2, "INFERA_VERIFY=`sometimes`");
     // Without INFERA_VERIFY the normal run does not read the record.
-    infera(&["worker", "--dry-run"]).root(&img).overlay(&fx.overlay()).run().assert(0, "infera.engine.vllm");
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&fx.overlay())
+        .run()
+        .assert(0, "infera.engine.vllm");
 }
 
 #[test]

@@ -433,3 +433,29 @@ fn fail_on_warn_and_the_pods_own_environment() {
     let alone = infera(&["check", "--env", "A=1", "--", "--model", "/m"]).overlay(&ov.overlay()).run();
     alone.assert(2, "error[env-without-image]");
 }
+
+/// As infera's parsers read the args: a vLLM worker without --model (the wrapper's
+/// `parser.error("vLLM --model is required.")`) and the router with a positional argument
+/// (`unrecognized arguments`) are refused, 2; a dry run of a model the run would wait for
+/// says the wait.
+#[test]
+fn what_infera_s_parsers_exit_2_on_and_the_wait_a_dry_run_shows() {
+    let (img, ov) = vllm8();
+    let no_model = plan(&img, &ov, &["--max-num-seqs", "8"], &[]);
+    no_model.assert(2, "error[arg-required]: vllm's parser requires --model");
+    assert!(no_model.stderr.contains("`parser.error(\"vLLM --model is required.\")`"), "{}", no_model.stderr);
+    let router = |args: &[&str]| {
+        let mut all = vec!["server", "--dry-run", "--"];
+        all.extend(args);
+        infera(&all).root(&img).overlay(&ov.overlay()).run()
+    };
+    router(&["a0", "junk", "--router-tokenizer-path", "/models/kimi-k3"])
+        .assert(2, "error[router-arg-positional]: `a0` (arg 1) is not the value of an option");
+    let ok = router(&["--enable-profiling", "--router-tokenizer-path", "/models/kimi-k3", "--port", "8000"]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let waits = plan(&img, &ov, &["--model", "/models/absent"], &[("INFERA_WAIT_MODEL", "600")]);
+    assert_eq!(waits.code, 0, "{}", waits.stderr);
+    let j = waits.json();
+    let f = j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "model-unreadable").unwrap().clone();
+    assert!(f["message"].as_str().unwrap().contains("(a real run waits up to 600 s for it: INFERA_WAIT_MODEL)"), "{f}");
+}

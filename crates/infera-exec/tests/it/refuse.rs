@@ -10,7 +10,7 @@ fn no_matching_tree() {
         .link("/etc/alternatives/python3", "/usr/bin/python3.11");
     img.rm("/usr/local/lib/python3.12").dist("/usr/local/lib/python3.11/dist-packages", "vllm", "0.11.0");
     let ov = shipped_overlay();
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
     out.assert(
         69,
         "error[no-tree]: no overlay tree for this container (python 3.11 at /usr/bin/python3.11 (interpreter name `/usr/bin/python3.11`, \
@@ -60,8 +60,11 @@ fn missing_capability_names_the_providers() {
     let out = infera(&["worker", "--dry-run", "--require", "nixl"]).root(&img).overlay(&ov.overlay()).run();
     out.assert(2, "refused   [capability-unknown] exit 2: --require names the capability `nixl`, which no tree of this overlay knows; known: hipfile, kvd, mooncake\n");
     assert_eq!(out.stderr, "error[capability-unknown]: --require names the capability `nixl`, which no tree of this overlay knows; known: hipfile, kvd, mooncake\n");
-    let out =
-        infera(&["worker", "--dry-run"]).env("INFERA_REQUIRE", "moonckae").root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+        .env("INFERA_REQUIRE", "moonckae")
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run();
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert_eq!(
         out.stderr,
@@ -114,7 +117,8 @@ fn invalid_manifests() {
     ];
     for (text, want) in cases {
         let ov = custom_overlay(&[("rocm7-py312", &text, &["infera.engine.vllm"])]);
-        let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+        let out =
+            infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
         out.assert(65, want);
         assert!(out.stderr.contains("trees/rocm7-py312/manifest.toml"), "the file is named: {}", out.stderr);
     }
@@ -136,12 +140,16 @@ fn two_trees_claiming_one_abi() {
     let mods: &[&str] = &["infera.engine.vllm"];
     let distinct: Vec<(&str, &str, &[&str])> = trees.iter().map(|(f, t)| (f.as_str(), t.as_str(), mods)).collect();
     let ov = custom_overlay(&distinct);
-    infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(0, "tree      rocm7-py312 (");
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run()
+        .assert(0, "tree      rocm7-py312 (");
     let twin = PY312_MANIFEST.replace("rocm7-py312", "rocm7a-py312");
     let mut all = distinct.clone();
     all.push(("rocm7a-py312", &twin, mods));
     let ov = custom_overlay(&all);
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
     out.assert(
         65,
         "trees `rocm7-py312` and `rocm7a-py312` both claim python 3.12 / HIP ABI 7; the launcher cannot choose",
@@ -161,12 +169,16 @@ fn symlink_escaping_the_tree() {
 fn shadowed_base_package() {
     let img = vllm_image(None); // the base has its own tuned `aiter`
     let ov = custom_overlay(&[("rocm7-py312", PY312_MANIFEST, &["infera.engine.vllm", "infera.server", "aiter"])]);
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
     out.assert(65, "tree rocm7-py312 would shadow the image's own packages: `aiter` (base: `/usr/local/lib/python3.12/dist-packages/aiter`)");
     // Allowed explicitly by the manifest: runs.
     let allowed = PY312_MANIFEST.replace("[abi]", "allow_shadow = [\"aiter\"]\n[abi]");
     let ov = custom_overlay(&[("rocm7-py312", &allowed, &["infera.engine.vllm", "infera.server", "aiter"])]);
-    infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(0, "infera.engine.vllm");
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run()
+        .assert(0, "infera.engine.vllm");
 }
 
 #[test]
@@ -178,24 +190,24 @@ fn writable_tree_when_root() {
     let img = vllm_image(None);
     let ov = custom_overlay(&[("rocm7-py312", PY312_MANIFEST, &["infera.engine.vllm"])]);
     ov.chmod("overlay/trees/rocm7-py312", 0o777);
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
     out.assert(65, "trees/rocm7-py312` is writable by everyone (mode 777)");
     ov.chmod("overlay/trees/rocm7-py312", 0o755).chmod("overlay/trees/rocm7-py312/manifest.toml", 0o664);
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
     out.assert(65, "manifest.toml` is writable by its group (mode 664)");
 }
 
 #[test]
 fn missing_overlay_and_interpreter() {
     let img = vllm_image(None);
-    infera(&["worker", "--dry-run"])
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&img.p("/nonexistent"))
         .run()
         .assert(66, "error[overlay-missing]: the overlay directory");
     // A path that is a loop of links is said as one, not as absent.
     std::os::unix::fs::symlink(img.p("/ov-loop"), img.p("/ov-loop")).unwrap();
-    infera(&["worker", "--dry-run"]).root(&img).overlay(&img.p("/ov-loop")).run().assert(
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&img.p("/ov-loop")).run().assert(
         65,
         &format!(
             "error[overlay-unreadable]: `{}` cannot be read: too many levels of symbolic links",
@@ -203,20 +215,20 @@ fn missing_overlay_and_interpreter() {
         ),
     );
     let ov = shipped_overlay();
-    infera(&["worker", "--dry-run"])
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .env("PATH", "")
         .run()
         .assert(66, "PATH is empty");
-    infera(&["worker", "--dry-run"])
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .env("PATH", "/opt/nothing")
         .run()
         .assert(66, "no `python3` or `python` on the container's PATH (/opt/nothing)");
     img.rm("/usr/bin/python3").link("/usr/bin/python3", "/usr/bin/python3");
-    infera(&["worker", "--dry-run"])
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()
@@ -250,7 +262,7 @@ fn forced_family_warns() {
         .root(&img)
         .overlay(&ov.overlay())
         .run()
-        .assert(69, "--family nope: the overlay has no such tree");
+        .assert(2, "--family nope: the overlay has no such tree");
 }
 
 #[test]
@@ -258,12 +270,12 @@ fn engine_choice() {
     let img = vllm_image(None);
     let ov = shipped_overlay();
     img.dist(VLLM_SITE, "sglang", "0.5.4").file(&format!("{VLLM_SITE}/sglang/version.py"), "__version__ = \"0.5.4\"\n");
-    infera(&["worker", "--dry-run"])
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()
         .assert(2, "the image has several engines (sglang 0.5.4, vllm 0.17.1+rocm700); --engine auto cannot choose");
-    infera(&["worker", "--dry-run", "--engine", "vllm"])
+    infera(&["worker", "--dry-run", "--engine", "vllm", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()
@@ -272,7 +284,7 @@ fn engine_choice() {
         .rm(&format!("{VLLM_SITE}/sglang"))
         .rm(&format!("{VLLM_SITE}/vllm-0.17.1+rocm700.dist-info"))
         .rm(&format!("{VLLM_SITE}/vllm"));
-    infera(&["worker", "--dry-run"])
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()
@@ -286,8 +298,12 @@ fn engine_version_outside_the_trees_range() {
         .dist(VLLM_SITE, "vllm", "0.8.5")
         .file(&format!("{VLLM_SITE}/vllm/_version.py"), "__version__ = version = '0.8.5'\n");
     let ov = shipped_overlay();
-    infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run().assert(69, "the image has vllm 0.8.5");
-    let out = infera(&["worker", "--dry-run"]).root(&img).overlay(&ov.overlay()).run();
+    infera(&["worker", "--dry-run", "--", "--model", "/models/m"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .run()
+        .assert(69, "the image has vllm 0.8.5");
+    let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
     assert!(out.stderr.contains("but tree rocm7-py312 supports vllm >=0.9, <0.29"), "{}", out.stderr);
 }
 

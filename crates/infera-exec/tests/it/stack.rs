@@ -171,4 +171,15 @@ fn the_recorded_infera_option_lists_are_the_real_parsers() {
             "{module}: the recorded list differs from the parser's"
         );
     }
+    // The router's options that take no value: what tells its positional args from values.
+    let path = trees.join("py312");
+    let out = Command::new(crate::support::real_python("3.12"))
+        .arg(r.join("scripts/infera-option-names.py"))
+        .args(["--flags", "infera.server"])
+        .env("PYTHONPATH", path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let flags: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    assert_eq!(flags, infera_facts::router_args::FLAGS, "infera.server's flags");
 }

@@ -95,7 +95,7 @@ fn engine_patches_run_for_the_installed_engine_and_only_warn() {
         r.run()
     };
     // Planned: vLLM's patch (vLLM is installed), not sglang's.
-    let j = infera(&["--dry-run", "--output", "json", "python3", "-m", "infera.engine.vllm"])
+    let j = infera(&["--dry-run", "--output", "json", "python3", "-m", "infera.engine.vllm", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())
         .run()
@@ -243,7 +243,9 @@ fn rdma_image(host_pabi: u32) -> Fx {
 }
 
 fn ionic_plan(img: &Fx, ov: &Fx, env: &[(&str, &str)]) -> serde_json::Value {
-    let mut r = infera(&["worker", "--dry-run", "--output", "json"]).root(img).overlay(&ov.overlay());
+    let mut r = infera(&["worker", "--dry-run", "--output", "json", "--", "--model", "/models/m"])
+        .root(img)
+        .overlay(&ov.overlay());
     for (k, v) in env {
         r = r.env(k, *v);
     }
@@ -319,7 +321,7 @@ fn a_read_only_image_gets_a_warning_never_a_refusal() {
     ov.chmod("overlay", 0o755).rm("overlay/rdma");
     let lib = img.p("/usr/lib/x86_64-linux-gnu");
     let script = format!(
-        "mount --bind {l} {l} && mount -o remount,bind,ro {l} && {b} worker --dry-run; echo \"code=$?\"",
+        "mount --bind {l} {l} && mount -o remount,bind,ro {l} && {b} worker --dry-run -- --model /models/m; echo \"code=$?\"",
         l = lib.display(),
         b = BIN
     );

@@ -222,6 +222,9 @@ pub struct Info {
     /// Options the wrapper reads from its command line only, not from a `--config` file,
     /// and what it does without them there: the file's values are written out.
     pub wrapper_reads_only_its_command_line: &'static [(Opt, &'static str)],
+    /// What the engine's parser under infera's wrapper exits 2 without (its args or its
+    /// `--config` file must give it), and what it says then.
+    pub requires: &'static [(Opt, &'static str)],
     /// A variable the engine reads as its port and refuses when it is not a number (a
     /// Service of the engine's name makes Kubernetes inject `tcp://…` there).
     pub port_var: Option<&'static str>,

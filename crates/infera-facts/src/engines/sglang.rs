@@ -26,6 +26,8 @@ pub const INFO: Info = Info {
     port_var: None,
     follower: None,
     wrapper_reads_only_its_command_line: &[],
+    // ServerArgs.add_cli_args: `--model-path`/`--model`, required=True.
+    requires: &[(Opt::Model, "the following arguments are required: --model-path/--model")],
     spell,
     options: || super::lists::SGLANG,
 };

@@ -39,6 +39,8 @@ pub const INFO: Info = Info {
         (Opt::Model, "without it there it exits 2, `vLLM --model is required`"),
         (Opt::KvCacheDtype, "without it there it appends --kv-cache-dtype fp8_e4m3, overriding the file"),
     ],
+    // infera/engine/vllm/args.py:357 (vLLM 0.21's --model has a default: the wrapper checks).
+    requires: &[(Opt::Model, "parser.error(\"vLLM --model is required.\")")],
     spell,
     options: || super::lists::VLLM,
 };
