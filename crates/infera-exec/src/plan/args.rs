@@ -96,6 +96,8 @@ pub struct Ctx<'a> {
     pub env: &'a Env,
     /// False when a `--config` file could not be read: a default could override it.
     pub defaults: bool,
+    /// A GPU's memory on the node judged against, when known: what a hint's layout must hold.
+    pub vram: Option<u64>,
 }
 
 /// The args as the defaults see them: an option an unknown arg may be meant as counts as set
@@ -709,7 +711,8 @@ fn check_rules(
             findings.push(Finding::warn(rule.code, format!("allowed by INFERA_ALLOW/--allow: {msg}")));
             continue;
         }
-        let hint = format!("{}; or set INFERA_ALLOW={} to run it anyway", fill(rule.fix, &vars), rule.code);
+        let fix = weights_fix(ctx, eff, rule.code).unwrap_or_else(|| fill(rule.fix, &vars));
+        let hint = format!("{fix}; or set INFERA_ALLOW={} to run it anyway", rule.code);
         return Err(ArgsError::Rule { code: rule.code.to_string(), message: msg, hint });
     }
     Ok(())
@@ -914,6 +917,23 @@ fn vars(eff: &Effective, e: Engine) -> BTreeMap<&'static str, String> {
         ("model", opt(eff.model.map(|m| m.reference.clone()))),
         ("engine", e.name().to_string()),
     ])
+}
+
+/// `tp-exceeds-gpus` where the weights do not fit the visible GPUs either: lowering the size to
+/// them would only be refused as `weights-exceed-vram`, so the fix names the GPUs the weights
+/// need, as a size the model's heads allow.
+fn weights_fix(ctx: &Ctx, eff: &Effective, code: &str) -> Option<String> {
+    let (vram, gpus, m) = (ctx.vram?, eff.gpus?, eff.model?);
+    let bytes = m.weights.as_ref()?.bytes;
+    if code != "tp-exceeds-gpus" || bytes / u64::from(gpus.max(1)) <= vram {
+        return None;
+    }
+    let (need, layout) = super::layout::need(bytes, vram, m.attention_heads);
+    Some(format!(
+        "its weights do not fit {gpus} GPUs of {:.1} GiB either: give the pod at least {need}{layout} (resources.limits \
+         amd.com/gpu), or spread it over nodes (--pipeline-parallel-size with --nnodes)",
+        vram as f64 / (1u64 << 30) as f64
+    ))
 }
 
 fn fill(template: &str, vars: &BTreeMap<&'static str, String>) -> String {

@@ -31,7 +31,7 @@ pub enum MemoryError {
     #[refuse(
         code = "weights-exceed-vram",
         exit = Refused,
-        hint = "spread the weights over more GPUs (at least {need} at this size: --tensor-parallel-size, or pipeline parallelism across nodes), or use a quantized checkpoint; or set INFERA_ALLOW=weights-exceed-vram to run it anyway"
+        hint = "spread the weights over more GPUs (at least {need} at this size{layout}: --tensor-parallel-size, or pipeline parallelism across nodes), or use a quantized checkpoint; or set INFERA_ALLOW=weights-exceed-vram to run it anyway"
     )]
     WeightsExceedVram {
         model: String,
@@ -43,6 +43,8 @@ pub enum MemoryError {
         vram: String,
         gpu: String,
         need: u64,
+        /// Why `need` is more than the bytes alone ask for: the layouts the model allows.
+        layout: String,
     },
     #[error(
         "the weights of {model} take {per_gpu} per GPU (TP {tp} × PP {pp}, {from}), {share} of the {budget} that \
@@ -168,9 +170,11 @@ fn weights(
     let per_gpu = w.bytes / (tp * pp);
     let (model, from) = (m.reference.clone(), w.source.clone());
     if per_gpu > vram {
-        let (bytes, per_gpu, need) = (gib(w.bytes), gib(per_gpu), w.bytes.div_ceil(vram));
+        let (bytes, per_gpu, (need, layout)) =
+            (gib(w.bytes), gib(per_gpu), super::layout::need(w.bytes, vram, m.attention_heads));
         let gpu = "KFD topology".to_string();
-        let e = MemoryError::WeightsExceedVram { model, bytes, from, tp, pp, per_gpu, vram: gib(vram), gpu, need };
+        let vram = gib(vram);
+        let e = MemoryError::WeightsExceedVram { model, bytes, from, tp, pp, per_gpu, vram, gpu, need, layout };
         return infera_facts::finding::unless_allowed(allow, "weights-exceed-vram", e, findings);
     }
     let Some((option, fraction)) = share_option(engine, parsed) else { return Ok(()) };

@@ -6,6 +6,7 @@ pub(crate) mod args;
 pub(crate) mod caps;
 mod env;
 pub(crate) mod gpu;
+mod layout;
 pub(crate) mod load;
 pub(crate) mod memory;
 pub(crate) mod node;
@@ -293,6 +294,7 @@ fn engine_defaults(
         parsed: &parsed,
         env: inp.env,
         defaults: st.args.defaults,
+        vram: inp.node.and_then(|n| gpu::allocated(n, facts).iter().filter_map(|g| g.vram).min()),
     };
     let applied = args::apply(&ctx, &mut p.findings)?;
     let mut added = applied.added.clone();

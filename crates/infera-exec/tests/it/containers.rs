@@ -1400,9 +1400,15 @@ fn walkthrough_commands_run_as_written() {
     let push = sh(&here(blocks[3]));
     assert_eq!(push.code, 0, "{}", push.stderr);
     assert!(pushed.path().join("index.json").is_file());
-    let kustomize = sh(&here(blocks[4]));
+    // Your kustomization, kept under target/ here (the doc makes `deploy/` in the clone).
+    let deploy = repo().join("target/walkthrough-deploy");
+    let _ = std::fs::remove_dir_all(&deploy);
+    let step = here(blocks[4]).replace("deploy", "target/walkthrough-deploy").replace("../examples", "../../examples");
+    let kustomize = sh(&step);
     assert_eq!(kustomize.code, 0, "{}", kustomize.stderr);
     assert!(kustomize.stdout.contains("name: kimi-k3-server"));
+    assert!(kustomize.stdout.contains("image: my.registry/infera/overlay:0.1.0"), "{}", kustomize.stdout);
+    assert!(!kustomize.stdout.contains("registry.example.com/infera/overlay"), "the placeholder is renamed");
 }
 
 /// /dev/shm as a container runtime gives it by default (64 MiB) is refused for a TP 8 worker,

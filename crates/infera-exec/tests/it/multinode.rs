@@ -730,6 +730,14 @@ for d in docs:
         p = main[probe]
         assert p["timeoutSeconds"] == 10 and p["httpGet"]["port"] in ports, (name, probe)
     assert not any(k.endswith("Probe") for k in t["workerTemplate"]["spec"]["containers"][0]), name
+    # Every rank waits for the model the download Job fills (a rank that exits 66 recreates
+    # the group), and the leader's startup probe allows that wait and the load after it.
+    for role in ("leaderTemplate", "workerTemplate"):
+        env = {e["name"]: e.get("value") for e in t[role]["spec"]["containers"][0]["env"]}
+        assert int(env.get("INFERA_WAIT_MODEL", 0)) >= 3600, (name, role, "no model wait")
+    wait = int({e["name"]: e.get("value") for e in main["env"]}["INFERA_WAIT_MODEL"])
+    s = main["startupProbe"]
+    assert s["periodSeconds"] * s["failureThreshold"] >= wait + 600, (name, "the startup probe ends the model wait")
     svc = [s for s in services if s["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"}]
     assert len(svc) == 1 and svc[0]["spec"]["ports"][0]["targetPort"] in ports, name
     print("leader served:", name, sorted(ports.values()))

@@ -615,6 +615,23 @@ fn named_parts_judge_an_image_archive_against_the_fleet() {
     let o = in_ci(&big, &["mi300x"], &[]);
     assert_eq!(refused(&o), Some("weights-exceed-vram"), "{}{}", o.stdout, o.stderr);
     assert!(o.stderr.contains("more than a GPU's 192.0 GiB"), "{}", o.stderr);
+    // Hints lead to a layout every rule accepts (MI355X, 288 GiB GPUs, a 1397 GiB checkpoint,
+    // 64 heads): 5 GPUs would hold the bytes, but TP 5 does not divide the heads; 4 GPUs with
+    // TP 8 are not fixed by TP 4, which cannot hold the weights either.
+    let torch950 = hip_library(t.path(), "torch950", &[plain(&["gfx950"])]);
+    let kimi = image_with(&torch950, None, Some(1397 << 30));
+    let o = in_ci(&kimi, &["mi355x:4"], &[]);
+    assert_eq!(refused(&o), Some("weights-exceed-vram"), "{}{}", o.stdout, o.stderr);
+    let eight = "at least 8 at this size, as a size that divides the model's 64 attention heads";
+    assert!(o.stderr.contains(eight), "{}", o.stderr);
+    let o = in_ci(&kimi, &["mi355x:4"], &["--tensor-parallel-size", "8"]);
+    assert_eq!(refused(&o), Some("tp-exceeds-gpus"), "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr
+            .contains("hint: its weights do not fit 4 GPUs of 288.0 GiB either: give the pod at least 8, as a size"),
+        "{}",
+        o.stderr
+    );
     // A run is judged against its own node; a profile that is not one is said.
     let o = infera(&["worker", "--node", "mi300x", "--", "--model", "m"]).root(&img).run();
     assert_eq!((refused(&o), o.code), (Some("node-dry-run-only"), 2), "{}", o.stderr);
