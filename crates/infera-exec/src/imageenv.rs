@@ -10,8 +10,8 @@
 //!
 //! `--env`/`--env-file` are the pod's own variables: with them, or with `--image` (whose
 //! config's `Env` is the image's), this shell's variables are not carried into the plan but
-//! the launcher's own settings (`INFERA_*`); those an engine or the plan reads are named in a
-//! `host-environment` warning.
+//! the launcher's own settings (`INFERA_*`); those an engine or the plan reads are named
+//! (`host-env-left-out`).
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -65,11 +65,13 @@ pub fn launcher_only(env: &Env) -> (Env, Vec<String>) {
     (kept, dropped)
 }
 
-/// The warning that names this shell's variables left out of the pod's environment.
+/// What names this shell's variables left out of the pod's environment: information, not a
+/// warning, since they no longer change the verdict (a CI runner's own PYTHONUNBUFFERED must
+/// not fail a `--fail-on warn` gate).
 pub fn dropped_finding(dropped: &[String]) -> Option<infera_facts::finding::Finding> {
     (!dropped.is_empty()).then(|| {
-        infera_facts::finding::Finding::warn(
-            "host-environment",
+        infera_facts::finding::Finding::info(
+            "host-env-left-out",
             format!(
                 "this shell's {} left out: the environment planned with is the image's and the pod's (--env, \
                  --env-file), not this runner's; give the pod's own with --env KEY=VALUE",

@@ -1553,10 +1553,8 @@ fn check_images_against_every_tree_as_a_matrix() {
     assert!(cells(table[4])[1].starts_with("ok") && cells(table[4])[2] == "n/a", "{}", text.stdout);
     assert!(text.stdout.contains(&format!("  {v}: config sha256:")), "{}", text.stdout);
     assert!(text.stdout.contains("; python 3.12; HIP ABI 7, ROCm 7.0.0; vllm 0.17.1+rocm700\n"), "{}", text.stdout);
-    // The runner's variables are not the pod's: named, and not planned with.
-    let left_out = text.stdout.lines().find(|l| l.contains("warn[host-environment]: this shell's")).unwrap_or_default();
-    assert!(left_out.contains("PYTHONPATH") && left_out.contains("left out"), "{}", text.stdout);
     assert!(!text.stdout.contains("refusals:"), "{}", text.stdout);
+    assert!(!text.stdout.contains("host-env"), "information, not a warning of the table: {}", text.stdout);
 
     let json = check(&[v, s, n], &["--output", "json"]);
     let verdicts_of = |j: &serde_json::Value| {
@@ -1591,6 +1589,10 @@ fn check_images_against_every_tree_as_a_matrix() {
     assert_eq!(j["images"][1]["families"][1]["error"]["code"], "family-mismatch");
     let env = j["images"][0]["families"][1]["plan"]["exec"]["env"].to_string();
     assert!(!env.contains("/ci/site"), "the runner's PYTHONPATH is not the pod's: {env}");
+    // The runner's variables are not the pod's: named, and not planned with.
+    let said = j["images"][0]["families"][1]["plan"]["findings"].to_string();
+    assert!(said.contains(r#""code":"host-env-left-out","level":"info","message":"this shell's"#), "{said}");
+    assert!(said.contains("PYTHONPATH"), "{said}");
 
     let junit = check(&[v, s, n], &["--output", "junit"]);
     assert_eq!(junit.code, 1, "{}", junit.stderr);
