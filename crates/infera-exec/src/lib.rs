@@ -199,7 +199,7 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     let Some(node) = g.nodes.first() else {
         return refuse_in(&error::internal("no node to plan for"), req.output, env);
     };
-    let choice = req.family.clone().map_or(plan::TreeChoice::Matching, plan::TreeChoice::Forced);
+    let choice = plan::TreeChoice::of(req.family.as_deref());
     g.with_plan(req, &choice, node, &overlay, &opts, |plan| {
         if req.dry_run {
             return print_plan(plan, req, &g.env);
@@ -346,10 +346,8 @@ fn prepare(
     let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
     let pod = imageenv::resolve_pod(&req.pod_env, &req.root, image.is_some())?;
-    let (mut out, dropped) = match (image.is_some() || !pod.is_empty(), imageenv::launcher_only(env)) {
-        (true, (ours, dropped)) => (ours, dropped),
-        (false, _) => (env.clone(), Vec::new()),
-    };
+    let (mut out, dropped) =
+        if image.is_some() || !pod.is_empty() { imageenv::launcher_only(env) } else { (env.clone(), Vec::new()) };
     let root = match image {
         Some(reference) => {
             let (image_env, root) = image_root(reference, &req.image.platform, !req.image.no_verify)?;
@@ -521,7 +519,7 @@ fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
 /// `check --fail-on warn`: a plan with a warning fails the gate (exit 1, said on stderr).
 fn warned(plan: &plan::Plan, req: &Request) -> i32 {
     let warnings = plan.findings.iter().filter(|f| f.level == infera_facts::finding::Level::Warn).count();
-    if req.role != Role::Check || req.fail_on != matrix::FailOn::Warn || warnings == 0 {
+    if req.role != Role::Check || req.fail_on != choices::FailOn::Warn || warnings == 0 {
         return Exit::Ok.code();
     }
     let _ = std::io::stderr().write_all(

@@ -52,6 +52,16 @@ pub fn codes() -> Vec<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    /// A rule limited to an engine the table does not have would never fire.
+    #[test]
+    fn every_rule_names_engines_of_the_table() {
+        for r in super::shipped() {
+            for e in r.engines {
+                assert!(infera_facts::engines::Engine::names().contains(e), "rule {}: unknown engine {e}", r.code);
+            }
+        }
+    }
+
     #[test]
     fn shipped_rules_compiled_in() {
         let rules = super::shipped();

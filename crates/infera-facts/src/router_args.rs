@@ -69,13 +69,13 @@ impl RouterArgs {
             let raw = args[i].as_bytes();
             // After `--` every arg is a positional one; a bare word is one unless an option
             // took it as its value (below).
-            if !raw.starts_with(b"--") || raw.len() < 3 {
-                let at = if raw == b"--" { (i + 1).min(args.len() - 1) } else { i };
-                if raw == b"--" && i + 1 == args.len() {
-                    break;
-                }
-                let written = args[at].to_string_lossy().into_owned();
-                return Err(RouterArgsError::Positional { written, index: at + 1 });
+            let at = if raw == b"--" { i + 1 } else { i };
+            if raw == b"--" || !raw.starts_with(b"--") || raw.len() < 3 {
+                let Some(written) = args.get(at) else { break };
+                return Err(RouterArgsError::Positional {
+                    written: written.to_string_lossy().into_owned(),
+                    index: at + 1,
+                });
             }
             let (name, inline) = match raw.iter().position(|b| *b == b'=') {
                 Some(p) => (&raw[..p], Some(&raw[p + 1..])),

@@ -12,9 +12,10 @@ pub(crate) mod render;
 
 use serde_json::Value;
 
-pub use crate::choices::FailOn;
+use crate::choices::FailOn;
 use crate::cli::{Output, ALL_FAMILIES};
 use crate::error::{Exit, Refusal};
+use crate::plan::TreeChoice;
 use crate::request::{Request, Role};
 use crate::{Env, Gathered};
 
@@ -38,20 +39,17 @@ pub fn wanted(req: &Request) -> bool {
 /// this node at root `/`, else none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
-    pub tree: Tree,
+    pub tree: TreeChoice,
     /// The index of the node in `--node`, and its spec.
     pub node: Option<(usize, String)>,
     name: String,
 }
 
-/// The tree of a column: the plan's own choice.
-pub use crate::plan::TreeChoice as Tree;
-
 impl Column {
-    pub fn new(tree: Tree, node: Option<(usize, String)>) -> Column {
+    pub fn new(tree: TreeChoice, node: Option<(usize, String)>) -> Column {
         let t = match &tree {
-            Tree::Matching => "matching tree",
-            Tree::Forced(f) | Tree::Judged(f) => f,
+            TreeChoice::Matching => "matching tree",
+            TreeChoice::Forced(f) | TreeChoice::Judged(f) => f,
         };
         let name = match &node {
             Some((_, spec)) => format!("{t} on {spec}"),
@@ -182,10 +180,10 @@ fn columns(req: &Request, overlay: &Result<infera_overlay::overlay::Overlay, Ref
     let trees = match req.family.as_deref() {
         Some(ALL_FAMILIES) => {
             let ov = overlay.as_ref().map_err(Clone::clone)?;
-            ov.trees.iter().map(|t| Tree::Judged(t.family.clone())).collect()
+            ov.trees.iter().map(|t| TreeChoice::Judged(t.family.clone())).collect()
         }
-        Some(f) => vec![Tree::Forced(f.to_string())],
-        None => vec![Tree::Matching],
+        Some(f) => vec![TreeChoice::Forced(f.to_string())],
+        None => vec![TreeChoice::Matching],
     };
     let nodes: Vec<Option<(usize, String)>> = match req.node.as_slice() {
         [] => vec![None],
@@ -247,7 +245,7 @@ fn cell(
     let (plan, error, family) = g.judge(req, &c.tree, node, overlay, opts);
     let verdict = match &error {
         None => Verdict::Ok,
-        Some(e) if matches!(c.tree, Tree::Judged(_)) && e.code == "family-mismatch" => Verdict::NotApplicable,
+        Some(e) if matches!(c.tree, TreeChoice::Judged(_)) && e.code == "family-mismatch" => Verdict::NotApplicable,
         Some(_) => Verdict::Refused,
     };
     let warnings = plan["findings"]

@@ -5,7 +5,8 @@ use std::fmt::Write;
 
 use serde_json::{json, Value};
 
-use super::{Column, FailOn, Row, Verdict};
+use super::{Column, Row, Verdict};
+use crate::choices::FailOn;
 use crate::error::Refusal;
 
 /// The version of the JSON report's shape (and of the JUnit report's properties): a field
@@ -110,7 +111,7 @@ fn verdicts<'r>(r: &'r Row, columns: &'r [Column]) -> impl Iterator<Item = Strin
                 (_, None, n) => format!("ok, {n} warnings"),
             };
             match (c, &cell.family) {
-                (Column { tree: super::Tree::Matching, .. }, Some(f)) => format!("{word} ({f})"),
+                (Column { tree: crate::plan::TreeChoice::Matching, .. }, Some(f)) => format!("{word} ({f})"),
                 _ => word,
             }
         }
@@ -395,8 +396,8 @@ mod tests {
 
     fn rows() -> (Vec<Row>, Vec<Column>) {
         let columns = vec![
-            Column::new(super::super::Tree::Judged("rocm7-py312".into()), None),
-            Column::new(super::super::Tree::Judged("rocm7-py310".into()), None),
+            Column::new(crate::plan::TreeChoice::Judged("rocm7-py312".into()), None),
+            Column::new(crate::plan::TreeChoice::Judged("rocm7-py310".into()), None),
         ];
         let identity = infera_core::image::Identity {
             reference: "a.tar".into(),

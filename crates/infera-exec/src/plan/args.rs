@@ -711,7 +711,7 @@ fn check_rules(
             findings.push(Finding::warn(rule.code, format!("allowed by INFERA_ALLOW/--allow: {msg}")));
             continue;
         }
-        let fix = weights_fix(ctx, eff, rule.code).unwrap_or_else(|| fill(rule.fix, &vars));
+        let fix = weights_fix(ctx, eff, &rule.when).unwrap_or_else(|| fill(rule.fix, &vars));
         let hint = format!("{fix}; or set INFERA_ALLOW={} to run it anyway", rule.code);
         return Err(ArgsError::Rule { code: rule.code.to_string(), message: msg, hint });
     }
@@ -919,13 +919,13 @@ fn vars(eff: &Effective, e: Engine) -> BTreeMap<&'static str, String> {
     ])
 }
 
-/// `tp-exceeds-gpus` where the weights do not fit the visible GPUs either: lowering the size to
-/// them would only be refused as `weights-exceed-vram`, so the fix names the GPUs the weights
-/// need, as a size the model's heads allow.
-fn weights_fix(ctx: &Ctx, eff: &Effective, code: &str) -> Option<String> {
+/// A rule on a tensor parallel size over the visible GPUs, where the weights do not fit those
+/// GPUs either: lowering the size to them would only be refused as `weights-exceed-vram`, so
+/// the fix names the GPUs the weights need, as a size the model's heads allow.
+fn weights_fix(ctx: &Ctx, eff: &Effective, when: &crate::rules::When) -> Option<String> {
     let (vram, gpus, m) = (ctx.vram?, eff.gpus?, eff.model?);
     let bytes = m.weights.as_ref()?.bytes;
-    if code != "tp-exceeds-gpus" || bytes / u64::from(gpus.max(1)) <= vram {
+    if when.tp_over_gpus != Some(true) || bytes / u64::from(gpus.max(1)) <= vram {
         return None;
     }
     let (need, layout) = super::layout::need(bytes, vram, m.attention_heads);

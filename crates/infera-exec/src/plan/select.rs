@@ -133,6 +133,11 @@ pub enum TreeChoice {
 }
 
 impl TreeChoice {
+    /// A run's choice: the tree `--family` forces, else the one the image's ABI selects.
+    pub fn of(family: Option<&str>) -> TreeChoice {
+        family.map_or(TreeChoice::Matching, |f| TreeChoice::Forced(f.to_string()))
+    }
+
     /// The family named, if any.
     pub fn family(&self) -> Option<&str> {
         match self {

@@ -226,14 +226,9 @@ fn run<'a>(req: &'a Request, w: &'a World, ov: &'a Result<Overlay, Refusal>, env
     });
     let selected = match (&w.image.python, &w.image.rocm, ov) {
         (Ok(py), Ok(rocm), Ok(o)) => Some(&*Box::leak(Box::new(
-            super::select_tree(
-                &req.family.clone().map_or(super::TreeChoice::Matching, super::TreeChoice::Forced),
-                py,
-                rocm,
-                o,
-            )
-            .map(|s| super::Selected { tree: s.tree.clone(), site: w.site.clone(), findings: s.findings })
-            .map_err(Refusal::from),
+            super::select_tree(&super::TreeChoice::of(req.family.as_deref()), py, rocm, o)
+                .map(|s| super::Selected { tree: s.tree.clone(), site: w.site.clone(), findings: s.findings })
+                .map_err(Refusal::from),
         ))),
         _ => None,
     };
