@@ -29,44 +29,98 @@ pub struct Filesystem {
     pub probe: Option<Probe>,
 }
 
-/// What a short read of the checkpoint's first file took, cold (its pages dropped from the
-/// cache first, readahead off): `reads` reads of 4 KiB, the median's time.
+/// What short reads of the checkpoint's first file took, cold (its pages dropped from the
+/// cache first): `reads` reads of 4 KiB one request each, the median's time; and the
+/// storage's rate read the way a loader reads (one file front to back, the kernel's own
+/// read-ahead in front of it) against `in_flight` reads of 1 MiB at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Probe {
     pub reads: u32,
     pub median_micros: u64,
+    /// MB/s of `STREAM` bytes read in order, one read at a time, as a loader reads them.
+    pub loader_mbps: u64,
+    /// MB/s of the next `STREAM` bytes with `in_flight` reads at once.
+    pub in_flight_mbps: u64,
+    pub in_flight: u32,
 }
 
 /// Small reads spread over the file: each one request to the device, its round trip timed
 /// (a disk of the machine answers in about 100 µs, storage over a network in 0.5 to 2 ms).
 const PROBE_READS: u64 = 8;
 const PROBE_READ: usize = 4096;
+/// The bytes of one turn of each rate (read again by the loader from the cache), and the turns.
+const STREAM: u64 = 8 << 20;
+const TURNS: u64 = 2;
+/// Reads at once for the second rate: what the read-ahead starts with, doubled twice.
+const IN_FLIGHT: u64 = 8;
+/// One read of each rate: a loader's read-ahead window grows to the device's own size; the
+/// read-ahead reads 1 MiB at a time.
+const STREAM_READ: u64 = 1 << 20;
 
 /// Read `PROBE_READS` pieces of `file` cold and time each: the storage's own latency,
-/// whatever its type says. None when the file is too small or cannot be read. Its pages are
-/// dropped from the cache first (`POSIX_FADV_DONTNEED`: only pages no process maps) and the
-/// kernel's read-ahead is off for the descriptor (`POSIX_FADV_RANDOM`), so each read is one
-/// request to the device; 32 KiB in all, read again by the loader from the cache.
+/// whatever its type says; then `STREAM` bytes in order one read at a time (the kernel's
+/// read-ahead on, as a loader gets it) and another `STREAM` bytes `IN_FLIGHT` at once, in
+/// two turns each: storage whose requests wait on a network or a host, rather than
+/// on the device's bandwidth, answers the second far faster. None when the file is too small
+/// or cannot be read. Its pages are dropped from the cache first (`POSIX_FADV_DONTNEED`: only
+/// pages no process maps); 32 MiB and 32 KiB in all, read again by the loader from the cache.
 pub fn probe(file: &Path) -> Option<Probe> {
     use rustix::fs::{fadvise, Advice};
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(file).ok()?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = || std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(file).ok();
+    let f = open()?;
     let size = f.metadata().ok().filter(|m| m.is_file())?.len();
     let step = size / PROBE_READS / 4096 * 4096;
-    if step < 1 << 20 {
+    if step < 1 << 20 || size < 4 * TURNS * STREAM {
         return None;
     }
     fadvise(&f, 0, None, Advice::DontNeed).ok()?;
-    fadvise(&f, 0, None, Advice::Random).ok()?;
+    // A descriptor of its own with the kernel's read-ahead off: each small read one request.
+    let random = open()?;
+    fadvise(&random, 0, None, Advice::Random).ok()?;
     let mut buf = [0u8; PROBE_READ];
     let mut took = Vec::with_capacity(PROBE_READS as usize);
     for i in 0..PROBE_READS {
         let started = std::time::Instant::now();
-        f.read_at(&mut buf, i * step + step / 2 / 4096 * 4096).ok()?;
+        std::os::unix::fs::FileExt::read_at(&random, &mut buf, i * step + step / 2 / 4096 * 4096).ok()?;
         took.push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
     }
     took.sort_unstable();
-    Some(Probe { reads: PROBE_READS as u32, median_micros: took[took.len() / 2] })
+    // In turns, so that a device whose pace drifts (a shared host's disk) meets both alike;
+    // a gap after each stretch read in order, which the kernel's read-ahead may run into.
+    let (mut loader, mut in_flight) = (0.0, 0.0);
+    for turn in 0..TURNS {
+        loader += time(&f, 4 * turn * STREAM, 1)?;
+        in_flight += time(&random, (4 * turn + 2) * STREAM, IN_FLIGHT)?;
+    }
+    let mbps = |secs: f64| (TURNS * STREAM) as f64 / secs.max(1e-6) / 1e6;
+    let (loader_mbps, in_flight_mbps) = (mbps(loader) as u64, mbps(in_flight) as u64);
+    let median_micros = took[took.len() / 2];
+    Some(Probe { reads: PROBE_READS as u32, median_micros, loader_mbps, in_flight_mbps, in_flight: IN_FLIGHT as u32 })
+}
+
+/// Seconds to read `STREAM` bytes of `f` from `from`, `readers` reads of `STREAM_READ` at once.
+fn time(f: &std::fs::File, from: u64, readers: u64) -> Option<f64> {
+    use std::os::unix::fs::FileExt;
+    let next = std::sync::atomic::AtomicU64::new(from);
+    let started = std::time::Instant::now();
+    let ok = std::thread::scope(|s| {
+        let read = || {
+            let mut buf = vec![0u8; STREAM_READ as usize];
+            loop {
+                let at = next.fetch_add(STREAM_READ, std::sync::atomic::Ordering::Relaxed);
+                if at >= from + STREAM {
+                    return true;
+                }
+                if f.read_exact_at(&mut buf, at).is_err() {
+                    return false;
+                }
+            }
+        };
+        let all: Vec<_> = (0..readers).map(|_| s.spawn(read)).collect();
+        all.into_iter().all(|t| t.join().unwrap_or(false))
+    });
+    ok.then(|| started.elapsed().as_secs_f64())
 }
 
 /// A cap the pod's cgroup puts on reads from a device (cgroup v1 `blkio.throttle.read_*_device`,
@@ -322,10 +376,11 @@ mod probe_tests {
     fn the_probe_reads_cold_and_times_each_read() {
         let t = tempfile::tempdir().unwrap();
         let f = t.path().join("w.safetensors");
-        std::fs::write(&f, vec![1u8; 16 << 20]).unwrap();
+        std::fs::write(&f, vec![1u8; 64 << 20]).unwrap();
         let p = probe(&f).unwrap();
-        assert_eq!(p.reads, 8);
+        assert_eq!((p.reads, p.in_flight), (8, 8));
         assert!(p.median_micros < 400, "{p:?}");
+        assert!(p.loader_mbps > 0 && p.in_flight_mbps > 0, "{p:?}");
         std::fs::write(&f, vec![1u8; 4096]).unwrap();
         assert_eq!(probe(&f), None, "too small to spread reads over");
     }
