@@ -32,6 +32,11 @@ pub enum ExecFile {
     },
     /// On a filesystem mounted `noexec`: execve fails with EACCES.
     NoexecMount,
+    /// A `#!` script whose interpreter execve cannot run: what that interpreter is.
+    Interpreter {
+        interpreter: String,
+        file: Box<ExecFile>,
+    },
     Ok {
         mode: u32,
         header: Header,
@@ -41,8 +46,26 @@ pub enum ExecFile {
 /// What is read of an executable: its format's header, or a script's `#!` line.
 pub const HEADER: u64 = 256;
 
-/// Inspect `cpath` (a container path) under `root`.
+/// Inspect `cpath` (a container path) under `root`, and the interpreter a `#!` line names
+/// (execve fails with ENOENT when it is missing, EACCES when it cannot be run: the script
+/// itself then looks fine). The interpreter is looked up where the kernel will: in the image
+/// of an archive (as its pod's), on this host otherwise (with `--root` the run execs the
+/// root's file from here, and the kernel reads its `#!` path from this host's root).
 pub fn inspect(root: &Root, cpath: &Path) -> ExecFile {
+    let file = inspect_one(root, cpath);
+    let ExecFile::Ok { header: Header::Script(interpreter), .. } = &file else { return file };
+    // The kernel reads a relative interpreter from the working directory: not judged here.
+    if !interpreter.starts_with('/') {
+        return file;
+    }
+    let host = Root::new("/");
+    match inspect_one(if root.is_image() { root } else { &host }, Path::new(interpreter)) {
+        ExecFile::Ok { .. } => file,
+        bad => ExecFile::Interpreter { interpreter: interpreter.clone(), file: Box::new(bad) },
+    }
+}
+
+fn inspect_one(root: &Root, cpath: &Path) -> ExecFile {
     let (resolved, meta) = match root.stat(cpath) {
         Ok(x) => x,
         Err(e) => return ExecFile::Missing { reason: rootfs::io_reason(&e) },

@@ -21,15 +21,6 @@ use crate::choices::{Prefetch, Role};
 use infera_facts::envvars as ev;
 
 const ABOUT: &str = "Container command for infera pods: detect the image, pick the overlay tree, plan, exec.";
-/// The exit codes, once, for every help text that lists them.
-macro_rules! exit_codes {
-    () => {
-        "Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 69 unsupported, 70 internal error (a bug), \
-         74 output not written, 78 engine configuration refused, 126 cannot execute, 127 not found; 130/143 stopped by \
-         SIGINT/SIGTERM while waiting; with --init the program's code, or 128+n when a signal ended it."
-    };
-}
-const EXIT_CODES: &str = exit_codes!();
 
 /// The variables every role reads that are not an option's (the options show theirs as
 /// `[env: ...]`), as one literal so that `concat!` can build each role's help from it.
@@ -51,17 +42,66 @@ pub const ENVIRONMENT: &str = concat!(
     INFERA_DEFAULT_KV_FP8=0     do not add --kv-cache-dtype fp8_e4m3 to non-MLA models\n",
     common_environment!(),
     "  LWS_GROUP_SIZE, LWS_WORKER_INDEX, LWS_LEADER_ADDRESS  a LeaderWorkerSet pod's group (see --nnodes)\n\
-    Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), INFERA_ARGS_DIGEST (multi-node ranks).\n\n",
-    exit_codes!()
+    Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from), INFERA_ARGS_DIGEST (multi-node ranks).\n\n"
 );
 
 /// The router's: no GPUs, no KV dtype, no group.
 const SERVER_ENVIRONMENT: &str = concat!(
     "Environment (besides each option's [env: ...]):\n",
     common_environment!(),
-    "Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from).\n\n",
-    exit_codes!()
+    "Set for the program: INFERA_TREE, INFERA_TREE_FAMILY (the tree it runs from).\n\n"
 );
+
+const PROGRAM_FORM: &str = "PROGRAM [ARGS]: the command form of the pod specs, e.g. `infera-exec python3 -m \
+    infera.engine.vllm --model /models/m`: `-m infera.engine.<engine>` runs as `worker --engine <engine>`, `-m \
+    infera.server` as `server`, anything else with the selected tree's environment. The OPTIONS of `worker` go \
+    before PROGRAM, or in INFERA_* variables (`infera-exec worker --help` lists them).";
+
+/// The subcommands' parser, each help ending with its environment and its own exit codes
+/// (`crate::exits`).
+pub fn cli_command() -> clap::Command {
+    use crate::exits::{help, Cmd};
+    let each = "Each command's exit codes: `infera-exec COMMAND --help`. The command form's:";
+    let mut cli = Cli::command().after_help(format!("{PROGRAM_FORM}\n\n{each} {}", help(Cmd::Run)));
+    // In place, so that the subcommands keep their order in the help.
+    for sub in cli.get_subcommands_mut() {
+        let (env, codes) = match sub.get_name() {
+            "server" => (SERVER_ENVIRONMENT, Cmd::Run),
+            "worker" => (ENVIRONMENT, Cmd::Run),
+            "check" => (ENVIRONMENT, Cmd::Check),
+            "install" => ("", Cmd::Install),
+            "manifest" => ("", Cmd::Manifest),
+            _ => ("", Cmd::Print),
+        };
+        let mut s = std::mem::replace(sub, clap::Command::new("")).after_help(format!("{env}{}", help(codes)));
+        if codes == Cmd::Run {
+            s = s.mut_arg("output", one_plan_output);
+        }
+        *sub = s;
+    }
+    cli
+}
+
+/// A completion script of the subcommands and their options for `shell`.
+pub fn completion(shell: clap_complete::Shell) -> String {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut cli_command(), "infera-exec", &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The command form's parser.
+fn form_command() -> clap::Command {
+    CommandForm::command().after_help(crate::exits::help(crate::exits::Cmd::Run)).mut_arg("output", one_plan_output)
+}
+
+/// `--output` of a run, whose answer is one plan: `junit` (the matrix's) still parses, to be
+/// refused as `check`'s alone, but is not offered.
+fn one_plan_output(a: clap::Arg) -> clap::Arg {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    let values = Output::value_variants().iter().filter_map(ValueEnum::to_possible_value);
+    let values = values.map(|v| if v.get_name() == "junit" { v.hide(true) } else { v });
+    a.value_parser(PossibleValuesParser::new(values).map(|v| Output::from_str(&v, true).unwrap_or(Output::Text)))
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -70,11 +110,6 @@ const SERVER_ENVIRONMENT: &str = concat!(
     disable_version_flag = true,
     arg_required_else_help = true,
     override_usage = "infera-exec [OPTIONS] PROGRAM [ARGS]...\n       infera-exec <COMMAND> [OPTIONS] [-- ARGS...]",
-    after_help = concat!("PROGRAM [ARGS]: the command form of the pod specs, e.g. `infera-exec python3 -m infera.engine.vllm \
-                  --model /models/m`: `-m infera.engine.<engine>` runs as `worker --engine <engine>`, `-m infera.server` \
-                  as `server`, anything else with the selected tree's environment. The OPTIONS of `worker` go before \
-                  PROGRAM, or in INFERA_* variables (`infera-exec worker --help` lists them).\n\n",
-                  exit_codes!())
 )]
 pub struct Cli {
     /// Print the version, the commit it was built from and the support matrix: the overlay's trees and what each runs, and the images this release was judged on.
@@ -87,24 +122,19 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Exec the engine worker (`python -m <engine module> ENGINE_ARGS...`).
-    #[command(after_help = ENVIRONMENT)]
     Worker(WorkerArgs),
     /// Exec the router (`python -m infera.server ROUTER_ARGS...`).
-    #[command(after_help = SERVER_ENVIRONMENT)]
     Server(ServerArgs),
     /// Capability dry run: print the facts and the capability table, exec nothing.
-    #[command(after_help = ENVIRONMENT)]
     Check(CheckArgs),
     /// Print this node's profile (root `/`: in a pod, a DaemonSet, `kubectl debug node/…`)
     /// and what in it would fail an engine; `-o json` writes the profile `--node FILE` reads.
-    #[command(after_help = EXIT_CODES)]
     Node {
-        /// text: the node and its findings; json: the profile (versioned: `schema_version`).
+        /// text: the node and its findings; json: the profile (versioned: `schema_version`); yaml: the same as YAML.
         #[arg(short = 'o', long, value_enum, default_value = "text")]
         output: NodeOutput,
     },
     /// Copy this overlay into DEST (the initContainer fallback for clusters without image volumes).
-    #[command(after_help = EXIT_CODES)]
     Install {
         /// Where to put the overlay (an emptyDir mount).
         dest: PathBuf,
@@ -113,13 +143,18 @@ pub enum Command {
         from: Option<PathBuf>,
     },
     /// Build-side tools for the overlay's manifests and integrity records.
-    #[command(subcommand, after_help = EXIT_CODES)]
+    #[command(subcommand)]
     Manifest(ManifestCommand),
     /// The read-ahead of the weights a real run starts beside the engine (`--prefetch`).
     #[command(name = "__prefetch", hide = true)]
     Prefetch(crate::prefetch::Args),
     /// Print the version and the support matrix (as --version).
     Version,
+    /// Print a completion script for SHELL, e.g. `source <(infera-exec completion bash)`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -186,6 +221,8 @@ impl EngineChoice {
 pub enum Output {
     Text,
     Json,
+    /// The JSON answer as YAML (the same fields).
+    Yaml,
     /// JUnit XML (`check` only): a suite per image, a case per family, for CI reports.
     Junit,
 }
@@ -195,6 +232,7 @@ pub enum Output {
 pub enum NodeOutput {
     Text,
     Json,
+    Yaml,
 }
 
 /// `check --family all`: every tree of the overlay, a column each.
@@ -460,7 +498,6 @@ fn platform(s: &str) -> Result<infera_core::image::Platform, String> {
 #[command(
     name = "infera-exec",
     about = ABOUT,
-    after_help = EXIT_CODES,
     disable_version_flag = true,
     override_usage = "infera-exec [OPTIONS] PROGRAM [ARGS]..."
 )]
@@ -498,6 +535,7 @@ pub enum Invocation {
     },
     Manifest(ManifestCommand),
     Prefetch(crate::prefetch::Args),
+    Completion(clap_complete::Shell),
 }
 
 /// Find which form argv is and parse it. Errors are clap's, with a value that came from a
@@ -516,7 +554,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
 
 /// `infera-exec SUBCOMMAND …`: each role's options in the one shape every role has.
 fn parse_subcommand(argv: &[OsString]) -> Result<Invocation, clap::Error> {
-    let mut cmd = Cli::command();
+    let mut cmd = cli_command();
     let m = cmd.try_get_matches_from_mut(argv).map_err(|e| explain(e, argv, &cmd))?;
     let cli = Cli::from_arg_matches(&m)?;
     let from_env = |name: &str| {
@@ -541,12 +579,13 @@ fn parse_subcommand(argv: &[OsString]) -> Result<Invocation, clap::Error> {
         Some(Command::Manifest(m)) => Invocation::Manifest(m),
         Some(Command::Prefetch(a)) => Invocation::Prefetch(a),
         Some(Command::Version) => Invocation::Version,
+        Some(Command::Completion { shell }) => Invocation::Completion(shell),
     })
 }
 
 /// `infera-exec [OPTIONS] [--] PROGRAM ...`: clap reads the options only.
 fn parse_command_form(argv: &[OsString]) -> Result<Invocation, clap::Error> {
-    let mut cmd = CommandForm::command();
+    let mut cmd = form_command();
     if let Some(e) = mistyped_subcommand(argv, &mut cmd) {
         return Err(e);
     }
@@ -763,8 +802,8 @@ fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> 
 }
 
 /// The subcommands (`help` is clap's).
-const SUBCOMMANDS: [&str; 9] =
-    ["worker", "server", "check", "node", "install", "manifest", "__prefetch", "version", "help"];
+const SUBCOMMANDS: [&str; 10] =
+    ["worker", "server", "check", "node", "install", "manifest", "__prefetch", "version", "completion", "help"];
 
 /// Where the command of the command form starts: the first word after the launcher's own
 /// options that is not a subcommand (`--` ends the options explicitly). None when an option
@@ -801,7 +840,7 @@ fn command_start(argv: &[OsString], cmd: &clap::Command) -> Option<usize> {
 /// an error found while parsing it can still be printed as JSON: the launcher's options
 /// only (before `--` or the command form's program), the last `--output` wins.
 pub fn wants_output(argv: &[OsString], env: &infera_facts::envvars::Env) -> Output {
-    let cmd = CommandForm::command();
+    let cmd = form_command();
     let mut out: Option<&[u8]> = None;
     let mut i = 1;
     while i < argv.len() {
@@ -823,8 +862,9 @@ pub fn wants_output(argv: &[OsString], env: &infera_facts::envvars::Env) -> Outp
         }
         i += 1;
     }
-    let of = |v: &[u8]| match v {
+    let of = |v: &[u8]| match v.to_ascii_lowercase().as_slice() {
         b"json" => Output::Json,
+        b"yaml" => Output::Yaml,
         b"junit" => Output::Junit,
         _ => Output::Text,
     };
@@ -877,8 +917,8 @@ mod tests {
             cmd.get_subcommands().for_each(|c| envs(c, out));
         }
         let mut all = Vec::new();
-        envs(&Cli::command(), &mut all);
-        envs(&CommandForm::command(), &mut all);
+        envs(&cli_command(), &mut all);
+        envs(&form_command(), &mut all);
         assert!(all.len() > 20, "{all:?}");
         for e in all.iter().filter(|e| e.starts_with("INFERA_")) {
             assert!(infera_facts::envvars::OURS.contains(&e.as_str()), "{e} is missing from envvars::OURS");
@@ -888,7 +928,7 @@ mod tests {
     /// The command form finds its PROGRAM with the parser's own option list.
     #[test]
     fn option_kinds_come_from_the_parser() {
-        let cmd = CommandForm::command();
+        let cmd = form_command();
         for v in ["overlay", "root", "engine", "leader-wait", "output", "drop-caps"] {
             assert_eq!(takes_value(&cmd, v.as_bytes()), Some(true), "{v}");
         }
@@ -896,8 +936,7 @@ mod tests {
             assert_eq!(takes_value(&cmd, f.as_bytes()), Some(false), "{f}");
         }
         assert_eq!(takes_value(&cmd, b"gpus"), None);
-        let subs: Vec<String> =
-            <Cli as CommandFactory>::command().get_subcommands().map(|s| s.get_name().to_string()).collect();
+        let subs: Vec<String> = cli_command().get_subcommands().map(|s| s.get_name().to_string()).collect();
         assert_eq!(subs.iter().chain(["help".to_string()].iter()).cloned().collect::<Vec<_>>(), SUBCOMMANDS);
     }
 

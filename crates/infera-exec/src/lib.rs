@@ -5,6 +5,7 @@ pub mod cli;
 pub mod error;
 pub mod exec;
 pub mod execve;
+pub mod exits;
 pub mod imageenv;
 pub mod init;
 pub mod leader;
@@ -79,6 +80,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Invocation::Install { dest, from } => infera_overlay::install::run(&dest, from).map(Done::Print),
         Invocation::Node { output } => Ok(Done::Print(node_profile(output))),
         Invocation::Prefetch(a) => Ok(Done::Exit(prefetch::main(&a))),
+        Invocation::Completion(shell) => Ok(Done::Print(cli::completion(shell))),
     };
     match outcome {
         Ok(Done::Print(text)) => match emit(&text) {
@@ -96,8 +98,9 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
 fn node_profile(output: cli::NodeOutput) -> String {
     let root = infera_core::rootfs::Root::new(std::path::Path::new("/"));
     let Some(node) = infera_facts::node::gather(&root) else { return String::new() };
-    if output == cli::NodeOutput::Json {
-        return serde_json::to_string_pretty(&node).map(|j| j + "\n").unwrap_or_default();
+    if output != cli::NodeOutput::Text {
+        let json = serde_json::to_string_pretty(&node).unwrap_or_default();
+        return report::structured(json, output == cli::NodeOutput::Yaml).unwrap_or_default();
     }
     let mut o = format!("infera-exec node ({})\n", node.source);
     report::node_section(&mut o, &node);
@@ -131,6 +134,7 @@ fn version_text(env: &Env) -> String {
 fn print_error_as(r: &Refusal, output: Output) {
     let text = match output {
         Output::Json => format!("{:#}\n", serde_json::json!({ "error": r })),
+        Output::Yaml => report::yaml(&serde_json::json!({ "error": r }).to_string()).unwrap_or_default(),
         Output::Junit => matrix::render::junit_error(r),
         Output::Text => return,
     };
@@ -378,23 +382,27 @@ fn image_root(
     let (done, read) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicU64::new(0));
     // On stderr (the answer is stdout's) as each layer ends, and as a long one goes on; the
     // layers are read in parallel, so the rate is of all the bytes ended so far.
-    let progress = |i: usize, n: usize, bytes: u64, end: bool| {
+    let progress = |s: &infera_core::image::Step| {
         use std::sync::atomic::Ordering::Relaxed;
-        let secs = started.elapsed().as_secs_f64();
-        if !end {
+        let (i, n, secs) = (s.layer, s.layers, started.elapsed().as_secs_f64());
+        if !s.done {
+            // Of a compressed layer only the blob's size is known beforehand: the share read.
+            let of = s.blob_size.filter(|b| *b > 0).map_or(String::new(), |b| {
+                format!(" ({} % of its {} MiB blob)", s.blob_read.min(b) * 100 / b, b >> 20)
+            });
             tracing::info!(
                 code = "image-layer",
-                "{reference_said}: layer {i} of {n}: {} MiB so far at {secs:.1} s",
-                bytes >> 20
+                "{reference_said}: layer {i} of {n}: {} MiB so far{of} at {secs:.1} s",
+                s.bytes >> 20
             );
             return;
         }
-        let (k, total) = (done.fetch_add(1, Relaxed) + 1, read.fetch_add(bytes, Relaxed) + bytes);
+        let (k, total) = (done.fetch_add(1, Relaxed) + 1, read.fetch_add(s.bytes, Relaxed) + s.bytes);
         let rate = total as f64 / secs.max(1e-3) / 1e6;
         tracing::info!(
             code = "image-layer",
             "{reference_said}: layer {i} of {n} read ({} MiB); {k} of {n} layers, {} MiB in {secs:.1} s ({rate:.0} MB/s)",
-            bytes >> 20,
+            s.bytes >> 20,
             total >> 20
         );
     };
@@ -497,16 +505,17 @@ fn select(
 /// The dry run: the plan on stdout (text or JSON), then its refusal, if any, on stderr.
 fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
     let text = match req.output {
-        Output::Json => match report::json(plan) {
-            Ok(j) => j + "\n",
-            Err(e) => return refuse(&error::internal(&format!("the plan cannot be written as JSON: {e}")), env),
-        },
+        Output::Json | Output::Yaml => {
+            match report::json(plan).and_then(|j| report::structured(j, req.output == Output::Yaml)) {
+                Ok(text) => text,
+                Err(e) => return refuse(&error::internal(&format!("the plan cannot be written as JSON: {e}")), env),
+            }
+        }
         // JUnit is the matrix's (`matrix::wanted`): a single plan is never asked for in it.
         Output::Text | Output::Junit => {
-            // On one terminal the refusal is said once, on stderr with its hint.
-            use std::io::IsTerminal;
-            let one_terminal = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
-            term::safe(&report::text(plan, req.role == Role::Check, !one_terminal)).into_owned()
+            // Where stdout and stderr go to one place (a terminal, `> log 2>&1`, one pipe) the
+            // refusal is said once, on stderr with its hint.
+            term::safe(&report::text(plan, req.role == Role::Check, !term::one_place())).into_owned()
         }
     };
     match (&plan.error, emit(&text)) {
@@ -538,9 +547,9 @@ fn run_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
         }
     }
     if let Some(e) = &plan.error {
-        if req.output == Output::Json {
-            if let Ok(j) = report::json(plan) {
-                let _ = std::io::stdout().write_all((j + "\n").as_bytes());
+        if matches!(req.output, Output::Json | Output::Yaml) {
+            if let Ok(text) = report::json(plan).and_then(|j| report::structured(j, req.output == Output::Yaml)) {
+                let _ = std::io::stdout().write_all(text.as_bytes());
             }
         }
         return refuse(e, env);

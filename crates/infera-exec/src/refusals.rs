@@ -123,25 +123,14 @@ mod tests {
     fn every_code_of_the_source_is_catalogued() {
         let mut in_source = std::collections::BTreeSet::new();
         // Every crate's sources (the overlay's and the foundations' refuse too).
-        let crates = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-        let mut dirs = vec![std::path::PathBuf::from(crates)];
-        while let Some(d) = dirs.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    dirs.push(p);
-                } else if p.extension().is_some_and(|x| x == "rs") {
-                    let text = std::fs::read_to_string(&p).unwrap();
-                    let lines: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
-                    for (i, l) in lines.iter().enumerate() {
-                        let Some((_, after)) = l.split_once("#[refuse(") else { continue };
-                        // `#[refuse(code = "…"` on the line, or on the next (a long attribute).
-                        let attr =
-                            if after.trim().is_empty() { lines.get(i + 1).copied().unwrap_or("") } else { after };
-                        if let Some(rest) = attr.trim_start().strip_prefix("code = \"") {
-                            in_source.insert(rest.split('"').next().unwrap().to_string());
-                        }
-                    }
+        for text in sources() {
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+            for (i, l) in lines.iter().enumerate() {
+                let Some((_, after)) = l.split_once("#[refuse(") else { continue };
+                // `#[refuse(code = "…"` on the line, or on the next (a long attribute).
+                let attr = if after.trim().is_empty() { lines.get(i + 1).copied().unwrap_or("") } else { after };
+                if let Some(rest) = attr.trim_start().strip_prefix("code = \"") {
+                    in_source.insert(rest.split('"').next().unwrap().to_string());
                 }
             }
         }
@@ -153,5 +142,54 @@ mod tests {
         let extra: Vec<&String> =
             listed.iter().filter(|c| !in_source.contains(*c) && !rules.contains(*c) && !own.contains(*c)).collect();
         assert!(extra.is_empty(), "codes catalogued but in no source: {extra:?}");
+    }
+
+    /// The text of every crate's Rust sources.
+    fn sources() -> Vec<String> {
+        let mut dirs = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))];
+        let mut out = Vec::new();
+        while let Some(d) = dirs.pop() {
+            for p in std::fs::read_dir(&d).unwrap().flatten().map(|e| e.path()) {
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    out.push(std::fs::read_to_string(&p).unwrap());
+                }
+            }
+        }
+        out
+    }
+
+    /// The code (a string literal of `a-z0-9-`) at the start of `text` (after blanks), if one is.
+    fn literal(text: &str) -> Option<&str> {
+        let s = text.trim_start().strip_prefix('"')?.split('"').next()?;
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')).then_some(s)
+    }
+
+    /// Every finding code (`Finding::info("…"`, `Finding::warn("…"`) and every log line's
+    /// (`tracing::…!(code = "…"`) of the sources has its row in docs/findings.md, and every
+    /// row there a code of the sources.
+    #[test]
+    fn every_finding_and_log_code_is_documented() {
+        let mut codes = std::collections::BTreeSet::new();
+        for text in sources() {
+            for call in ["Finding::info(", "Finding::warn("] {
+                codes.extend(text.split(call).skip(1).filter_map(literal).map(str::to_string));
+            }
+            for level in ["info", "warn", "debug", "error"] {
+                for after in text.split(&format!("tracing::{level}!(")).skip(1) {
+                    let code = after.trim_start().strip_prefix("code = ").and_then(literal);
+                    codes.extend(code.map(str::to_string));
+                }
+            }
+        }
+        assert!(codes.len() > 80, "{codes:?}");
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/findings.md")).unwrap();
+        let rows: std::collections::BTreeSet<String> =
+            doc.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).map(str::to_string).collect();
+        let missing: Vec<&String> = codes.difference(&rows).collect();
+        assert!(missing.is_empty(), "codes said in the source but not in docs/findings.md: {missing:?}");
+        let extra: Vec<&String> = rows.difference(&codes).collect();
+        assert!(extra.is_empty(), "docs/findings.md rows of no code the source says: {extra:?}");
     }
 }

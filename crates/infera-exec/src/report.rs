@@ -22,13 +22,28 @@ pub fn json(plan: &Plan) -> Result<String, String> {
     serde_json::to_string_pretty(plan).map_err(|e| e.to_string())
 }
 
+/// A JSON answer as YAML (`-o yaml`): the same document, JSON its one source.
+pub fn yaml(json: &str) -> Result<String, String> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    serde_saphyr::to_string(&v).map_err(|e| e.to_string())
+}
+
+/// A JSON answer in the format asked for: pretty JSON, or YAML.
+pub fn structured(json: String, as_yaml: bool) -> Result<String, String> {
+    match as_yaml {
+        true => yaml(&json),
+        false => Ok(json + "\n"),
+    }
+}
+
 /// `refusal_row`: the refusal as the plan's last row (left out where stderr, which says it
-/// with its hint, is the same terminal).
+/// with its hint, goes to the same place).
 pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
     let mut o = String::new();
     let f = &plan.facts;
     w!(o, "infera-exec {} plan{}", plan.role, if plan.error.is_some() { " (refused)" } else { "" });
-    image_section(&mut o, f);
+    // The router uses no GPU: their count is no fact of its plan.
+    image_section(&mut o, f, plan.role != crate::choices::Role::Server.name());
     match f.host {
         Some(h) => host_section(&mut o, h),
         None if check => w!(o, "  host      unknown (capabilities, memlock and devices are read only with --root /)"),
@@ -61,7 +76,7 @@ pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
 }
 
 /// What the image is: its Python, ROCm release and HIP ABI, torch, and the GPUs.
-fn image_section(o: &mut String, f: &infera_facts::FactsView) {
+fn image_section(o: &mut String, f: &infera_facts::FactsView, gpus: bool) {
     if let Some(i) = f.image {
         let manifest = i.manifest_digest.as_deref().map(|d| format!("manifest {d}, ")).unwrap_or_default();
         let n = i.layers.len();
@@ -112,8 +127,10 @@ fn image_section(o: &mut String, f: &infera_facts::FactsView) {
             w!(o, "  model     {}: {}", m.reference, parts.join(" "));
         }
     }
-    let gpus = f.gpus.map_or_else(|| "unknown".to_string(), |g| g.to_string());
-    w!(o, "  gpus      {gpus} ({})", f.gpus_source);
+    if gpus {
+        let gpus = f.gpus.map_or_else(|| "unknown".to_string(), |g| g.to_string());
+        w!(o, "  gpus      {gpus} ({})", f.gpus_source);
+    }
 }
 
 /// A finding as the plan's text shows it.

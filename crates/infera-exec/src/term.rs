@@ -33,6 +33,15 @@ pub fn clap_error(e: &clap::Error) -> String {
     text
 }
 
+/// Whether stdout and stderr are one place: one terminal, or the same file or pipe
+/// (`> log 2>&1`, `2>&1 | less`), where a text said on both would be read twice.
+pub fn one_place() -> bool {
+    match (rustix::fs::fstat(std::io::stdout()), rustix::fs::fstat(std::io::stderr())) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
+}
+
 /// Quote for a POSIX shell so the printed command can be pasted; non-UTF-8 bytes use
 /// bash's `$'\xNN'` form so nothing is lost.
 pub fn shell_quote(s: &OsStr) -> String {

@@ -248,15 +248,16 @@ pub struct Layer<'a> {
     pub diff_id: &'a str,
 }
 
-/// Read a layer in one pass: its changes, and its uncompressed size.
+/// Read a layer in one pass: its changes, its uncompressed size and its blob's. `progress`
+/// is told the uncompressed bytes and the blob's bytes read so far.
 pub fn read(
     src: &Source,
     l: &Layer,
     keep: &Keep,
     totals: &Totals,
     verify: bool,
-    progress: &dyn Fn(u64),
-) -> Result<(Changes, u64), ImageError> {
+    progress: &dyn Fn(u64, u64),
+) -> Result<(Changes, u64, u64), ImageError> {
     let (n, name) = (l.n, l.name);
     let blob = src.member(name).map_err(|why| src.unread(&format!("layer {n}"), name, why))?;
     // One byte more than its size, so that a longer blob is seen, never read to its end.
@@ -277,8 +278,10 @@ pub fn read(
         ),
         _ => (Box::new(&mut blob), None),
     };
+    let blob_read = read_bytes.clone();
+    let told = move |bytes| progress(bytes, blob_read.get());
     let mut tar_stream = hashing(decoded, verify, ratio);
-    tar_stream.progress = Some(progress);
+    tar_stream.progress = Some(&told);
     let changes = entries(src, n, &mut tar_stream, keep, totals)?;
     // The tar ends before its padding and the compressed stream's end: read them for the digests.
     std::io::copy(&mut tar_stream, &mut std::io::sink()).map_err(io)?;
@@ -289,7 +292,7 @@ pub fn read(
     std::io::copy(&mut blob, &mut std::io::sink()).map_err(io)?;
     let found_blob = blob.into_inner().hash.map(|h| h.finalize().ok_or_else(lost)).transpose()?;
     check(src, l, read_bytes.get(), found_blob, found_diff)?;
-    Ok((changes, bytes))
+    Ok((changes, bytes, read_bytes.get()))
 }
 
 /// The blob's size and digest, and the tar's diff_id, are what the manifest and config say.

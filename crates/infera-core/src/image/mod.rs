@@ -142,10 +142,22 @@ pub(crate) struct LayerBlob {
     pub size: Option<u64>,
 }
 
-/// What is said of a long read: a layer's number (1 = the bottom one), the number of
-/// layers, its uncompressed bytes so far, and whether it is done. Said as each layer ends,
-/// and every `layer::PROGRESS_EVERY` bytes of a long one.
-pub type Progress<'a> = dyn Fn(usize, usize, u64, bool) + Sync + 'a;
+/// What is said of a long read, as each layer ends and every `layer::PROGRESS_EVERY`
+/// uncompressed bytes of a long one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// The layer's number (1 = the bottom one), of `layers`.
+    pub layer: usize,
+    pub layers: usize,
+    /// Its uncompressed bytes so far.
+    pub bytes: u64,
+    /// Its blob's bytes read so far, and the blob's size where the manifest gives it.
+    pub blob_read: u64,
+    pub blob_size: Option<u64>,
+    pub done: bool,
+}
+
+pub type Progress<'a> = dyn Fn(&Step) + Sync + 'a;
 
 /// Read `reference` (`PATH`, `PATH:TAG` or `PATH@sha256:…`): the manifest for `platform`,
 /// its config, and every layer in parallel, keeping what `keep` asks for. `verify`: check
@@ -156,7 +168,7 @@ pub fn read<R: AsRef<std::ffi::OsStr> + ?Sized>(
     keep: &Keep,
     verify: bool,
 ) -> Result<Image, ImageError> {
-    read_with_progress(reference, platform, keep, verify, &|_, _, _, _| {})
+    read_with_progress(reference, platform, keep, verify, &|_| {})
 }
 
 /// [`read`], calling `progress` as each layer ends and as a long one goes on.
@@ -228,9 +240,17 @@ fn read_layers(
                     let (b, diff_id) = (&plan.layers[i], &diff_ids[i]);
                     let l =
                         layer::Layer { n: i + 1, name: &b.name, digest: b.digest.as_deref(), size: b.size, diff_id };
-                    let every = |bytes| progress(i + 1, n, bytes, false);
-                    let r = layer::read(src, &l, keep, &totals, verify, &every).map(|(changes, bytes)| {
-                        progress(i + 1, n, bytes, true);
+                    let step = |bytes, blob_read, done| Step {
+                        layer: i + 1,
+                        layers: n,
+                        bytes,
+                        blob_read,
+                        blob_size: b.size,
+                        done,
+                    };
+                    let every = |bytes, blob_read| progress(&step(bytes, blob_read, false));
+                    let r = layer::read(src, &l, keep, &totals, verify, &every).map(|(changes, bytes, blob_read)| {
+                        progress(&step(bytes, blob_read, true));
                         changes
                     });
                     failed.fetch_or(r.is_err(), Ordering::Relaxed);

@@ -158,6 +158,7 @@ pub fn run(req: &Request, env: &Env) -> i32 {
     let out = match req.output {
         Output::Text => render::text(&rows, &columns, req.fail_on),
         Output::Json => render::json(&rows, &columns, code, req.fail_on),
+        Output::Yaml => crate::report::yaml(&render::json(&rows, &columns, code, req.fail_on)).unwrap_or_default(),
         Output::Junit => render::junit(&rows, &columns, req.fail_on),
     };
     if let Err(c) = crate::emit(&out) {

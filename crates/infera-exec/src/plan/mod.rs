@@ -211,7 +211,11 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
         args::tokenizer(req, facts, inp.models, r, &mut p.findings)?;
     }
     let st = Stage { inp, python, overlay, tree, run, engine, wrapped, args, unreadable };
-    let copies = caps::copies(tree, site, &mut p.findings);
+    let mut notes = Vec::new();
+    let copies = caps::copies(tree, site, &mut notes);
+    // The router imports no capability: which copy one would be is not its concern.
+    notes.retain(|n| req.role != crate::choices::Role::Server || n.code != "capability-from-image");
+    p.findings.extend(notes);
     capabilities(&st, &copies, p)?;
     let addressed = addresses(&st, p)?;
     caps::usability(&mut p.capabilities, req.privileges.keep_caps.as_deref(), facts, inp.node, rocm, inp.env)?;

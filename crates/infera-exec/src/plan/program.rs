@@ -33,6 +33,20 @@ pub enum ProgramError {
         hint = "point it at an ELF binary or a `#!` script; a file without a valid header is not run through /bin/sh"
     )]
     Format { what: &'static str, program: PathBuf, kind: &'static str },
+    #[error("the {what} `{}` is a `#!` script whose interpreter `{interpreter}` cannot be found: {reason}", program.display())]
+    #[refuse(
+        code = "exec-interpreter-missing",
+        exit = NotFound,
+        hint = "execve fails with ENOENT: install that interpreter in the image, or fix the script's `#!` line"
+    )]
+    InterpreterMissing { what: &'static str, program: PathBuf, interpreter: String, reason: String },
+    #[error("the {what} `{}` is a `#!` script whose interpreter `{interpreter}` cannot be executed: {why}", program.display())]
+    #[refuse(
+        code = "exec-interpreter-unusable",
+        exit = CannotExec,
+        hint = "the interpreter must be an executable regular file on an exec mount: fix the image or the script's `#!` line"
+    )]
+    InterpreterUnusable { what: &'static str, program: PathBuf, interpreter: String, why: String },
     #[error("`{name}` is not on the container's PATH ({path}) nor in the tree's `{}`", bin.display())]
     #[refuse(code = "exec-not-found", exit = NotFound, hint = "name a program the image has, or give its absolute path")]
     NotOnPath { name: String, path: String, bin: PathBuf },
@@ -51,6 +65,18 @@ pub fn runnable(program: &std::path::Path, what: &'static str, file: &ExecFile) 
         ExecFile::Ok { header: infera_facts::exe::Header::Unknown(kind), .. } => {
             Err(ProgramError::Format { what, program, kind })
         }
+        ExecFile::Interpreter { interpreter, file } => Err(match runnable(interpreter.as_ref(), "interpreter", file) {
+            Err(ProgramError::NotFound { reason, .. }) => {
+                ProgramError::InterpreterMissing { what, program, interpreter: interpreter.clone(), reason }
+            }
+            Err(e) => ProgramError::InterpreterUnusable {
+                what,
+                program,
+                interpreter: interpreter.clone(),
+                why: e.to_string(),
+            },
+            Ok(()) => return Ok(()),
+        }),
         ExecFile::Ok { .. } => Ok(()),
     }
 }

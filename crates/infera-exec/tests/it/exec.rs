@@ -105,8 +105,16 @@ fn exit_codes_126_and_127() {
         .overlay(&ov.overlay())
         .run()
         .assert(126, "exec-not-executable");
-    // The interpreter's `#!` names a program that does not exist: execve says ENOENT.
+    // The interpreter's `#!` names a program that does not exist: refused before the exec,
+    // naming it (execve would say ENOENT of the script).
     img.chmod("/usr/bin/python3.12", 0o755).exe("/usr/bin/python3.12", "#!/nonexistent/interpreter\n");
+    infera(&["worker", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run().assert(
+        127,
+        "error[exec-interpreter-missing]: the interpreter `/usr/bin/python3.12` is a `#!` script whose interpreter \
+         `/nonexistent/interpreter` cannot be found",
+    );
+    // An ELF whose loader is missing: execve itself says ENOENT.
+    img.elf_without_its_loader("/usr/bin/python3.12");
     infera(&["worker", "--", "--model", "/models/m"])
         .root(&img)
         .overlay(&ov.overlay())

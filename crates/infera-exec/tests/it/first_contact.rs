@@ -839,13 +839,36 @@ fn hints_that_are_commands_work_when_pasted() {
         .run();
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.json()["role"], "worker");
+    // `-o yaml` (any case): the same document, as YAML.
+    let mut keys: Vec<String> = out.json().as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    let yaml = infera(&["worker", "--dry-run", "-o", "YAML", "--", "--model", "/models/kimi-k3"])
+        .root(&img)
+        .overlay(&ov.overlay())
+        .env("INFERA_GPUS", "8")
+        .run();
+    assert_eq!(yaml.code, 0, "{}", yaml.stderr);
+    let mut top: Vec<String> = yaml
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with([' ', '-']))
+        .filter_map(|l| Some(l.split_once(':')?.0.trim_matches('"').to_string()))
+        .collect();
+    top.sort();
+    assert_eq!(top, keys, "{}", yaml.stdout);
+    assert!(yaml.stdout.contains("role: worker\n"), "{}", yaml.stdout);
+    // A refusal before any plan answers in YAML too.
+    let refused = infera(&["check", "-o", "yaml", "--root", "/nonexistent"]).run();
+    assert_eq!(refused.code, 66, "{}", refused.stderr);
+    assert!(refused.stdout.starts_with("error:\n  code: root-missing\n"), "{}", refused.stdout);
 }
 
-/// On one terminal a refusal is said once (on stderr, with its hint), not also as the plan's
-/// last row; piped, the plan keeps its row for whoever reads stdout alone. The capability
+/// On one terminal, or with both streams in one file, a refusal is said once (on stderr, with
+/// its hint), not also as the plan's last row; piped, the plan keeps its row for whoever
+/// reads stdout alone. The capability
 /// sets are summarised in text: no capability named twice.
 #[test]
-fn a_refusal_is_said_once_on_a_terminal() {
+fn a_refusal_is_said_once_on_a_terminal_or_in_one_file() {
     let img = vllm_image(None);
     img.file("/models/kimi-k3/config.json", include_str!("../../../../examples/models/kimi-k3/config.json"));
     let ov = shipped_overlay();
@@ -865,6 +888,20 @@ fn a_refusal_is_said_once_on_a_terminal() {
     assert_eq!(piped.code, 78);
     assert!(piped.stdout.contains("  refused   [kv-fp8-mla] exit 78: fp8 KV cache"), "{}", piped.stdout);
     assert!(piped.stderr.starts_with("error[kv-fp8-mla]"), "{}", piped.stderr);
+    // Both streams into one file (a CI log): once there too.
+    let log = img.p("/plan.log");
+    let one_file = std::process::Command::new("sh")
+        .args(["-c", &format!("\"$BIN\" {args} > \"$LOG\" 2>&1")])
+        .env("BIN", BIN)
+        .env("LOG", &log)
+        .env("INFERA_ROOT", img.path())
+        .env("INFERA_OVERLAY", ov.overlay())
+        .status()
+        .unwrap();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(one_file.code(), Some(78), "{said}");
+    assert_eq!(said.matches("fp8 KV cache (fp8) on the MLA model").count(), 1, "{said}");
+    assert!(said.starts_with("infera-exec worker plan (refused)\n"), "{said}");
     // The process's capability sets, at the host's root.
     let check = infera(&["check", "--root", "/", "--", "--model", "/m"]).overlay(&ov.overlay()).run();
     let caps: Vec<&str> = check.stdout.lines().skip_while(|l| !l.starts_with("  caps ")).take(3).collect();
@@ -944,4 +981,61 @@ fn version_case_and_tree_names_as_people_type_them() {
     typo.assert(2, "error[family-unknown]: --family rocm7-py311: the overlay has no such tree");
     assert!(typo.stderr.contains("hint: did you mean `rocm7-py312`?"), "{}", typo.stderr);
     assert!(!typo.stdout.contains("capabilities:"), "{}", typo.stdout);
+}
+
+/// `completion SHELL` prints a script the shell reads (bash parses it, and it completes the
+/// subcommands); a typo of it is one, not a program to plan.
+#[test]
+fn completion_scripts_for_the_shells() {
+    let bash = infera(&["completion", "bash"]).run();
+    assert_eq!(bash.code, 0, "{}", bash.stderr);
+    assert!(bash.stdout.contains("complete -F _infera__exec"), "{}", bash.stdout);
+    for sub in ["worker", "server", "check", "node", "install", "manifest", "version", "completion"] {
+        assert!(bash.stdout.contains(sub), "{sub}");
+    }
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), &bash.stdout).unwrap();
+    // Sourced, then asked to complete `infera-exec chec`.
+    let probe = format!(
+        "source {}; COMP_WORDS=(infera-exec chec); COMP_CWORD=1; COMP_LINE='infera-exec chec'; COMP_POINT=16; \
+         _infera__exec infera-exec chec infera-exec; echo \"${{COMPREPLY[@]}}\"",
+        script.path().display()
+    );
+    let out = std::process::Command::new("bash").args(["-c", &probe]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "check", "{}", String::from_utf8_lossy(&out.stderr));
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let o = infera(&["completion", shell]).run();
+        assert!(o.code == 0 && o.stdout.contains("infera-exec"), "{shell}: {}", o.stderr);
+    }
+    infera(&["completoin", "bash"]).run().assert(2, "did you mean `infera-exec completion`?");
+    let help = infera(&["completion", "--help"]).run();
+    assert!(
+        help.stdout.contains("Exit codes: 0 ok, 2 usage, 70 internal error (a bug), 74 output not written."),
+        "{}",
+        help.stdout
+    );
+}
+
+/// Each command's --help lists the exit codes that command gives, from one table.
+#[test]
+fn each_help_lists_its_own_exit_codes() {
+    let help = |args: &[&str]| infera(args).run().stdout;
+    let check = help(&["check", "--help"]);
+    assert!(check.contains("Exit codes: 0 ok, 1 a gate failed, 2 usage, "), "{check}");
+    assert!(!check.contains("130/143") && !check.contains("--init:"), "{check}");
+    let worker = help(&["worker", "--help"]);
+    assert!(
+        worker.contains("130/143 stopped by SIGINT/SIGTERM while waiting, with --init: the program's code"),
+        "{worker}"
+    );
+    assert!(!worker.contains(" 1 a gate failed"), "{worker}");
+    // A run answers with one plan: JUnit (the matrix's) is offered by check alone.
+    assert!(worker.contains("- yaml") && !worker.contains("junit"), "{worker}");
+    assert!(check.contains("- junit"), "{check}");
+    infera(&["worker", "-o", "junit", "--dry-run"]).run().assert(2, "check");
+    for sub in ["install", "manifest"] {
+        let h = help(&[sub, "--help"]);
+        assert!(h.contains("Exit codes: 0 ok, 2 usage, 65 invalid overlay/manifest, 66 missing, 70"), "{sub}: {h}");
+        assert!(!h.contains("78"), "{sub}: {h}");
+    }
 }

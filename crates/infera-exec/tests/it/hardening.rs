@@ -233,6 +233,43 @@ fn a_script_whose_interpreter_has_no_valid_header_is_not_run_by_the_shell() {
     }
 }
 
+/// A `#!` script whose interpreter is missing is refused before the exec, naming the
+/// interpreter (execve's ENOENT would name only the script, which exists), dry run and real
+/// run alike; one that is not executable is 126. With `--root` the kernel reads the `#!`
+/// path from this host, and so does the plan; in an image archive, from the image.
+#[test]
+fn a_script_whose_interpreter_is_missing_is_refused_naming_it() {
+    let py = real_python("3.12");
+    let img = vllm_image(Some(&py));
+    let ov = shipped_overlay();
+    let plain = img.p("/usr/local/bin/plain");
+    img.exe("/usr/local/bin/launch-api", "#!/usr/bin/python9 -u\nprint('RAN')\n")
+        .file("/usr/local/bin/plain", "")
+        .exe("/usr/local/bin/launch-plain", &format!("#!{}\n", plain.display()));
+    for env in [&[][..], &[("INFERA_DRY_RUN", "1")]] {
+        let mut r = infera(&["launch-api"]).root(&img).overlay(&ov.overlay());
+        for (k, v) in env {
+            r = r.env(k, v);
+        }
+        let out = r.run();
+        out.assert(
+            127,
+            "error[exec-interpreter-missing]: the program `/usr/local/bin/launch-api` is a `#!` script whose interpreter \
+             `/usr/bin/python9` cannot be found",
+        );
+        assert!(out.stderr.contains("install that interpreter in the image"), "{}", out.stderr);
+        assert!(!out.stdout.contains("RAN"), "{}", out.stdout);
+    }
+    infera(&["launch-plain"]).root(&img).overlay(&ov.overlay()).run().assert(
+        126,
+        &format!(
+            "error[exec-interpreter-unusable]: the program `/usr/local/bin/launch-plain` is a `#!` script whose interpreter \
+             `{0}` cannot be executed: the interpreter `{0}` is not an executable file (mode 644)",
+            plain.display()
+        ),
+    );
+}
+
 /// A shared object whose constructor leaves a marker: what LD_PRELOAD would run.
 fn preload_lib(out: &Path, marker: &Path) {
     let src = out.with_extension("c");

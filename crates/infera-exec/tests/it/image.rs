@@ -504,16 +504,26 @@ fn a_long_layer_says_its_progress_as_it_goes() {
     f.set_len(blob_len).unwrap();
     let said = std::sync::Mutex::new(Vec::new());
     let keep = |_: &Path, _: u64, _: u32| Want::Head(0);
-    let img =
-        image::read_with_progress(&d.display().to_string(), &Platform::default(), &keep, false, &|i, n, b, end| {
-            said.lock().unwrap().push((i, n, b, end))
-        })
-        .unwrap();
+    let img = image::read_with_progress(&d.display().to_string(), &Platform::default(), &keep, false, &|s| {
+        said.lock().unwrap().push(*s)
+    })
+    .unwrap();
     assert!(matches!(img.tree.get(Path::new("/big")), Some(Node::File { size, data: None, .. }) if *size == 5 << 29));
     let said = said.into_inner().unwrap();
     assert_eq!(said.len(), 2, "{said:?}");
-    assert!(matches!(said[0], (1, 1, b, false) if (2 << 30..5 << 29).contains(&b)), "at 2 GiB: {said:?}");
-    assert_eq!(said[1], (1, 1, blob_len, true), "the tar's bytes when it ends: {said:?}");
+    let s = said[0];
+    assert!(
+        (s.layer, s.layers, s.done) == (1, 1, false) && (2 << 30..5 << 29).contains(&s.bytes),
+        "at 2 GiB: {said:?}"
+    );
+    // An uncompressed layer: its blob is read as far as its tar, of the size the manifest says.
+    assert!(s.blob_read >= s.bytes && s.blob_read <= s.bytes + (1 << 20) && s.blob_size == Some(blob_len), "{said:?}");
+    let end = said[1];
+    assert_eq!(
+        (end.bytes, end.blob_read, end.done),
+        (blob_len, blob_len, true),
+        "the tar's bytes when it ends: {said:?}"
+    );
 }
 
 /// A library whose `.hip_fatbin` holds `bundles` plain and CCOB v2 bundles, alternating,

@@ -216,8 +216,10 @@ fn orphans_are_reparented_to_init_not_lost() {
 fn exec_failures_give_126_and_127_in_init_mode() {
     let ov = shipped_overlay();
     let img = vllm_image(None);
-    // The interpreter's `#!` names a directory: execve fails with EACCES in the child.
-    img.exe("/usr/bin/python3.12", "#!/usr\n");
+    // An ELF file execve refuses (ENOEXEC), which the plan takes for one: the child's execve.
+    let mut elf = b"\x7fELF".to_vec();
+    elf.resize(64, 0);
+    img.exe("/usr/bin/python3.12", "").file("/usr/bin/python3.12", elf);
     let (code, _, err) = finish(
         launcher(&img, &ov, &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[])
             .spawn()
@@ -229,8 +231,9 @@ fn exec_failures_give_126_and_127_in_init_mode() {
     let (code, _, err) =
         finish(launcher(&img, &ov, &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"], &[]).spawn().unwrap());
     assert_eq!(code, 126, "{err}");
-    assert!(err.contains("error[exec-failed]: execve") && err.contains("Permission denied"), "{err}");
-    img.exe("/usr/bin/python3.12", "#!/nonexistent/interpreter\n");
+    assert!(err.contains("error[exec-failed]: execve") && err.contains("Exec format error"), "{err}");
+    // An ELF whose loader is missing: ENOENT from execve, 127, in both modes.
+    img.elf_without_its_loader("/usr/bin/python3.12");
     for mode in [
         &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"][..],
         &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"][..],
@@ -238,6 +241,16 @@ fn exec_failures_give_126_and_127_in_init_mode() {
         let (code, _, err) = finish(launcher(&img, &ov, mode, &[]).spawn().unwrap());
         assert_eq!(code, 127, "{mode:?}: {err}");
         assert!(err.contains("error[exec-not-found]: execve") && err.contains("No such file"), "{mode:?}: {err}");
+    }
+    // A `#!` interpreter that is a directory: refused by the plan, before any execve.
+    img.exe("/usr/bin/python3.12", "#!/usr\n");
+    for mode in [
+        &["server", "--init", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"][..],
+        &["server", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"][..],
+    ] {
+        let (code, _, err) = finish(launcher(&img, &ov, mode, &[]).spawn().unwrap());
+        assert_eq!(code, 126, "{mode:?}: {err}");
+        assert!(err.contains("error[exec-interpreter-unusable]") && err.contains("`/usr` is a directory"), "{err}");
     }
 }
 

@@ -95,9 +95,32 @@ impl Fx {
         self
     }
 
+    /// An ELF program whose dynamic loader does not exist: the file is fine to look at, and
+    /// execve fails with ENOENT (what no plan can see without running the loader).
+    pub fn elf_without_its_loader(&self, rel: &str) -> &Self {
+        let c = self.p("no-loader.c");
+        fs::write(&c, "int main(void) { return 0; }\n").unwrap();
+        let st = std::process::Command::new("gcc")
+            .args(["-o"])
+            .arg(self.p(rel))
+            .arg(&c)
+            .arg("-Wl,--dynamic-linker=/nonexistent/ld-linux.so")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        self
+    }
+
     /// An interpreter file: a wrapper that execs a real CPython (`real`), or a plain
     /// file that must never run (`None`).
     pub fn interpreter(&self, rel: &str, real: Option<&Path>) -> &Self {
+        // Its `#!` shell, as every engine image has one: in a chroot of the image (a pod's
+        // view) the launcher looks for it there (with --root, on this host).
+        let sh = self.p("/bin/sh");
+        if std::fs::symlink_metadata(&sh).is_err() {
+            fs::create_dir_all(sh.parent().unwrap()).unwrap();
+            fs::copy("/bin/sh", &sh).unwrap();
+        }
         match real {
             Some(py) => self.exe(rel, &format!("#!/bin/sh\nexec {} \"$@\"\n", py.display())),
             None => self.exe(rel, "#!/bin/sh\necho 'fixture interpreter must not run' >&2\nexit 99\n"),
