@@ -504,11 +504,15 @@ pub fn unknown_options(
         if is_prefix_of_one(list.names(), head) || e.spelling_of(head).is_some() {
             continue; // the option, or a prefix the abbreviation checks judge
         }
-        let in_none = !(e.info().options)().iter().any(|l| is_prefix_of_one(l.names(), head));
         let (whose, fix, opt) = meant(e, head, list.names());
-        let wrong_everywhere =
-            in_none && (span == infera_facts::engines::Span::Within || !whose.is_empty() || typo(e, head));
-        if exact.is_some() || wrong_everywhere {
+        // With the release's own list the parser's answer is known; else: no release has it,
+        // and it is another engine's, or a typo of one some release has.
+        let wrong_everywhere = || {
+            let every = infera_facts::engines::every_release_names(e);
+            !is_prefix_of_one(&every, head)
+                && (span == infera_facts::engines::Span::Within || !whose.is_empty() || typo(&every, head))
+        };
+        if exact.is_some() || wrong_everywhere() {
             let proof = match exact {
                 Some(l) => format!(" (its parser's options, recorded from {} {})", e.name(), l.label()),
                 None => format!(" (no recorded release of {} has it: {})", e.name(), recorded_releases(e)),
@@ -554,10 +558,9 @@ fn is_prefix_of_one(names: &[&str], head: &str) -> bool {
     names.get(from).is_some_and(|n| n.starts_with(head))
 }
 
-/// A misspelling of an option some recorded release has: at most two edits from it.
-fn typo(e: Engine, head: &str) -> bool {
-    head.len() > 8
-        && (e.info().options)().iter().flat_map(|l| l.names()).any(|n| strsim::damerau_levenshtein(head, n) <= 2)
+/// A misspelling of an option some recorded release has (`every`): at most two edits from it.
+fn typo(every: &[&str], head: &str) -> bool {
+    head.len() > 8 && every.iter().any(|n| strsim::damerau_levenshtein(head, n) <= 2)
 }
 
 /// The recorded releases of an engine, said as runs: `0.9.0 to 0.9.2, 0.10.0, …`.

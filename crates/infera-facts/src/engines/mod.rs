@@ -335,11 +335,14 @@ impl OptionList {
     pub fn names(&self) -> &[&'static str] {
         self.names.get_or_init(|| {
             let mine = |i: &usize| self.bits.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0);
+            // The universe is sorted: its members in order, the wrapper's few put in place.
             let mut v: Vec<&'static str> =
                 self.universe.iter().enumerate().filter(|(i, _)| mine(i)).map(|(_, n)| *n).collect();
-            v.extend(self.engine.wrapper_options());
-            v.sort_unstable();
-            v.dedup();
+            for w in self.engine.wrapper_options() {
+                if let Err(i) = v.binary_search(&w) {
+                    v.insert(i, w);
+                }
+            }
             v
         })
     }
@@ -418,9 +421,21 @@ pub fn span(engine: Engine, version: Option<&str>) -> Span {
     }
 }
 
+/// Every option any recorded release of the engine has, and its wrapper's, sorted: the
+/// union the lists are bitsets over (no list's own names are built to answer about all).
+pub fn every_release_names(engine: Engine) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = (engine.info().options)().first().map(|l| l.universe.to_vec()).unwrap_or_default();
+    for w in engine.wrapper_options() {
+        if let Err(i) = v.binary_search(&w) {
+            v.insert(i, w);
+        }
+    }
+    v
+}
+
 /// Whether any recorded release of the engine (or its wrapper) has the option.
 pub fn any_release_has(engine: Engine, name: &str) -> bool {
-    (engine.info().options)().iter().any(|l| l.has(name))
+    every_release_names(engine).binary_search(&name).is_ok()
 }
 
 #[cfg(test)]
