@@ -504,15 +504,21 @@ pub fn unknown_options(
         if is_prefix_of_one(list.names(), head) || e.spelling_of(head).is_some() {
             continue; // the option, or a prefix the abbreviation checks judge
         }
-        let (whose, fix, opt) = meant(e, head, list.names());
+        let other = other_engines(e, head);
         // With the release's own list the parser's answer is known; else: no release has it,
         // and it is another engine's, or a typo of one some release has.
-        let wrong_everywhere = || {
+        let refused = exact.is_some() || {
             let every = infera_facts::engines::every_release_names(e);
-            !is_prefix_of_one(&every, head)
-                && (span == infera_facts::engines::Span::Within || !whose.is_empty() || typo(&every, head))
+            !is_prefix_of_one(every, head)
+                && (span == infera_facts::engines::Span::Within || other.is_some() || typo(every, head))
         };
-        if exact.is_some() || wrong_everywhere() {
+        if !refused && shown == ONE_BY_ONE {
+            more.push(head.to_string());
+            continue;
+        }
+        // Only an option said one by one gets a guess (a similarity search over the list).
+        let (whose, fix, opt) = other.unwrap_or_else(|| closest(e, head, list.names()));
+        if refused {
             let proof = match exact {
                 Some(l) => format!(" (its parser's options, recorded from {} {})", e.name(), l.label()),
                 None => format!(" (no recorded release of {} has it: {})", e.name(), recorded_releases(e)),
@@ -525,10 +531,6 @@ pub fn unknown_options(
                 whose: format!("{whose}{proof}"),
                 fix,
             });
-        }
-        if shown == ONE_BY_ONE {
-            more.push(head.to_string());
-            continue;
         }
         shown += 1;
         findings.push(unchecked(e, version, list, head, i, &whose, &fix, opt));
@@ -606,22 +608,31 @@ fn unchecked(
 
 /// What an unknown option was meant to be: whose spelling it is, the fix, and the launcher's
 /// option it names when it names one.
-fn meant(e: Engine, name: &str, names: &[&str]) -> (String, String, Option<Opt>) {
+type Meant = (String, String, Option<Opt>);
+
+/// The unknown option as another engine's: its spelling of one of ours, or an option some
+/// release of it has.
+fn other_engines(e: Engine, name: &str) -> Option<Meant> {
     for other in Engine::all().filter(|o| *o != e) {
         let opt = other.spelling_of(name).map(|(o, _)| o);
         if let Some(ours) = opt.and_then(|o| e.spelling(o)).and_then(|sp| sp.names().find(|n| n.starts_with("--"))) {
-            return (
+            return Some((
                 format!(" (it is {}'s spelling)", other.name()),
                 format!("write {ours}, {}'s spelling of {}'s {name}", e.name(), other.name()),
                 opt,
-            );
+            ));
         }
         if infera_facts::engines::any_release_has(other, name) {
             // A similar name of this engine would be a guess at a different option.
             let fix = format!("remove it, or find {}'s option for it in its own `--help` in the image", e.name());
-            return (format!(" (it is an option of {})", other.name()), fix, None);
+            return Some((format!(" (it is an option of {})", other.name()), fix, None));
         }
     }
+    None
+}
+
+/// The unknown option as a misspelling of one of `names` (a similarity search over them).
+fn closest(e: Engine, name: &str, names: &[&str]) -> Meant {
     match infera_facts::suggest::closest(name, names.iter().copied()) {
         Some(n) => (String::new(), format!("did you mean {n}?"), e.spelling_of(n).map(|(o, _)| o)),
         None => {

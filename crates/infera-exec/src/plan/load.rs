@@ -42,9 +42,9 @@ pub enum Class {
 /// itself where its reads are not ahead of the loader (`crate::prefetch`).
 pub const SLOW_MICROS: u64 = 400;
 /// Reads in flight this many times as fast as the loader's one at a time, with the loader's
-/// under `SLOW_BPS`, is storage a loader waits on whatever its latency (a virtual disk backed by a host's file or a network
-/// volume answers one request in 200 µs but many at once; measured: BENCHMARKS.md, the local
-/// cell, where such a disk read ahead loads 2.5x faster).
+/// under `SLOW_BPS`, is storage a loader waits on whatever its latency: a virtual disk backed
+/// by a host's file or a network volume answers one request in 100–300 µs, but many at once
+/// far faster than one after another.
 pub const IN_FLIGHT_GAIN: f64 = 1.5;
 /// A cold read answered faster than this came from memory, not from a device (pages another
 /// process keeps mapped are not dropped; a sparse file's holes are zeros): the probe says

@@ -338,11 +338,7 @@ impl OptionList {
             // The universe is sorted: its members in order, the wrapper's few put in place.
             let mut v: Vec<&'static str> =
                 self.universe.iter().enumerate().filter(|(i, _)| mine(i)).map(|(_, n)| *n).collect();
-            for w in self.engine.wrapper_options() {
-                if let Err(i) = v.binary_search(&w) {
-                    v.insert(i, w);
-                }
-            }
+            insert_sorted(&mut v, self.engine.wrapper_options());
             v
         })
     }
@@ -423,14 +419,28 @@ pub fn span(engine: Engine, version: Option<&str>) -> Span {
 
 /// Every option any recorded release of the engine has, and its wrapper's, sorted: the
 /// union the lists are bitsets over (no list's own names are built to answer about all).
-pub fn every_release_names(engine: Engine) -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = (engine.info().options)().first().map(|l| l.universe.to_vec()).unwrap_or_default();
-    for w in engine.wrapper_options() {
-        if let Err(i) = v.binary_search(&w) {
-            v.insert(i, w);
+pub fn every_release_names(engine: Engine) -> &'static [&'static str] {
+    static UNIONS: std::sync::OnceLock<Vec<(Engine, Vec<&'static str>)>> = std::sync::OnceLock::new();
+    let unions = UNIONS.get_or_init(|| {
+        Engine::all()
+            .map(|e| {
+                let mut v: Vec<&'static str> =
+                    (e.info().options)().first().map(|l| l.universe.to_vec()).unwrap_or_default();
+                insert_sorted(&mut v, e.wrapper_options());
+                (e, v)
+            })
+            .collect()
+    });
+    unions.iter().find(|(e, _)| *e == engine).map_or(&[], |(_, v)| v.as_slice())
+}
+
+/// Put `names` into the sorted `v` where they belong, once each.
+fn insert_sorted(v: &mut Vec<&'static str>, names: impl Iterator<Item = &'static str>) {
+    for n in names {
+        if let Err(i) = v.binary_search(&n) {
+            v.insert(i, n);
         }
     }
-    v
 }
 
 /// Whether any recorded release of the engine (or its wrapper) has the option.
