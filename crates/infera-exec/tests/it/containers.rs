@@ -18,13 +18,21 @@ const SEED: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "k
 const GPUS8: &str = "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7";
 const ALLOW_033: &str = "INFERA_ALLOW=engine-version";
 
-fn conf() -> PathBuf {
-    repo().join("tests/containers/containers.conf")
+/// podman's settings for this machine and the tests' own store under target/
+/// (tests/containers/store): nothing the tests build lands in the machine's store.
+fn podman_env(c: &mut Command) -> &mut Command {
+    static STORE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let store = STORE.get_or_init(|| {
+        let o = Command::new(repo().join("tests/containers/store")).output().unwrap();
+        assert!(o.status.success(), "tests/containers/store: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    });
+    c.env("CONTAINERS_CONF", repo().join("tests/containers/containers.conf")).env("CONTAINERS_STORAGE_CONF", store)
 }
 
 fn podman(args: &[&str]) -> Command {
     let mut c = Command::new("podman");
-    c.env("CONTAINERS_CONF", conf()).args(args).stdin(Stdio::null());
+    podman_env(&mut c).args(args).stdin(Stdio::null());
     c
 }
 
@@ -39,10 +47,10 @@ fn out(mut c: Command) -> Out {
 
 /// Build (or refresh) the images once at a time; the script skips what is up to date.
 fn images() {
-    let st = Command::new("flock")
+    let mut c = Command::new("flock");
+    let st = podman_env(&mut c)
         .arg(repo().join("target/e2e.lock"))
         .arg(repo().join("examples/images/build"))
-        .env("CONTAINERS_CONF", conf())
         .stdout(Stdio::null())
         .status()
         .unwrap();
@@ -1146,11 +1154,11 @@ fn the_overlay_image_from_a_clone_installs_itself_and_runs() {
     let name = "localhost/infera/overlay:clone-test";
     let archive = tempfile::tempdir().unwrap();
     let tar = archive.path().join("overlay.tar");
-    let built = Command::new("flock")
+    let mut c = Command::new("flock");
+    let built = podman_env(&mut c)
         .arg(repo().join("target/e2e.lock"))
         .arg(repo().join("scripts/build-overlay-image"))
         .args(["--tag", name, "--save", tar.to_str().unwrap()])
-        .env("CONTAINERS_CONF", conf())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&built.stdout);
@@ -1369,10 +1377,8 @@ fn walkthrough_commands_run_as_written() {
     };
     let sh = |cmd: &str| {
         let mut c = Command::new("flock");
-        c.arg(repo().join("target/e2e.lock"))
-            .args(["sh", "-c", cmd])
-            .current_dir(repo())
-            .env("CONTAINERS_CONF", conf());
+        c.arg(repo().join("target/e2e.lock")).args(["sh", "-c", cmd]).current_dir(repo());
+        podman_env(&mut c);
         out(c)
     };
     let build = sh(&here(blocks[0]));
