@@ -65,6 +65,7 @@ pub fn spawn(spec: &PrefetchSpec, linger: bool) {
         .args(["__prefetch", "--parent", &std::process::id().to_string()])
         .args(["--lead", &spec.lead_bytes.to_string(), "--ranges", &spec.ranges.to_string()])
         .args(spec.after_open.then_some("--after-open"))
+        .args(spec.with_loader.then_some("--with-loader"))
         .args(linger.then_some("--linger"))
         .arg("--")
         .args(&spec.files)
@@ -96,6 +97,9 @@ pub struct Args {
     pub after_open: bool,
     #[arg(long)]
     pub linger: bool,
+    /// Start once the engine has opened one of the files (the loader has started).
+    #[arg(long)]
+    pub with_loader: bool,
     #[arg(last = true)]
     pub files: Vec<PathBuf>,
 }
@@ -412,7 +416,12 @@ fn reader(
                 break;
             }
             let lead = if l.pressed { a.lead.min(PRESSED_LEAD) } else { a.lead };
-            if c.end <= l.position + lead && (!a.after_open || l.opened.is_some_and(|o| o >= c.index)) {
+            let opened = match (a.after_open, a.with_loader) {
+                (true, _) => l.opened.is_some_and(|o| o >= c.index),
+                (false, true) => l.opened.is_some(),
+                (false, false) => true,
+            };
+            if c.end <= l.position + lead && opened {
                 break;
             }
             drop(l);

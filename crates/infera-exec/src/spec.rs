@@ -67,6 +67,10 @@ pub struct PrefetchSpec {
     /// Read a file only once the engine has it open: FUSE drops a file's cache when it is
     /// opened (without `kernel_cache`), so what was read before would be lost.
     pub after_open: bool,
+    /// Start once the engine has opened its first weight file: before, the engine reads its
+    /// interpreter and imports, from the same device (the image's root holds the model) or
+    /// from storage that keeps up by itself, and reads beside them would slow them.
+    pub with_loader: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

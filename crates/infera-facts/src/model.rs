@@ -236,6 +236,8 @@ fn filesystem(root: &Root, dir: &Path, probe: Option<&Weights>) -> Option<super:
     let resolved = std::fs::canonicalize(dir).ok()?;
     let mountinfo = root.read_small_string(Path::new("/proc/self/mountinfo")).ok()?;
     let mut fs = super::storage::filesystem_of(&mountinfo, &resolved)?;
+    let dev = |p: &Path| std::fs::metadata(p).ok().map(|m| std::os::unix::fs::MetadataExt::dev(&m));
+    fs.shares_root = dev(&resolved).is_some_and(|d| Some(d) == dev(Path::new("/")));
     if !super::mounts::network_fs(&fs.fstype) {
         fs.device = super::blockdev::classify(root, &fs.majmin, &mountinfo);
         let read = |p: &Path| root.read_small_string(p).ok();

@@ -27,6 +27,10 @@ pub struct Filesystem {
     /// A short timed read of the checkpoint, where nothing else says what the storage is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<Probe>,
+    /// The model is on the filesystem of the image's root (`/`): the engine's interpreter and
+    /// imports are read from the same device as its weights.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shares_root: bool,
 }
 
 /// What short reads of the checkpoint's first file took, cold (its pages dropped from the
@@ -188,6 +192,7 @@ pub fn filesystem_of(mountinfo: &str, path: &Path) -> Option<Filesystem> {
         device: None,
         io_cap: None,
         probe: None,
+        shares_root: false,
     })
 }
 

@@ -164,7 +164,11 @@ pub fn plan(
             !own && (class == Some(Class::SlowBlock) || decided.as_ref().is_some_and(|d| !d.engine_reads_ahead))
         }
     };
-    let prefetch = run.then(|| read_ahead(w, fs, memory)).flatten();
+    // Storage that keeps up by itself (or unknown), or the device the engine's own files are
+    // read from: reads before the loader's would only slow the engine's start (its imports).
+    let keeps_up = !matches!(class, Some(Class::SlowBlock | Class::Shared | Class::Detected { .. }));
+    let with_loader = keeps_up || fs.is_some_and(|f| f.shares_root);
+    let prefetch = run.then(|| read_ahead(w, fs, memory, with_loader)).flatten();
     if let Some(why) = w.skipped.as_ref().filter(|_| run) {
         findings.push(Finding::warn("prefetch-files", format!("the read-ahead of the weights: {why}")));
     }
@@ -184,8 +188,13 @@ pub fn plan(
                     ", each file once the engine has opened it (FUSE drops the cache on open)"
                 } else {
                     ""
-                }
-            ),
+                },
+            ) + if p.with_loader {
+                "; from the loader's first open of a weight file (before, the engine reads its own files, from the \
+                 same device or from storage that keeps up by itself)"
+            } else {
+                ""
+            },
         )),
         (None, Prefetch::On) => {
             findings.push(Finding::info("prefetch", "--prefetch on: the model has no *.safetensors file to read ahead"))
@@ -313,7 +322,12 @@ fn choose(
 /// rest is the engine's: what it has read stays cached while it has the file mapped), and at
 /// most `MAX_READS` reads at once — how many it uses is what the storage answers (it starts
 /// with one and adds readers while they add throughput: `crate::prefetch`).
-fn read_ahead(w: &Weights, fs: Option<&Filesystem>, memory: Option<&PodMemory>) -> Option<PrefetchSpec> {
+fn read_ahead(
+    w: &Weights,
+    fs: Option<&Filesystem>,
+    memory: Option<&PodMemory>,
+    with_loader: bool,
+) -> Option<PrefetchSpec> {
     if w.files.is_empty() {
         return None;
     }
@@ -324,6 +338,7 @@ fn read_ahead(w: &Weights, fs: Option<&Filesystem>, memory: Option<&PodMemory>) 
         lead_bytes: (budget / 2).clamp(MIN_LEAD, w.bytes.max(MIN_LEAD)),
         ranges: MAX_READS,
         after_open: fs.is_some_and(|f| is_fuse(&f.fstype)),
+        with_loader,
     })
 }
 
@@ -374,6 +389,7 @@ mod tests {
             device: None,
             io_cap: None,
             probe: None,
+            shares_root: false,
         };
         if let Some(d) = device {
             use infera_facts::blockdev::{BlockDevice, Medium};
@@ -427,6 +443,35 @@ mod tests {
         let mut out: Vec<String> = l.added.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         out.extend(l.prefetch.map(|_| "+ours".to_string()));
         out.join(" ")
+    }
+
+    /// The read-ahead starts at the exec where the weights are on storage a loader waits on
+    /// and apart from the image's root; from the loader's first open where the engine's own
+    /// files (interpreter, imports) are read from the same device, or where the storage keeps
+    /// up by itself (`on` on a local disk): reads beside the imports only slow the start.
+    #[test]
+    fn the_read_ahead_starts_with_the_loader_beside_the_engines_own_files() {
+        let big_pod = pod(Some(1024), 2048);
+        let cases = [
+            ("ext4@network", false, Prefetch::Auto, false),
+            ("ext4@network", true, Prefetch::Auto, true),
+            ("ext4@260/420/1100", true, Prefetch::Auto, true),
+            ("ext4@capped", false, Prefetch::On, false),
+            ("ext4@local", false, Prefetch::On, true),
+            ("ext4", false, Prefetch::On, true),
+            ("fuse.juicefs", false, Prefetch::Auto, false),
+        ];
+        for (fs, shares_root, choice, with_loader) in cases {
+            let mut m = model(100 * GIB, fs);
+            m.filesystem.as_mut().unwrap().shares_root = shares_root;
+            let mut findings = Vec::new();
+            let parsed = infera_facts::dialect::read(Engine::Vllm, &[]);
+            let l = plan(Engine::Vllm, Some("0.28.0"), &parsed, Some(&m), Some(&big_pod), choice, &mut findings);
+            let p = l.prefetch.unwrap_or_else(|| panic!("{fs} {choice:?}: no read-ahead"));
+            assert_eq!(p.with_loader, with_loader, "{fs}, the root's filesystem: {shares_root}, {choice:?}");
+            let said = findings.iter().find(|f| f.code == "prefetch").unwrap();
+            assert_eq!(said.message.contains("from the loader's first open of a weight file"), with_loader, "{said:?}");
+        }
     }
 
     /// Engine versions × filesystems × sizes against the pod's memory, with `--prefetch auto`.

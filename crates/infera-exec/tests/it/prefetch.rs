@@ -193,6 +193,32 @@ fn it_stays_within_its_lead_of_the_loader() {
     ra.wait().unwrap();
 }
 
+/// With `--with-loader` (the model beside the image's root, or storage that keeps up) it
+/// reads nothing while the engine starts (its imports have the device), then, once the
+/// loader has opened a weight file, the whole checkpoint within its lead.
+#[test]
+fn with_the_loader_it_waits_for_the_first_open() {
+    let m = model(16);
+    let files: Vec<_> = (1..=3).map(|i| m.p(&format!("m/model-0000{i}-of-00003.safetensors"))).collect();
+    let me = std::process::id().to_string();
+    let mut ra = std::process::Command::new(env!("CARGO_BIN_EXE_infera-exec"))
+        .args(["__prefetch", "--parent", &me, "--lead", &(1u64 << 30).to_string(), "--with-loader", "--"])
+        .args(&files)
+        .spawn()
+        .unwrap();
+    let total = || files.iter().map(|f| cached(f)).sum::<u64>();
+    // Started: it has opened the files (its own descriptors), and read none of them.
+    let opened = || std::fs::read_dir(format!("/proc/{}/fd", ra.id())).map_or(0, |d| d.count());
+    assert!(wait_until(Duration::from_secs(20), || opened() >= 6), "the read-ahead did not start");
+    std::thread::sleep(Duration::from_millis(300)); // what it would read if it did not wait
+    assert_eq!(total(), 0, "read before the loader opened a file");
+    // The loader opens the first file (and reads nothing yet): everything is read ahead.
+    let _f = std::fs::File::open(&files[0]).unwrap();
+    assert!(wait_until(Duration::from_secs(20), || total() >= 48 * MIB as u64), "{} bytes read", total());
+    ra.kill().unwrap();
+    ra.wait().unwrap();
+}
+
 /// The read-ahead ends with the engine: its signal mask is reset (the launcher blocks SIGTERM
 /// and SIGINT in init mode, and a child inherits that), so when the engine is SIGKILLed
 /// mid-load under `--init` — the pod's memory limit below the checkpoint, the read-ahead
