@@ -250,8 +250,10 @@ fn under_init_an_engine_killed_mid_load_takes_the_read_ahead_with_it() {
     let exited = wait_until(Duration::from_secs(5), || child.try_wait().unwrap().is_some());
     let took = killed.elapsed();
     let out = child.wait_with_output().unwrap();
-    let _ = std::fs::remove_dir(&cg);
+    // The cgroup goes once its last process is gone (an exiting one keeps it busy a moment).
+    let removed = wait_until(Duration::from_secs(5), || std::fs::remove_dir(&cg).is_ok() || !Path::new(&cg).exists());
     assert!(exited && took < Duration::from_secs(1), "the launcher exited {took:?} after the engine was killed");
+    assert!(removed, "{cg} still holds processes: {:?}", std::fs::read_to_string(format!("{cg}/cgroup.procs")));
     assert_eq!(out.status.code(), Some(137), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("init-leftovers"));
     assert!(!Path::new(&format!("/proc/{ra}")).exists(), "the read-ahead {ra} outlived the launcher");
