@@ -166,8 +166,7 @@ pub fn plan(
     };
     // Storage that keeps up by itself (or unknown), or the device the engine's own files are
     // read from: reads before the loader's would only slow the engine's start (its imports).
-    let keeps_up = !matches!(class, Some(Class::SlowBlock | Class::Shared | Class::Detected { .. }));
-    let with_loader = keeps_up || fs.is_some_and(|f| f.shares_root);
+    let with_loader = matches!(class, None | Some(Class::Local)) || fs.is_some_and(|f| f.shares_root);
     let prefetch = run.then(|| read_ahead(w, fs, memory, with_loader)).flatten();
     if let Some(why) = w.skipped.as_ref().filter(|_| run) {
         findings.push(Finding::warn("prefetch-files", format!("the read-ahead of the weights: {why}")));

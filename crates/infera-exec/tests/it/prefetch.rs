@@ -61,6 +61,18 @@ fn catches_term(pid: u32) -> bool {
     u64::from_str_radix(cgt, 16).is_ok_and(|m| m & (1 << 14) != 0)
 }
 
+/// `infera-exec __prefetch` of `files` with this test process as the loader (its parent).
+fn read_ahead_for_me(files: &[std::path::PathBuf], args: &[&str]) -> std::process::Child {
+    let me = std::process::id().to_string();
+    std::process::Command::new(env!("CARGO_BIN_EXE_infera-exec"))
+        .args(["__prefetch", "--parent", &me])
+        .args(args)
+        .arg("--")
+        .args(files)
+        .spawn()
+        .unwrap()
+}
+
 fn worker(img: &Fx, ov: &Fx, m: &Fx, extra: &[&str]) -> Run {
     let volume = format!("/models={}", m.path().display());
     infera(&["worker", "--prefetch", "on", "--volume", &volume])
@@ -169,12 +181,7 @@ fn under_init_the_launcher_reaps_it() {
 fn it_stays_within_its_lead_of_the_loader() {
     let m = model(32);
     let files: Vec<_> = (1..=3).map(|i| m.p(&format!("m/model-0000{i}-of-00003.safetensors"))).collect();
-    let me = std::process::id().to_string();
-    let mut ra = std::process::Command::new(env!("CARGO_BIN_EXE_infera-exec"))
-        .args(["__prefetch", "--parent", &me, "--lead", &(16 * MIB).to_string(), "--ranges", "2", "--"])
-        .args(&files)
-        .spawn()
-        .unwrap();
+    let mut ra = read_ahead_for_me(&files, &["--lead", &(16 * MIB).to_string(), "--ranges", "2"]);
     let total = || files.iter().map(|f| cached(f)).sum::<u64>();
     // It reads the lead (and the kernel's read-ahead past it), then waits for the loader.
     assert!(wait_until(Duration::from_secs(20), || total() >= 16 * MIB as u64));
@@ -200,12 +207,7 @@ fn it_stays_within_its_lead_of_the_loader() {
 fn with_the_loader_it_waits_for_the_first_open() {
     let m = model(16);
     let files: Vec<_> = (1..=3).map(|i| m.p(&format!("m/model-0000{i}-of-00003.safetensors"))).collect();
-    let me = std::process::id().to_string();
-    let mut ra = std::process::Command::new(env!("CARGO_BIN_EXE_infera-exec"))
-        .args(["__prefetch", "--parent", &me, "--lead", &(1u64 << 30).to_string(), "--with-loader", "--"])
-        .args(&files)
-        .spawn()
-        .unwrap();
+    let mut ra = read_ahead_for_me(&files, &["--lead", &(1u64 << 30).to_string(), "--with-loader"]);
     let total = || files.iter().map(|f| cached(f)).sum::<u64>();
     // Started: it has opened the files (its own descriptors), and read none of them.
     let opened = || std::fs::read_dir(format!("/proc/{}/fd", ra.id())).map_or(0, |d| d.count());
