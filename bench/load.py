@@ -13,8 +13,11 @@ cgroups (the blkio throttle, the pod's memory limit); `chroot` and exec
                       with INFERA_PREFETCH set: the launcher, the real Infera wrapper, the
                       stand-in vLLM whose load is vLLM's lazy safetensors path
                       (examples/standin/engines: STANDIN_LOAD_WEIGHTS=1)
-    alone             python3 -m vllm.entrypoints.cli.main serve --model /models/ckpt: the same
-                      engine, no launcher and no wrapper
+    alone             python3.12 -m vllm.entrypoints.cli.main serve --model /models …: the same
+                      engine with the command line and environment it gets in the pod (the
+                      launcher's planned environment and added options, read from its dry run
+                      in the same root; the wrapper's --kv-events-config), no launcher and no
+                      wrapper in front of it
 
 The time is from the `unshare` to the engine's `STANDIN-LOADED` line (its clock), the
 checkpoint's pages dropped from the cache before each run; the whole namespace is killed after.
@@ -83,15 +86,37 @@ def drop_caches():
         f.write("3")
 
 
-def run_one(root, models, overlay, cgroups, variant, timeout=600):
+POD_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+           "STANDIN_LOAD_WEIGHTS": "1", "HF_HUB_OFFLINE": "1"}
+LAUNCHER = ["/opt/infera/bin/infera-exec", "python3", "-m", "infera.engine.vllm", "--model", "/models", *WRAPPER]
+# What infera.engine.vllm adds for --kv-event-transport zmq (its port is random per run; one is
+# fixed here, of the same length).
+KV_EVENTS = '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:54299", "topic": "kv-events"}'
+
+
+def engine_alone(root, models, overlay):
+    """The engine's command and environment as it runs in the pod: the launcher's dry run in
+    the same root gives the environment it execs the wrapper with (which hands it on whole)
+    and the options it adds. The stand-in loader's page faults read in pieces whose size
+    depends on the process's own command line and environment (BENCHMARKS.md), so the loader
+    alone runs with exactly those."""
+    env = dict(POD_ENV, INFERA_PREFETCH="off")
+    p = subprocess.run(["unshare", "--mount", "--pid", "--fork", "--net", "sh", "-c", INROOT, "inroot", root, models,
+                        overlay, "", *LAUNCHER[:1], "--dry-run", "--output", "json", *LAUNCHER[1:]],
+                       env=env, capture_output=True, text=True, check=True)
+    x = json.loads(p.stdout)["exec"]
+    engine = [x["program"], "-m", "vllm.entrypoints.cli.main", "serve", "--model", "/models", *x["added_args"],
+              "--kv-events-config", KV_EVENTS]
+    return engine, {k: v for k, v in x["env"].items() if k != "PWD"}
+
+
+def run_one(root, models, overlay, cgroups, variant, alone, timeout=600):
     """Seconds from the start to the engine's last tensor."""
     if variant == "alone":
-        argv = ["/usr/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve", "--model", "/models", "--host", "127.0.0.1"]
+        argv, env = alone
     else:
-        argv = ["/opt/infera/bin/infera-exec", "python3", "-m", "infera.engine.vllm", "--model", "/models", *WRAPPER]
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
-           "STANDIN_LOAD_WEIGHTS": "1", "INFERA_PREFETCH": variant if variant != "alone" else "off",
-           "HF_HUB_OFFLINE": "1", "INFERA_LOG": os.environ.get("INFERA_LOG", "info")}
+        argv, env = LAUNCHER, dict(POD_ENV, INFERA_PREFETCH=variant)
+    env = dict(env, INFERA_LOG=os.environ.get("INFERA_LOG", "info"))
     drop_caches()
     started = time.time()
     p = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--net", "sh", "-c", INROOT, "inroot",
@@ -117,6 +142,12 @@ def run_one(root, models, overlay, cgroups, variant, timeout=600):
         raise SystemExit(f"bench/load: {variant} never loaded:\n{''.join(log[-40:])}")
     log.append(f"the load itself: {loaded - (loading or started):.2f} s, after {(loading or started) - started:.2f} s\n")
     return loaded - started, "".join(log)
+
+
+def reads(io):
+    """The reads the throttled device served in the blkio cgroup so far (requests, bytes)."""
+    total = lambda f: sum(int(l.split()[2]) for l in open(os.path.join(io, f)) if l.split()[1:2] == ["Read"])
+    return total("blkio.throttle.io_serviced"), total("blkio.throttle.io_service_bytes")
 
 
 def table(results, real_bytes, rate):
@@ -148,6 +179,8 @@ def run():
     cells = [c.split(",") for c in e.get("CELLS", "throttled,fits throttled,2x fuse,fits fuse,2x local,fits").split()]
     results = {tuple(c): {v: [] for v in variants} for c in cells}
     logs = open(os.path.join(e["OUT"], "runs.log"), "w")
+    alone = engine_alone(root, storages["local"], overlay)
+    logs.write(f"the loader alone: {' '.join(alone[0])}\n  with {alone[1]}\n")
     for r in range(rounds):
         for storage, memory in cells:
             cgs = [io] if storage == "throttled" else []
@@ -156,7 +189,11 @@ def run():
             cgs.append(mem)
             order = variants if r % 2 == 0 else variants[::-1]
             for v in order:
-                secs, log = run_one(root, storages[storage], overlay, cgs, v)
+                before = reads(io)
+                secs, log = run_one(root, storages[storage], overlay, cgs, v, alone)
+                if storage == "throttled":
+                    (n, b), (n0, b0) = reads(io), before
+                    log += f"the device served {n - n0} reads, {b - b0} bytes ({(b - b0) / max(n - n0, 1) / 1024:.0f} KiB each)\n"
                 kills = [l for l in open(os.path.join(mem, "memory.oom_control")) if l.startswith("oom_kill ")]
                 if kills and kills[0].split()[1] != "0":
                     raise SystemExit(f"bench/load: an OOM kill in the pod's cgroup ({storage} {memory} {v})")

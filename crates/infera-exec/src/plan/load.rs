@@ -103,8 +103,14 @@ pub fn class(fs: &Filesystem) -> (Class, String) {
                 (Class::Local, said(format!("{measured}: a disk of this machine")))
             }
         }
-        (Medium::Unknown, None) => (Class::Local, said(format!("{device}; not measured (no weights file to read)"))),
+        (Medium::Unknown, None) => (Class::Local, said(format!("{device}; not measured"))),
     }
+}
+
+/// A device whose facts do not say what it is, and whose timed read did not happen.
+fn unmeasured(fs: &Filesystem) -> bool {
+    use infera_facts::blockdev::Medium;
+    fs.device.as_ref().is_some_and(|d| d.medium == Medium::Unknown) && fs.probe.is_none() && fs.io_cap.is_none()
 }
 
 /// A checkpoint this share of the pod's budget or less can be read ahead without evicting
@@ -148,9 +154,15 @@ pub fn plan(
     };
     // Where the engine has no read-ahead to choose, the decision is said all the same.
     if let (Some(storage), None) = (&storage, &decided) {
-        let what = match class {
-            Some(Class::SlowBlock) => {
+        let what = match (choice, class) {
+            (Prefetch::Off, _) => "--prefetch off: the loader reads alone",
+            (Prefetch::On, _) => "--prefetch on: the launcher reads ahead of the engine's loader, whatever the storage",
+            (_, Some(Class::SlowBlock)) => {
                 "the launcher reads ahead of the engine's loader (no engine sees a block device as shared)"
+            }
+            _ if fs.is_some_and(unmeasured) => {
+                "its first weights file is under 64 MiB or could not be read, so it was not timed: taken as a disk \
+                 of this machine, nothing added"
             }
             _ => "the kernel's own read-ahead keeps up with the loader: nothing added",
         };
@@ -379,7 +391,8 @@ mod tests {
         };
         let files = (1..=4).map(|i| format!("/models/m/{i}.safetensors").into());
         m.weights = Some(Weights { bytes, source: "index".into(), files: files.collect(), skipped: None });
-        // `ext4@network`, `ext4@local`, `ext4@300` (a probe's 300 µs), `ext4@250/400/1100`.
+        // `ext4@network`, `ext4@local`, `ext4@unknown` (not probed), `ext4@300` (a probe's 300 µs),
+        // `ext4@250/400/1100`.
         let (fstype, device) = fstype.split_once('@').map_or((fstype, None), |(f, d)| (f, Some(d)));
         let mut fs = Filesystem {
             fstype: fstype.into(),
@@ -395,6 +408,7 @@ mod tests {
             let medium = match d {
                 "network" => Medium::Network,
                 "local" => Medium::Local,
+                "unknown" => Medium::Unknown,
                 "capped" => {
                     let source = "blkio.throttle.read_bps_device".into();
                     fs.io_cap = Some(infera_facts::storage::IoCap { bps: Some(300_000_000), iops: Some(800), source });
@@ -560,11 +574,25 @@ mod tests {
             ("ext4@3/560/2200", "took 3 µs (median), and it read at 560 MB/s front to back, at 2200 MB/s with 8 reads at once: under 30 µs a read, answered from memory (cached, or a file's holes); the kernel's own read-ahead keeps up"),
             ("ext4@capped", "this pod's cgroup caps its reads at 300 MB/s and 800 reads/s (blkio.throttle.read_bps_device): storage a loader waits on; the launcher reads ahead"),
             ("ext4", "no block device under it; the kernel's own read-ahead keeps up with the loader: nothing added"),
+            ("ext4@unknown", "not measured; its first weights file is under 64 MiB or could not be read, so it was not timed: taken as a disk of this machine, nothing added"),
         ] {
             let mut f = Vec::new();
             let m = model(412 * GIB, fs);
             plan(Engine::Vllm, Some("0.28.0"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), Prefetch::Auto, &mut f);
             assert!(f[0].code == "load-strategy" && f[0].message.contains(said), "{fs}: {}", f[0].message);
+        }
+        // `off` and `on` are not measured (only `auto` reads the storage to decide): said as the choice.
+        for (choice, said) in [
+            (Prefetch::Off, "not measured; --prefetch off: the loader reads alone"),
+            (
+                Prefetch::On,
+                "not measured; --prefetch on: the launcher reads ahead of the engine's loader, whatever the storage",
+            ),
+        ] {
+            let mut f = Vec::new();
+            let m = model(412 * GIB, "ext4@unknown");
+            plan(Engine::Vllm, Some("0.28.0"), &parsed, Some(&m), Some(&pod(Some(64), 2048)), choice, &mut f);
+            assert!(f[0].code == "load-strategy" && f[0].message.ends_with(said), "{choice:?}: {}", f[0].message);
         }
     }
 
