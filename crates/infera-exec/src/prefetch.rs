@@ -198,7 +198,8 @@ fn run(a: &Args) -> (u64, String) {
 ///   their number doubles while each doubling adds at least a fifth (a network storage's
 ///   round trips overlap; a local disk needs few), up to `--ranges`; the first doubling that
 ///   does not pay is undone and the number kept. A window in which the readers waited for the
-///   loader (the lead used up) ends the ramp: they are as far ahead as allowed.
+///   loader (the lead used up) ends the ramp: they are as far ahead as allowed. A wait for the
+///   engine to open a file is not one: the window starts again once it is open.
 /// - **The loader catching up.** A window in which the loader reached a quarter of the chunks
 ///   as they were read doubles the readers (up to `--ranges`), whatever the throughput said:
 ///   a loader at the front issues reads of its own, small ones, which take a network's round
@@ -265,6 +266,15 @@ impl Pace {
         }
         if let Some(line) = self.progress(ahead, Instant::now()) {
             tracing::info!(code = "prefetch", "{line}");
+        }
+    }
+
+    /// The readers waited for the engine to open a file: a window that has measured nothing
+    /// yet starts now, so that the wait is not taken for the storage's pace (nor for the
+    /// lead's, which ends the ramp).
+    fn opened(&mut self) {
+        if self.window.chunks == 0 {
+            self.window = Window::new();
         }
     }
 
@@ -406,7 +416,8 @@ fn reader(
             Err(_) => return,
         }
         let Some(c) = next_chunk(places, shards, work) else { return };
-        let (mut behind, mut waited) = (false, false);
+        // `waited`: on the lead (as far ahead as allowed); `for_open`: on the engine's open.
+        let (mut behind, mut waited, mut for_open) = (false, false, false);
         loop {
             let Ok(mut l) = loader.lock() else { return };
             let front = work.lock().map(|w| w.front).unwrap_or(0);
@@ -425,8 +436,14 @@ fn reader(
                 break;
             }
             drop(l);
-            waited = true;
+            waited |= opened;
+            for_open |= !opened;
             std::thread::sleep(POLL);
+        }
+        if for_open {
+            if let Ok(mut p) = pace.lock() {
+                p.opened();
+            }
         }
         let pressed = loader.lock().is_ok_and(|l| l.pressed);
         let done = if behind { 0 } else { read_range(&c, &mut buf) };
@@ -644,6 +661,23 @@ mod tests {
         let mut q = Pace::new(16, 1 << 40);
         q.judge_window(w(900, 0, true), 1.0);
         assert_eq!((q.allowed, q.settled), (2, true), "as far ahead as the lead allows");
+    }
+
+    /// A wait for the engine's first open is neither the storage's pace nor the lead: the
+    /// window starts again once the file is open, and the ramp goes on.
+    #[test]
+    fn a_wait_for_the_open_is_not_measured() {
+        let mut p = Pace::new(16, 1 << 40);
+        let born = p.window.started;
+        std::thread::sleep(Duration::from_millis(5));
+        p.opened();
+        assert!(p.window.started > born, "an empty window starts again at the open");
+        p.record(CHUNK, false, false, 0);
+        let started = p.window.started;
+        p.opened();
+        assert_eq!(p.window.started, started, "a window that measured a chunk is kept");
+        p.judge_window(p.window, 0.01);
+        assert_eq!((p.allowed, p.settled), (4, false), "not settled: the ramp goes on");
     }
 
     /// A progress line every 30 s or every tenth of the checkpoint, whichever is later: on a
