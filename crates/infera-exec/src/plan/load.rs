@@ -78,6 +78,10 @@ pub fn class(fs: &Filesystem) -> (Class, String) {
         if capped {
             return (Class::SlowBlock, said(format!("{caps}: storage a loader waits on")));
         }
+        if d.medium == Medium::Unknown {
+            // The facts do not time a device the cgroup caps: the cap says enough.
+            return (Class::Local, said(format!("{caps}: more than a loader waits on")));
+        }
     }
     match (d.medium, &fs.probe) {
         (Medium::Network, _) => (Class::SlowBlock, said(format!("{device}: reached over a network"))),
@@ -394,8 +398,8 @@ mod tests {
         };
         let files = (1..=4).map(|i| format!("/models/m/{i}.safetensors").into());
         m.weights = Some(Weights { bytes, source: "index".into(), files: files.collect(), skipped: None });
-        // `ext4@network`, `ext4@local`, `ext4@unknown` (not probed), `ext4@300` (a probe's 300 µs),
-        // `ext4@250/400/1100`.
+        // `ext4@network`, `ext4@local`, `ext4@unknown` (not probed), `ext4@capped`/`ext4@fastcap`
+        // (the cgroup's read cap), `ext4@300` (a probe's 300 µs), `ext4@250/400/1100`.
         let (fstype, device) = fstype.split_once('@').map_or((fstype, None), |(f, d)| (f, Some(d)));
         let mut fs = Filesystem {
             fstype: fstype.into(),
@@ -412,9 +416,10 @@ mod tests {
                 "network" => Medium::Network,
                 "local" => Medium::Local,
                 "unknown" => Medium::Unknown,
-                "capped" => {
+                "capped" | "fastcap" => {
                     let source = "blkio.throttle.read_bps_device".into();
-                    fs.io_cap = Some(infera_facts::storage::IoCap { bps: Some(300_000_000), iops: Some(800), source });
+                    let (bps, iops) = if d == "capped" { (300_000_000, 800) } else { (4_000_000_000, 100_000) };
+                    fs.io_cap = Some(infera_facts::storage::IoCap { bps: Some(bps), iops: Some(iops), source });
                     Medium::Unknown
                 }
                 probe => {
@@ -580,6 +585,7 @@ mod tests {
             ("ext4@3/560/2200", "took 3 µs (median), and it read at 560 MB/s front to back, at 2200 MB/s with 8 reads at once: under 30 µs a read, answered from memory (cached, or a file's holes); the kernel's own read-ahead keeps up"),
             ("ext4@capped", "this pod's cgroup caps its reads at 300 MB/s and 800 reads/s (blkio.throttle.read_bps_device): storage a loader waits on; the launcher reads ahead"),
             ("ext4", "no block device under it; the kernel's own read-ahead keeps up with the loader: nothing added"),
+            ("ext4@fastcap", "caps its reads at 4000 MB/s and 100000 reads/s (blkio.throttle.read_bps_device): more than a loader waits on; the kernel's own read-ahead keeps up with the loader: nothing added"),
             ("ext4@unknown", "not measured; its first weights file is under 64 MiB or could not be read, so it was not timed: taken as a disk of this machine, nothing added"),
         ] {
             let mut f = Vec::new();
