@@ -203,7 +203,8 @@ fn run(a: &Args) -> (u64, String) {
 /// - **The loader catching up.** A window in which the loader reached a quarter of the chunks
 ///   as they were read doubles the readers (up to `--ranges`), whatever the throughput said:
 ///   a loader at the front issues reads of its own, small ones, which take a network's round
-///   trips or a throttled volume's IOPS from the read-ahead (measured: bench/load).
+///   trips or a throttled volume's IOPS from the read-ahead (measured: bench/load). During the
+///   ramp such a doubling is one of the ramp's: the next window keeps or undoes it.
 /// - **Progress.** A line every 30 s or every tenth of the checkpoint, whichever comes later.
 struct Pace {
     allowed: usize,
@@ -311,10 +312,13 @@ impl Pace {
         // The loader reached a quarter of the chunks as they were read: it is at the front,
         // issuing reads of its own (each a round trip, or one of a throttled volume's IOPS).
         // More reads in flight keep it on pages already requested.
+        // During the ramp it is one of its doublings, judged by the next window like any other.
         if w.reached * 4 >= w.chunks && self.allowed < self.max {
+            if !self.settled {
+                self.before = Some(rate);
+            }
             self.allowed = (self.allowed * 2).min(self.max);
             self.peak = self.peak.max(self.allowed);
-            self.settled = true;
             return;
         }
         if self.settled {
@@ -636,7 +640,8 @@ mod tests {
     use super::*;
 
     /// The readers double while each doubling adds a fifth; the first that does not is undone;
-    /// waiting on the lead ends the ramp; a loader that catches up starts it again.
+    /// waiting on the lead ends the ramp; a loader that catches up adds readers, during the
+    /// ramp as one of its doublings.
     #[test]
     fn the_number_of_readers_follows_the_storage() {
         let w = |mb: u64, reached: u32, waited: bool| Window {
@@ -658,6 +663,13 @@ mod tests {
         assert_eq!((p.allowed, p.peak), (8, 8), "the loader caught up: more in flight");
         p.judge_window(w(300, 0, false), 1.0);
         assert_eq!(p.allowed, 8, "kept");
+        let mut r = Pace::new(16, 1 << 40);
+        r.judge_window(w(100, 3, false), 1.0);
+        assert_eq!((r.allowed, r.settled), (4, false), "caught up during the ramp: it goes on");
+        r.judge_window(w(190, 0, false), 1.0);
+        assert_eq!(r.allowed, 8, "the doubling paid");
+        r.judge_window(w(200, 0, false), 1.0);
+        assert_eq!((r.allowed, r.settled), (4, true), "this one did not: undone");
         let mut q = Pace::new(16, 1 << 40);
         q.judge_window(w(900, 0, true), 1.0);
         assert_eq!((q.allowed, q.settled), (2, true), "as far ahead as the lead allows");
