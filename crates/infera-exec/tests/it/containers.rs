@@ -1514,13 +1514,34 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
     }
 }
 
+/// A JUnit report as CI tools take it: valid against Jenkins' schema (xmllint), and its counts as
+/// junitparser reads them.
+fn as_ci_tools_read(xml: &str) -> String {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), xml).unwrap();
+    let xsd = repo().join("tests/junit/junit-10.xsd");
+    let valid = std::process::Command::new("xmllint")
+        .args(["--noout", "--schema", xsd.to_str().unwrap(), file.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(valid.status.success(), "not valid JUnit:\n{}\n{xml}", String::from_utf8_lossy(&valid.stderr));
+    let read = "import sys, junitparser\n\
+        cases = [c for s in junitparser.JUnitXml.fromfile(sys.argv[1]) for c in s]\n\
+        n = lambda k: sum(1 for c in cases if any(isinstance(r, k) for r in c.result))\n\
+        print(f'cases {len(cases)}, failures {n(junitparser.Failure)}, errors {n(junitparser.Error)}, '\n\
+              f'skipped {n(junitparser.Skipped)}')";
+    let parsed = std::process::Command::new("python3").args(["-c", read]).arg(file.path()).output().unwrap();
+    assert!(parsed.status.success(), "junitparser: {}", String::from_utf8_lossy(&parsed.stderr));
+    String::from_utf8(parsed.stdout).unwrap().trim().to_string()
+}
+
 /// The README's CI recipe (`check --image … --family all --output junit --volume …`) on real
 /// archives: the vLLM image (CPython 3.12) and the sglang image (3.10) each run with their own
 /// tree, the other's does not apply (skipped, never failed): exit 0, no failure. Adding vLLM
 /// 0.33 (outside the trees' engine bound) gives exit 1 with exactly one failure,
-/// `engine-version`; an archive that is
-/// not one is unreadable (65) in every column; text, JSON and JUnit say the same, and one
-/// image × one tree exits with the cell's own code.
+/// `engine-version`; an archive that is not one is unreadable (65) in every column; text, JSON
+/// and JUnit say the same, each JUnit report valid against Jenkins' schema; and one image × one
+/// tree exits with the cell's own code.
 #[test]
 fn check_images_against_every_tree_as_a_matrix() {
     images();
@@ -1611,6 +1632,7 @@ fn check_images_against_every_tree_as_a_matrix() {
     let failure = doc.descendants().find(|n| n.has_tag_name("failure")).unwrap();
     assert_eq!(failure.attribute("type"), Some("engine-version"));
     assert_eq!(doc.root_element().first_element_child().unwrap().attribute("name"), Some(VLLM));
+    assert_eq!(as_ci_tools_read(&junit.stdout), "cases 6, failures 1, errors 0, skipped 3");
 
     // The user's volume is the truth about its paths: a case typo is refused, named.
     let mut a = vec!["check", "--image", v, "--volume", &volume, "--", "--model", "/models/Kimi-K3"];
@@ -1651,6 +1673,7 @@ fn check_images_against_every_tree_as_a_matrix() {
     assert!(warned.text().unwrap().contains("warn[model-unreadable]"), "{}", junit.stdout);
     let error = case(1, 1).first_element_child().unwrap();
     assert_eq!((error.tag_name().name(), error.attribute("type")), ("error", Some("image-format")));
+    assert_eq!(as_ci_tools_read(&junit.stdout), "cases 4, failures 0, errors 2, skipped 1");
 
     // One image × one tree: the cell's own code (sglang's tree ships no hipfile: 69).
     let one = infera(&["check", "--image", s, "--require", "hipfile", "--output", "junit", "--", "--model-path", "/m"])
@@ -1662,4 +1685,5 @@ fn check_images_against_every_tree_as_a_matrix() {
     assert_eq!(failure.attribute("type"), Some("capability-unavailable"), "{}", one.stdout);
     let case = doc.descendants().find(|n| n.has_tag_name("testcase")).unwrap();
     assert_eq!(case.attribute("name"), Some("rocm7-py310"), "the tree the image's ABI selects");
+    assert_eq!(as_ci_tools_read(&one.stdout), "cases 1, failures 1, errors 0, skipped 0");
 }
