@@ -10,7 +10,7 @@
  * behind the network, nothing is cached on this side of it. Written in C so that the emulation's own CPU time stays small next to the
  * loader's on a machine of two CPUs (real FUSE clients are Go, C or Rust).
  *
- *     cc -O2 -Wall -o latencyfs bench/latencyfs.c $(pkg-config --cflags --libs fuse3)
+ *     cc -O2 -Wall -I/usr/include/fuse3 -o latencyfs bench/latencyfs.c -lfuse3 -lpthread
  */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
