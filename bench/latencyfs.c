@@ -88,11 +88,11 @@ static int lfs_open(const char *path, struct fuse_file_info *fi) {
 /* The round trip, then the bytes in turn on the shared link. */
 static void pay_the_link(size_t n) {
     pthread_mutex_lock(&link_lock);
-    double start = now() + delay_s;
-    if (!requests) first_read = start - delay_s;
+    double at = now(), start = at + delay_s;
+    if (!requests) first_read = at;
     if (start < link_free) start = link_free;
     link_free = start + n / rate;
-    double wait = link_free - now();
+    double wait = link_free - at;
     requests++, bytes_sent += n;
     if (++in_service > most_in_service) most_in_service = in_service;
     pthread_mutex_unlock(&link_lock);
