@@ -15,7 +15,9 @@
 //!   the link.
 //! - **After the open (FUSE).** A FUSE filesystem without `kernel_cache` drops a file's cache
 //!   when the file is opened: a file is read only once the engine has it open (every file is
-//!   opened here first, so the engine's open is the last one).
+//!   opened here first, so the engine's open is the last one). There a chunk's reads are
+//!   queued with the kernel (`POSIX_FADV_WILLNEED`) rather than made by the thread: the
+//!   kernel's queue of FUSE requests stays full, in the loader's order.
 //!
 //! **Lifecycle.** `spawn` starts it just before the exec (or, with `--init`, beside the
 //! child) as `infera-exec __prefetch`, in the pod's cgroup with the launcher's privileges
@@ -128,6 +130,7 @@ pub fn main(a: &Args) -> i32 {
         return 0; // the parent is already gone: nothing to read ahead for
     }
     let started = Instant::now();
+    clock();
     let (read, how) = run(a);
     let secs = started.elapsed().as_secs_f64();
     let n = a.files.len();
@@ -143,6 +146,12 @@ pub fn main(a: &Args) -> i32 {
         }
     }
     0
+}
+
+/// Seconds since this process's first look at the clock (the debug log's timeline).
+fn clock() -> f64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
 fn amount(bytes: u64) -> String {
@@ -171,7 +180,7 @@ fn run(a: &Args) -> (u64, String) {
         };
         let file = (i < OPEN_AHEAD).then(|| open(p)).flatten();
         shards.push(Shard { path: p.clone(), file });
-        places.push(Place { id: (m.dev(), m.ino()), start, len: m.len() });
+        places.push(Place { id: (m.dev(), m.ino()), start, len: m.len(), request: window(m.dev()) });
         start += m.len();
     }
     let total = start;
@@ -190,6 +199,17 @@ fn run(a: &Args) -> (u64, String) {
         pace.into_inner().map(|p| format!(", at most {} read{} at once", p.peak, if p.peak == 1 { "" } else { "s" }));
     let how = how.unwrap_or_default();
     (read, how)
+}
+
+const PAGE: u64 = 4096;
+
+/// The readahead window of the filesystem on `dev` (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`;
+/// a FUSE mount's is its own), 128 KiB (the kernel's default) where it cannot be read.
+fn window(dev: u64) -> u64 {
+    let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let kb = std::fs::read_to_string(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"));
+    let kb = kb.ok().and_then(|t| t.trim().parse::<u64>().ok()).unwrap_or(128);
+    (kb << 10).clamp(PAGE, CHUNK)
 }
 
 /// How many readers work, chosen by what the storage answers.
@@ -298,7 +318,8 @@ impl Pace {
         let rate = w.bytes as f64 / secs.max(1e-3);
         tracing::debug!(
             code = "prefetch-pace",
-            "{} MB/s with {} reading, {} of {} chunks reached by the loader as read, waited on the lead: {}",
+            "{:.2} s: {} MB/s with {} reading, {} of {} chunks reached by the loader as read, waited on the lead: {}",
+            clock(),
             (rate / 1e6) as u64,
             self.allowed,
             w.reached,
@@ -373,6 +394,8 @@ struct Place {
     id: (u64, u64),
     start: u64,
     len: u64,
+    /// What one call queues on FUSE: the filesystem's readahead window.
+    request: u64,
 }
 
 /// The next chunk to hand out (a file and an offset; `front` the same in the whole
@@ -450,13 +473,7 @@ fn reader(
             }
         }
         let pressed = loader.lock().is_ok_and(|l| l.pressed);
-        let done = if behind { 0 } else { read_range(&c, &mut buf) };
-        if pressed && !behind {
-            // Read again, from the cache: a page read twice is on the active list, kept before
-            // the inactive pages the loader has mapped and read (the kernel activates those
-            // only when it scans them), so what is read ahead is not evicted first.
-            read_range(&c, &mut buf);
-        }
+        let done = if behind { 0 } else { fetch(a, &c, places[c.index].request, pressed, &mut buf) };
         let position = loader.lock().map(|mut l| {
             l.refresh(places, c.end);
             l.position
@@ -472,12 +489,55 @@ fn reader(
     }
 }
 
-/// Read a chunk into the page cache (the bytes land in `buf` and are dropped).
-fn read_range(c: &Chunk, buf: &mut [u8]) -> u64 {
+/// Bring a chunk into the page cache: queued on FUSE, read elsewhere; read again when the
+/// pod's memory is nearly full. The bytes brought in.
+fn fetch(a: &Args, c: &Chunk, request: u64, pressed: bool, buf: &mut [u8]) -> u64 {
+    let done = match a.after_open {
+        true => queue_range(c, request, buf),
+        false => read_range(&c.file, c.offset, c.len, buf),
+    };
+    if pressed {
+        // Read again, from the cache: a page read twice is on the active list, kept before
+        // the inactive pages the loader has mapped and read (the kernel activates those
+        // only when it scans them), so what is read ahead is not evicted first. Pages
+        // queued have not been read once yet.
+        for _ in 0..if a.after_open { 2 } else { 1 } {
+            read_range(&c.file, c.offset, c.len, buf);
+        }
+    }
+    done
+}
+
+/// Queue a chunk's reads with the kernel (`POSIX_FADV_WILLNEED`, `request` bytes a call: the
+/// kernel reads no more than the file's readahead window for one), then wait for its last
+/// page; the bytes read. On FUSE a read through a thread asks for 128 KiB at a time and
+/// waits for each, which leaves the kernel's queue of background requests (12 by default)
+/// part empty; queued, the requests wait in that queue in the loader's order and the link
+/// stays busy, and nothing is copied to this process (measured: BENCHMARKS.md).
+fn queue_range(c: &Chunk, request: u64, buf: &mut [u8]) -> u64 {
+    use std::os::fd::AsRawFd;
+    let advice = nix::fcntl::PosixFadviseAdvice::POSIX_FADV_WILLNEED;
+    let mut at = 0;
+    while at < c.len {
+        let n = (c.len - at).min(request);
+        if nix::fcntl::posix_fadvise(c.file.as_raw_fd(), (c.offset + at) as i64, n as i64, advice).is_err() {
+            return read_range(&c.file, c.offset, c.len, buf);
+        }
+        at += n;
+    }
+    let last = (c.len - 1) & !(PAGE - 1);
+    match read_range(&c.file, c.offset + last, c.len - last, buf) {
+        0 => 0,
+        _ => c.len,
+    }
+}
+
+/// Read `len` bytes at `offset` into the page cache (they land in `buf` and are dropped).
+fn read_range(file: &File, offset: u64, len: u64, buf: &mut [u8]) -> u64 {
     let mut done = 0;
-    while done < c.len {
-        let n = (c.len - done).min(buf.len() as u64) as usize;
-        match c.file.read_at(&mut buf[..n], c.offset + done) {
+    while done < len {
+        let n = (len - done).min(buf.len() as u64) as usize;
+        match file.read_at(&mut buf[..n], offset + done) {
             Ok(0) => break,
             Ok(k) => done += k as u64,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -540,6 +600,9 @@ impl Loader {
         self.pressed = mem.limit.is_some() && mem.budget().is_some_and(|room| room < 2 * PRESSED_LEAD);
         for pid in crate::procs::descendants(self.parent, self.me) {
             for (i, at) in seen(pid, places, self.position, upto) {
+                if self.opened.is_none_or(|o| o < i) {
+                    tracing::debug!(code = "prefetch", "the engine opened file {} at {:.2} s", i + 1, clock());
+                }
                 self.opened = Some(self.opened.map_or(i, |o| o.max(i)));
                 if let Some(at) = at {
                     self.position = self.position.max(places[i].start + at);
@@ -607,7 +670,6 @@ impl Mapping {
     /// entry), scanned from the top down in 2 MiB steps. None when nothing there is mapped
     /// in or the pagemap cannot be read.
     fn highest_present(&self, pagemap: &File, window: (u64, u64)) -> Option<u64> {
-        const PAGE: u64 = 4096;
         const STEP: u64 = 512; // pages: 2 MiB
                                // Blocks without a present page before the scan ends: a loader that copies tensors in
                                // an order other than the file's skips a few; beyond this it has not been.

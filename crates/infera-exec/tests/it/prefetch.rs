@@ -221,6 +221,59 @@ fn with_the_loader_it_waits_for_the_first_open() {
     ra.wait().unwrap();
 }
 
+/// A FUSE mount (fuse-overlayfs) of `lower` at `at`, unmounted when dropped.
+struct Fuse(std::path::PathBuf);
+
+impl Fuse {
+    fn mount(lower: &Path, at: &Path) -> Fuse {
+        std::fs::create_dir_all(at).unwrap();
+        let lowerdir = format!("lowerdir={}", lower.display());
+        let ok = std::process::Command::new("fuse-overlayfs").args(["-o", &lowerdir]).arg(at).status().unwrap();
+        assert!(ok.success(), "fuse-overlayfs did not mount");
+        Fuse(at.to_path_buf())
+    }
+}
+
+impl Drop for Fuse {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("fusermount3").args(["-u", "-z"]).arg(&self.0).status();
+    }
+}
+
+/// On FUSE (`--after-open`: FUSE drops a file's cache when it is opened) nothing is read
+/// before the loader opens a file, and a file the loader has opened lands in the page cache
+/// whole: its chunks' reads are queued with the kernel (`POSIX_FADV_WILLNEED`), each waited
+/// for by its last page, and none is left out; a file not yet opened is not read.
+#[test]
+fn on_fuse_each_file_is_read_whole_once_the_loader_opens_it() {
+    let m = model(16);
+    let fx = Fx::new();
+    let _mount = Fuse::mount(&m.p("m"), &fx.p("fuse"));
+    let files: Vec<_> = (1..=3).map(|i| fx.p(&format!("fuse/model-0000{i}-of-00003.safetensors"))).collect();
+    let mut ra = read_ahead_for_me(&files, &["--lead", &(1u64 << 30).to_string(), "--after-open"]);
+    let opened = || std::fs::read_dir(format!("/proc/{}/fd", ra.id())).map_or(0, |d| d.count());
+    assert!(wait_until(Duration::from_secs(20), || opened() >= 6), "the read-ahead did not start");
+    std::thread::sleep(Duration::from_millis(300)); // what it would read if it did not wait
+    let total = || files.iter().map(|f| cached(f)).sum::<u64>();
+    assert_eq!(total(), 0, "read before the loader opened a file");
+    let _first = std::fs::File::open(&files[0]).unwrap();
+    let whole = (16 * MIB) as u64;
+    assert!(
+        wait_until(Duration::from_secs(20), || cached(&files[0]) == whole),
+        "{} bytes of the first file",
+        cached(&files[0])
+    );
+    assert_eq!((cached(&files[1]), cached(&files[2])), (0, 0), "files the loader has not opened");
+    let _second = std::fs::File::open(&files[1]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || cached(&files[1]) == whole),
+        "{} bytes of the second file",
+        cached(&files[1])
+    );
+    ra.kill().unwrap();
+    ra.wait().unwrap();
+}
+
 /// The read-ahead ends with the engine: its signal mask is reset (the launcher blocks SIGTERM
 /// and SIGINT in init mode, and a child inherits that), so when the engine is SIGKILLed
 /// mid-load under `--init` — the pod's memory limit below the checkpoint, the read-ahead
