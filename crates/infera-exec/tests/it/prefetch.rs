@@ -88,12 +88,13 @@ fn worker(img: &Fx, ov: &Fx, m: &Fx, extra: &[&str]) -> Run {
 #[test]
 fn without_init_it_waits_for_the_engine_then_dies_with_it() {
     nix::sys::prctl::set_child_subreaper(true).unwrap();
-    let (py, m) = (real_python("3.12"), model(8));
+    // Files large enough that the loader is still at them when the read-ahead first looks.
+    let (py, m) = (real_python("3.12"), model(64));
     let (img, ov) = (vllm_image(Some(&py)), shipped_overlay());
     let dry = worker(&img, &ov, &m, &["--dry-run", "--output", "json"]).run();
     let p = &dry.json()["exec"]["prefetch"];
     assert_eq!(p["files"].as_array().map(Vec::len), Some(3), "{}", dry.stdout);
-    assert_eq!((p["bytes"].as_u64(), p["ranges"].as_u64()), (Some(24 << 20), Some(16)));
+    assert_eq!((p["bytes"].as_u64(), p["ranges"].as_u64()), (Some(192 << 20), Some(16)));
     let child = worker(&img, &ov, &m, &[]).env("INFERA_STANDIN_WAIT", "60").spawn();
     let engine = child.id();
     let asleep = |pid: u32| {
@@ -107,9 +108,9 @@ fn without_init_it_waits_for_the_engine_then_dies_with_it() {
         asleep(pid) && catches_term(pid)
     });
     assert_eq!(code, Some(0), "{}", out.stderr);
-    assert!(out.stderr.contains("[prefetch] read 24 MiB of 3 files ahead of the engine"), "{}", out.stderr);
+    assert!(out.stderr.contains("[prefetch] read 192 MiB of 3 files ahead of the engine"), "{}", out.stderr);
     let r = out.standin();
-    assert_eq!(r["loaded"], 3 * 8 * MIB);
+    assert_eq!(r["loaded"], 3 * 64 * MIB);
     assert_eq!(r["pid"], engine, "the engine is the launcher's process");
     let kids = r["children"].as_array().unwrap();
     assert_eq!(kids.len(), 1, "{kids:?}");
@@ -162,14 +163,15 @@ fn under_init_an_engine_that_exits_early_leaves_nothing() {
 /// engine and the launcher leaves nothing behind.
 #[test]
 fn under_init_the_launcher_reaps_it() {
-    let (py, m) = (real_python("3.12"), model(8));
+    // Files large enough that the loader is still at them when the read-ahead first looks.
+    let (py, m) = (real_python("3.12"), model(64));
     let (img, ov) = (vllm_image(Some(&py)), shipped_overlay());
     let child = worker(&img, &ov, &m, &["--init"]).env("INFERA_STANDIN_WAIT", "60").spawn();
     let launcher = child.id();
     let engine_up = |pid: u32| children_of(pid).iter().any(|(c, _)| catches_term(*c));
     let (code, out, _) = terminated(child, |pid| engine_up(pid) && read_ahead_of(pid).is_none());
     assert_eq!(code, Some(0), "{}", out.stderr);
-    assert!(out.stderr.contains("[prefetch] read 24 MiB of 3 files ahead of the engine"), "{}", out.stderr);
+    assert!(out.stderr.contains("[prefetch] read 192 MiB of 3 files ahead of the engine"), "{}", out.stderr);
     assert!(out.stdout.contains("INFERA-STANDIN-SIGNAL 15"), "the engine got the stop: {}", out.stdout);
     assert_eq!(out.standin()["ppid"], launcher);
     assert!(children_of(launcher).is_empty());

@@ -427,10 +427,14 @@ pub fn terminated(
     ready: impl Fn(u32) -> bool,
 ) -> (Option<i32>, Out, std::time::Duration) {
     let pid = child.id();
-    assert!(
-        wait_until(std::time::Duration::from_secs(30), || ready(pid) || child.try_wait().unwrap().is_some()),
-        "the launcher never reached the state the test signals it in"
-    );
+    if !wait_until(std::time::Duration::from_secs(30), || ready(pid) || child.try_wait().unwrap().is_some()) {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "the launcher never reached the state the test signals it in\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     assert!(child.try_wait().unwrap().is_none(), "the launcher exited before it was signalled");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let t = std::time::Instant::now();
