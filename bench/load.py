@@ -174,7 +174,10 @@ def run():
     root, overlay = e["ROOT"], e["OVERLAY"]
     storages = {"throttled": e["THROTTLED"], "fuse": e["FUSE"], "local": e["LOCAL"]}
     io, mem, limit = e["IO_CGROUP"], e["MEM_CGROUP"], int(e["LIMIT"])
-    rounds = int(e.get("REPEAT", "5"))
+    # An even number of rounds: the order is reversed every other round, so each variant runs as
+    # often in each place of it (on this machine's disk the runs of a round get faster along it,
+    # up to 2x, whatever they run; a warm-up run before each cell did not change that).
+    rounds = int(e.get("REPEAT", "6"))
     variants = e.get("VARIANTS", "off auto on alone").split()
     cells = [c.split(",") for c in e.get("CELLS", "throttled,fits throttled,2x fuse,fits fuse,2x local,fits").split()]
     results = {tuple(c): {v: [] for v in variants} for c in cells}
