@@ -176,7 +176,7 @@ def run():
     io, mem, limit = e["IO_CGROUP"], e["MEM_CGROUP"], int(e["LIMIT"])
     # An even number of rounds: the order is reversed every other round, so each variant runs as
     # often in each place of it (on this machine's disk the runs of a round get faster along it,
-    # up to 2x, whatever they run; a warm-up run before each cell did not change that).
+    # whatever they run: BENCHMARKS.md).
     rounds = int(e.get("REPEAT", "6"))
     variants = e.get("VARIANTS", "off auto on alone").split()
     cells = [c.split(",") for c in e.get("CELLS", "throttled,fits throttled,2x fuse,fits fuse,2x local,fits").split()]
