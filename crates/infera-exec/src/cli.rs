@@ -131,8 +131,12 @@ pub enum Command {
     /// and what in it would fail an engine; `-o json` writes the profile `--node FILE` reads.
     Node {
         /// text: the node and its findings; json: the profile (versioned: `schema_version`); yaml: the same as YAML.
-        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        #[arg(short = 'o', long, value_enum, ignore_case = true, default_value = "text")]
         output: NodeOutput,
+        /// The node's name, written into the profile (a DaemonSet gives it `spec.nodeName`
+        /// through the downward API); reports name the node by it.
+        #[arg(long, env = ev::INFERA_NODE_NAME, value_name = "NAME")]
+        name: Option<String>,
     },
     /// Copy this overlay into DEST (the initContainer fallback for clusters without image volumes).
     Install {
@@ -277,9 +281,14 @@ pub struct CommonArgs {
     /// `check`, `all` judges the image against every tree of the overlay (a matrix).
     #[arg(long, env = ev::INFERA_FAMILY, value_name = "NAME")]
     pub family: Option<String>,
-    /// Override a refusal knowingly (comma-separated rule codes, or engine-version; repeatable).
+    /// Accept a refusal or a warning knowingly (comma-separated codes; repeatable): it stays
+    /// in the report as accepted, and fails neither the run nor `--fail-on warn`.
     #[arg(long, env = ev::INFERA_ALLOW, value_delimiter = ',', value_name = "CODE[,CODE]")]
     pub allow: Vec<String>,
+    /// Codes to accept, from a file: one a line, with an optional reason after it (`CODE
+    /// reason…`, or `CODE  # reason`); `#` starts a comment line (as trivy's .trivyignore).
+    #[arg(long, env = ev::INFERA_ALLOW_FILE, value_name = "FILE")]
+    pub allow_file: Option<PathBuf>,
     /// The working directory of the program (default `/`, so the image's WORKDIR cannot
     /// shadow the engine or the overlay; empty: keep the launcher's).
     #[arg(long, env = ev::INFERA_EXEC_CHDIR, value_name = "DIR", value_parser = clap::value_parser!(OsString))]
@@ -296,6 +305,15 @@ pub struct CommonArgs {
     /// `check`: a column per tree × node.
     #[arg(long, value_name = "FILE|PART[:N]")]
     pub node: Vec<String>,
+    /// With --node: the worker pod's /dev/shm (its memory-backed emptyDir's sizeLimit, or
+    /// docker's --shm-size): `16Gi`, `16g`, bytes. Not given, /dev/shm is not judged (a
+    /// profile's is the pod's that read the node, never the worker's).
+    #[arg(long, value_name = "SIZE", requires = "node", value_parser = Size::parse)]
+    pub shm_size: Option<Size>,
+    /// With --node: the worker pod's memory limit (resources.limits.memory, docker's
+    /// --memory), for the read-ahead's bound: `64Gi`, `64g`, bytes.
+    #[arg(long, value_name = "SIZE", requires = "node", value_parser = Size::parse)]
+    pub memory: Option<Size>,
     /// Set no_new_privs before exec.
     #[arg(long, env = ev::INFERA_NO_NEW_PRIVS, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub no_new_privs: bool,
@@ -475,6 +493,45 @@ pub struct ImageArgs {
     pub fail_on: FailOnChoice,
 }
 
+/// A size as Kubernetes (`16Gi`, `16G`) or docker (`16g`, `64m`) writes it, or bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Size {
+    pub bytes: u64,
+    /// As given.
+    pub said: String,
+}
+
+impl Size {
+    /// `Ki`/`Mi`/`Gi`/`Ti` (Kubernetes) and docker's `k`/`m`/`g`/`t` (with or without `b`) are
+    /// powers of 1024; Kubernetes' `k`/`M`/`G`/`T` powers of 1000.
+    pub fn parse(s: &str) -> Result<Size, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (digits, unit) = t.split_at(split);
+        let unit_of = |u: &str| -> Option<u64> {
+            Some(match u {
+                "" | "b" | "B" => 1,
+                "Ki" | "k" | "kb" | "K" | "KB" => 1 << 10,
+                "Mi" | "m" | "mb" => 1 << 20,
+                "Gi" | "g" | "gb" => 1 << 30,
+                "Ti" | "t" | "tb" => 1 << 40,
+                "M" => 1_000_000,
+                "G" => 1_000_000_000,
+                "T" => 1_000_000_000_000,
+                _ => return None,
+            })
+        };
+        let bad =
+            || format!("`{s}` is not a size: a whole number with Ki, Mi, Gi, Ti (Kubernetes) or k, m, g, t (docker)");
+        let n: u64 = digits.parse().map_err(|_| bad())?;
+        let bytes = unit_of(unit).and_then(|u| n.checked_mul(u)).ok_or_else(bad)?;
+        if bytes == 0 {
+            return Err(format!("`{s}` is no memory at all: give the pod's size"));
+        }
+        Ok(Size { bytes, said: t.to_string() })
+    }
+}
+
 /// `--fail-on`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum FailOnChoice {
@@ -532,6 +589,7 @@ pub enum Invocation {
     },
     Node {
         output: NodeOutput,
+        name: Option<String>,
     },
     Manifest(ManifestCommand),
     Prefetch(crate::prefetch::Args),
@@ -575,7 +633,7 @@ fn parse_subcommand(argv: &[OsString]) -> Result<Invocation, clap::Error> {
         }
         Some(Command::Check(a)) => role(Role::Check, a.common, a.image, a.engine, ExecArgs::default(), a.args),
         Some(Command::Install { dest, from }) => Invocation::Install { dest, from },
-        Some(Command::Node { output }) => Invocation::Node { output },
+        Some(Command::Node { output, name }) => Invocation::Node { output, name },
         Some(Command::Manifest(m)) => Invocation::Manifest(m),
         Some(Command::Prefetch(a)) => Invocation::Prefetch(a),
         Some(Command::Version) => Invocation::Version,

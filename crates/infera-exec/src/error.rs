@@ -21,9 +21,12 @@ pub enum UsageError {
         hint = cap_hint(name)
     )]
     DropCaps { said: String, name: String },
-    #[error("{said} names `{name}`, which is not a rule; rules: {}", rules.join(", "))]
-    #[refuse(code = "allow-unknown", exit = Usage, hint_opt = infera_facts::suggest::did_you_mean(name, rules.iter().map(String::as_str)))]
-    AllowUnknown { said: String, name: String, rules: Vec<String> },
+    #[error("{said} names `{name}`, which is neither a refusal that may be accepted nor a warning; refusals: {}; warnings: every `warn` row of docs/findings.md", rules.join(", "))]
+    #[refuse(code = "allow-unknown", exit = Usage, hint_opt = infera_facts::suggest::did_you_mean(name, rules.iter().map(String::as_str).chain(warnings.iter().copied())))]
+    AllowUnknown { said: String, name: String, rules: Vec<String>, warnings: Vec<&'static str> },
+    #[error("{said} `{}`: {reason}", path.display())]
+    #[refuse(code = "allow-file-unreadable", exit = Missing, hint = "give a file of codes, one a line (`CODE reason…`), or leave the option out")]
+    AllowFile { said: String, path: PathBuf, reason: String },
     #[error("{}=`{value}`: expected size, digest or off", infera_facts::envvars::INFERA_VERIFY)]
     #[refuse(code = "verify-invalid", exit = Usage, hint = infera_facts::suggest::did_you_mean(value, ["size", "digest", "off"]).unwrap_or_else(|| "set size or digest, or unset it".to_string()))]
     Verify { value: String },
@@ -80,9 +83,23 @@ pub enum UsageError {
     NodeRunOnly { value: String },
     #[error("--node `{spec}`: {why}")]
     #[refuse(
-        code = "node-profile-invalid",
+        code = "node-unknown",
         exit = Usage,
-        hint = "give a part (mi100, mi210, mi250x, mi300x, mi300a, mi325x, mi350x, mi355x, optionally :N GPUs) or a file `infera-exec node -o json` wrote"
+        hint = "give a part (mi100, mi210, mi250x, mi300x, mi300a, mi308x, mi325x, mi350x, mi355x, optionally :N GPUs of one node) or a file `infera-exec node -o json` wrote"
+    )]
+    NodeUnknown { spec: String, why: String },
+    #[error("--node `{spec}`: {why}")]
+    #[refuse(
+        code = "node-profile-missing",
+        exit = Missing,
+        hint = "write the profile there first (`infera-exec node -o json` on the node, or the DaemonSet of examples/k8s/node-profile), or name a part (mi300x, mi355x, …)"
+    )]
+    NodeProfileMissing { spec: String, why: String },
+    #[error("--node `{spec}`: {why}")]
+    #[refuse(
+        code = "node-profile-invalid",
+        exit = Invalid,
+        hint = "write the profile again on the node with this launcher (`infera-exec node -o json`); a node whose profile says so has no GPU an engine can use"
     )]
     NodeProfile { spec: String, why: String },
     #[error("more than one --node makes a matrix, which is `check`'s: a dry run prints one plan")]

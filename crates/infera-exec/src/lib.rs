@@ -78,7 +78,7 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         }
         Invocation::Manifest(m) => infera_overlay::manifest_cmd::run(&m.into()).map(Done::Print),
         Invocation::Install { dest, from } => infera_overlay::install::run(&dest, from).map(Done::Print),
-        Invocation::Node { output } => Ok(Done::Print(node_profile(output))),
+        Invocation::Node { output, name } => Ok(Done::Exit(node_profile(output, name, &env))),
         Invocation::Prefetch(a) => Ok(Done::Exit(prefetch::main(&a))),
         Invocation::Completion(shell) => Ok(Done::Print(cli::completion(shell))),
     };
@@ -93,21 +93,42 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
     }
 }
 
-/// `node`: this node's profile (root `/`), as JSON, or as text with what in it would fail
-/// an engine.
-fn node_profile(output: cli::NodeOutput) -> String {
+/// `node`: this node's profile (root `/`), as JSON or YAML with its findings, or as text
+/// with what in it would fail an engine; exit 69 (`node-no-gpus`) where no GPU engine can
+/// run, the profile printed all the same.
+fn node_profile(output: cli::NodeOutput, name: Option<String>, env: &Env) -> i32 {
     let root = infera_core::rootfs::Root::new(std::path::Path::new("/"));
-    let Some(node) = infera_facts::node::gather(&root) else { return String::new() };
-    if output != cli::NodeOutput::Text {
-        let json = serde_json::to_string_pretty(&node).unwrap_or_default();
-        return report::structured(json, output == cli::NodeOutput::Yaml).unwrap_or_default();
+    let name = name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty());
+    let Some(mut node) = infera_facts::node::gather(&root, name) else {
+        return refuse(&error::internal("the node at root `/` cannot be read"), env);
+    };
+    let (findings, refusal) = plan::node_findings(&node);
+    node.findings.extend(findings);
+    let text = if output == cli::NodeOutput::Text {
+        let mut o = format!(
+            "infera-exec node ({}{})\n",
+            node.source,
+            node.name.as_ref().map_or(String::new(), |n| format!(", {n}"))
+        );
+        report::node_section(&mut o, &node);
+        for f in &node.findings {
+            report::finding_line(&mut o, f);
+        }
+        o
+    } else {
+        let mut json = serde_json::to_value(&node).unwrap_or_default();
+        if let (Some(r), Some(o)) = (&refusal, json.as_object_mut()) {
+            o.insert("error".into(), serde_json::to_value(r).unwrap_or_default());
+        }
+        report::structured(format!("{json:#}\n"), output == cli::NodeOutput::Yaml).unwrap_or_default()
+    };
+    if let Err(code) = emit(&text) {
+        return code;
     }
-    let mut o = format!("infera-exec node ({})\n", node.source);
-    report::node_section(&mut o, &node);
-    for f in node.findings.iter().chain(&plan::node_findings(&node)) {
-        report::finding_line(&mut o, f);
+    match refusal {
+        Some(r) => refuse(&r, env),
+        None => Exit::Ok.code(),
     }
-    o
 }
 
 /// `--version`: the launcher, the commit it was built from, and the overlay it would use
@@ -191,7 +212,11 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
     if req.init.is_some() && !req.dry_run {
         init::block_signals();
     }
-    let mut g = match Gathered::read(req, env, req.image.image.first().map(OsString::as_os_str)) {
+    let given = match given_nodes(req) {
+        Ok(g) => g,
+        Err(r) => return refuse_in(&r, req.output, env),
+    };
+    let mut g = match Gathered::read(req, env, req.image.image.first().map(OsString::as_os_str), &given) {
         Ok(g) => g,
         Err(r) => return refuse_in(&r, req.output, env),
     };
@@ -231,35 +256,58 @@ pub(crate) struct Gathered {
 
 /// A node a plan is judged against, with the GPUs a run on it may use.
 pub(crate) struct Node {
-    facts: Option<infera_facts::node::NodeFacts>,
+    facts: Option<std::sync::Arc<infera_facts::node::NodeFacts>>,
     gpus: Result<infera_facts::Gpus, infera_facts::GpuError>,
 }
 
-/// `--node` given, each read (a part, or a profile file); else this node at root `/`.
-fn nodes(req: &Request, root: &infera_core::rootfs::Root, env: &Env) -> Result<Vec<Node>, Refusal> {
+/// `--node` given, each read once (a part, or a profile file), with the worker's pod
+/// (`--shm-size`, `--memory`) in place of any pod a profile names; none given, none.
+pub(crate) fn given_nodes(req: &Request) -> Result<Vec<std::sync::Arc<infera_facts::node::NodeFacts>>, Refusal> {
+    use infera_facts::node::SpecProblem;
     // A regular file only, opened without blocking (a FIFO is said, not waited on).
     let read = |p: &std::path::Path| infera_core::rootfs::read_bounded(p, 1 << 20);
-    let found: Vec<Option<infera_facts::node::NodeFacts>> = if req.node.is_empty() {
-        vec![infera_facts::node::gather(root)]
-    } else {
-        let one = |s: &String| {
-            infera_facts::node::from_spec(s, read)
-                .map(Some)
-                .map_err(|e| Refusal::from(error::UsageError::NodeProfile { spec: e.spec, why: e.why }))
-        };
-        req.node.iter().map(one).collect::<Result<_, _>>()?
+    let one = |s: &String| {
+        let mut n = infera_facts::node::from_spec(s, read).map_err(|e| {
+            let (spec, why) = (e.spec, e.why);
+            Refusal::from(match e.kind {
+                SpecProblem::Unknown => error::UsageError::NodeUnknown { spec, why },
+                SpecProblem::Missing => error::UsageError::NodeProfileMissing { spec, why },
+                SpecProblem::Invalid => error::UsageError::NodeProfile { spec, why },
+            })
+        })?;
+        n.pod = req.worker_pod.clone();
+        Ok(std::sync::Arc::new(n))
     };
-    let node = |facts: Option<infera_facts::node::NodeFacts>| Node {
-        gpus: infera_facts::gpus::detect(root, env, facts.as_ref()),
+    req.node.iter().map(one).collect()
+}
+
+/// The nodes a plan of this image is judged against: those given, else this node at root `/`.
+fn nodes(
+    root: &infera_core::rootfs::Root,
+    env: &Env,
+    given: &[std::sync::Arc<infera_facts::node::NodeFacts>],
+) -> Vec<Node> {
+    let found: Vec<Option<std::sync::Arc<infera_facts::node::NodeFacts>>> = if given.is_empty() {
+        vec![infera_facts::node::gather(root, None).map(std::sync::Arc::new)]
+    } else {
+        given.iter().cloned().map(Some).collect()
+    };
+    let node = |facts: Option<std::sync::Arc<infera_facts::node::NodeFacts>>| Node {
+        gpus: infera_facts::gpus::detect(root, env, facts.as_deref()),
         facts,
     };
-    Ok(found.into_iter().map(node).collect())
+    found.into_iter().map(node).collect()
 }
 
 impl Gathered {
     /// The image (`--root`, or the archive `image` names) and what the request reads of it;
     /// the model's facts are left for [`model_facts`], after any wait for the model.
-    fn read(req: &Request, env: &Env, image: Option<&std::ffi::OsStr>) -> Result<Gathered, Refusal> {
+    fn read(
+        req: &Request,
+        env: &Env,
+        image: Option<&std::ffi::OsStr>,
+        given: &[std::sync::Arc<infera_facts::node::NodeFacts>],
+    ) -> Result<Gathered, Refusal> {
         let (env, root, note) = prepare(req, env, image)?;
         let facts = infera_facts::Facts::gather(&root, &env, &wanted(req, &env));
         let engine = plan::decide_engine(req, &facts).map_err(Refusal::from);
@@ -270,7 +318,7 @@ impl Gathered {
         let router =
             (req.role == request::Role::Server).then(|| infera_facts::router_args::RouterArgs::read(&req.args));
         let models = Default::default();
-        let nodes = nodes(req, &root, &env)?;
+        let nodes = nodes(&root, &env, given);
         Ok(Gathered { env, root, facts, engine, args, router, models, nodes, notes: note.into_iter().collect() })
     }
 
@@ -311,7 +359,7 @@ impl Gathered {
             overlay,
             selected: selected.as_ref(),
             env: &self.env,
-            node: node.facts.as_ref(),
+            node: node.facts.as_deref(),
             gpus: &node.gpus,
         };
         let mut plan = plan::plan(&inputs);
@@ -527,7 +575,7 @@ fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
 
 /// `check --fail-on warn`: a plan with a warning fails the gate (exit 1, said on stderr).
 fn warned(plan: &plan::Plan, req: &Request) -> i32 {
-    let warnings = plan.findings.iter().filter(|f| f.level == infera_facts::finding::Level::Warn).count();
+    let warnings = plan.findings.iter().filter(|f| f.warns()).count();
     if req.role != Role::Check || req.fail_on != choices::FailOn::Warn || warnings == 0 {
         return Exit::Ok.code();
     }
@@ -542,6 +590,14 @@ fn warned(plan: &plan::Plan, req: &Request) -> i32 {
 fn run_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
     for f in &plan.findings {
         match f.level {
+            infera_facts::finding::Level::Warn if f.accepted.is_some() => {
+                tracing::info!(
+                    code = f.code.as_str(),
+                    "accepted ({}): {}",
+                    f.accepted.as_deref().unwrap_or(""),
+                    f.message
+                )
+            }
             infera_facts::finding::Level::Warn => tracing::warn!(code = f.code.as_str(), "{}", f.message),
             infera_facts::finding::Level::Info => tracing::debug!(code = f.code.as_str(), "{}", f.message),
         }

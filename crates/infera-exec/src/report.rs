@@ -135,11 +135,15 @@ fn image_section(o: &mut String, f: &infera_facts::FactsView, gpus: bool) {
 
 /// A finding as the plan's text shows it.
 pub fn finding_line(o: &mut String, fi: &infera_facts::finding::Finding) {
-    let lvl = match fi.level {
-        Level::Info => "info",
-        Level::Warn => "warn",
+    let lvl = match (fi.level, &fi.accepted) {
+        (Level::Warn, Some(_)) => "accepted",
+        (Level::Info, _) => "info",
+        (Level::Warn, None) => "warn",
     };
     w!(o, "  {lvl:<9} [{}] {}", fi.code, fi.message);
+    if let Some(by) = &fi.accepted {
+        w!(o, "            accepted by {by}");
+    }
 }
 
 /// This process (root `/` only): memlock, capability sets, device access.
@@ -211,22 +215,30 @@ pub fn node_section(o: &mut String, d: &infera_facts::node::NodeFacts) {
     if d.live || d.driver.is_some() {
         w!(o, "  driver    {driver}");
     }
-    if let Some(m) = &d.memory {
+    if let Some(n) = &d.name {
+        w!(o, "  name      {n}");
+    }
+    if let Some(p) = &d.product {
+        w!(o, "  product   {p}");
+    }
+    // Whose pod, where it is not the one this runs in (a profile's reader, the worker's options).
+    let pod = if d.live || d.pod.source.is_empty() { String::new() } else { format!(" ({})", d.pod.source) };
+    if let Some(m) = &d.pod.memory {
         let gib = crate::plan::memory::gib;
-        let pod = match m.limit {
+        let limit = match m.limit {
             Some(l) => format!("limit {}, {} used ({})", gib(l), gib(m.usage.unwrap_or(0)), m.source),
             None => format!("no limit ({})", m.source),
         };
         let node = m.host_available.map_or_else(|| "unknown".to_string(), gib);
-        w!(o, "  memory    pod {pod}; node MemAvailable {node}");
+        w!(o, "  memory    pod {limit}; node MemAvailable {node}{pod}");
     }
     if d.live || !d.rdma_devices.is_empty() {
         w!(o, "  rdma      {} RDMA devices", d.rdma_devices.len());
     }
-    if let Some(s) = d.shm {
+    if let Some(s) = d.pod.shm {
         w!(
             o,
-            "  shm       /dev/shm {} ({} free)",
+            "  shm       /dev/shm {} ({} free){pod}",
             crate::plan::memory::gib_or_mib(s.size),
             crate::plan::memory::gib_or_mib(s.available)
         );

@@ -4,6 +4,7 @@
 //! anything else a `run` of that program with the selected tree's environment. Reads no
 //! file: the overlay is found and `--image-env` read at launch.
 
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -118,6 +119,30 @@ pub struct Request {
     pub image: crate::cli::ImageArgs,
     /// `--node`: the nodes judged against (empty: this node at root `/`, else none).
     pub node: Vec<String>,
+    /// With `--node`: the worker's pod as `--shm-size` and `--memory` give it (what is not
+    /// given is not judged).
+    pub worker_pod: infera_facts::node::Pod,
+    /// Why each code of `allow` is accepted: the option or variable, or the file's line and
+    /// its reason.
+    pub allow_why: BTreeMap<String, String>,
+}
+
+/// The worker's pod on a `--node`: its /dev/shm and memory limit as the options give them.
+fn worker_pod(shm: Option<crate::cli::Size>, memory: Option<crate::cli::Size>) -> infera_facts::node::Pod {
+    let said: Vec<String> = [("--shm-size", &shm), ("--memory", &memory)]
+        .iter()
+        .filter_map(|(o, v)| v.as_ref().map(|v| format!("{o} {}", v.said)))
+        .collect();
+    infera_facts::node::Pod {
+        shm: shm.map(|s| infera_facts::host::Shm { size: s.bytes, available: s.bytes }),
+        memory: memory.map(|m| infera_facts::storage::PodMemory {
+            limit: Some(m.bytes),
+            usage: Some(0),
+            host_available: None,
+            source: format!("--memory {}", m.said),
+        }),
+        source: if said.is_empty() { String::new() } else { format!("the worker's pod: {}", said.join(", ")) },
+    }
 }
 
 /// `--wait-model SECONDS` (> 0) and how the user set it, for messages.
@@ -215,18 +240,59 @@ fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
     Ok(Some(Group { size: n, rank: r, leader, source: source_, leader_wait: e.leader_wait }))
 }
 
-/// `--allow` / INFERA_ALLOW: rule codes (and `engine-version`) run anyway, each checked.
-fn allowed(o: &Options) -> Result<Vec<String>, UsageError> {
-    let allow = clean(o.common.allow.clone());
+/// The warning codes a pod may accept: every `warn` row of docs/findings.md (a test holds
+/// that page to the codes the sources say).
+fn warning_codes() -> Vec<&'static str> {
+    include_str!("../../../docs/findings.md")
+        .lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.split(" | ");
+            let code = cells.next()?.strip_suffix('`')?;
+            (cells.next()? == "warn").then_some(code)
+        })
+        .collect()
+}
+
+/// `--allow` / INFERA_ALLOW and `--allow-file`: the codes accepted (rule codes, the
+/// judgements of `ALLOWABLE`, warnings), each checked, with why each is (`by`, a reason).
+fn allowed(o: &Options) -> Result<(Vec<String>, BTreeMap<String, String>), UsageError> {
+    let said = o.said("allow");
+    let mut why: BTreeMap<String, String> = BTreeMap::new();
+    let mut allow = clean(o.common.allow.clone());
+    for code in &allow {
+        why.insert(code.clone(), said.clone());
+    }
+    if let Some(path) = &o.common.allow_file {
+        let file_said = o.said("allow-file");
+        let bad = |reason: String| UsageError::AllowFile { said: file_said.clone(), path: path.clone(), reason };
+        let bytes =
+            infera_core::rootfs::read_bounded(path, 1 << 20).map_err(|e| bad(infera_core::rootfs::io_reason(&e)))?;
+        let text = String::from_utf8(bytes).map_err(|_| bad("is not UTF-8 text".into()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (code, reason) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+            let reason = reason.trim().trim_start_matches('#').trim();
+            let by = format!("{file_said} {}:{}", path.display(), n + 1);
+            let by = if reason.is_empty() { by } else { format!("{by}: {reason}") };
+            if !allow.iter().any(|a| a == code) {
+                allow.push(code.to_string());
+            }
+            why.entry(code.to_string()).or_insert(by);
+        }
+    }
     // (The rules are parsed only when something names one.)
-    if let Some(name) =
-        allow.iter().find(|x| !crate::rules::codes().contains(&x.as_str()) && !ALLOWABLE.contains(&x.as_str()))
-    {
+    let warnings = warning_codes();
+    let known = |x: &str| crate::rules::codes().contains(&x) || ALLOWABLE.contains(&x) || warnings.contains(&x);
+    if let Some(name) = allow.iter().find(|x| !known(x)) {
         let mut rules: Vec<String> = crate::rules::codes().iter().map(|r| r.to_string()).collect();
         rules.extend(ALLOWABLE.iter().map(|c| c.to_string()));
-        return Err(UsageError::AllowUnknown { said: o.said("allow"), name: name.clone(), rules });
+        let said = why.get(name).cloned().unwrap_or(said);
+        return Err(UsageError::AllowUnknown { said, name: name.clone(), rules, warnings });
     }
-    Ok(allow)
+    Ok((allow, why))
 }
 
 /// The capabilities required (`--require`, then the stack's INFERA_REQUIRE_NATIVE), each
@@ -341,7 +407,7 @@ impl Request {
         let group = group(&o, env)?;
         let c = &o.common;
         let keep_caps = c.drop_caps.as_deref().map(|l| parse_caps(l, &o.said("drop-caps"))).transpose()?;
-        let allow = allowed(&o)?;
+        let (allow, allow_why) = allowed(&o)?;
         let verify = match ev::get(env, ev::INFERA_VERIFY).map(|v| v.to_string_lossy()).as_deref() {
             None | Some("" | "off" | "0") => Verify::Off,
             Some("size") => Verify::Size,
@@ -371,6 +437,7 @@ impl Request {
             require_all_native,
             family: c.family.filter(|f| !f.is_empty()),
             allow,
+            allow_why,
             args,
             root: c.root,
             volumes,
@@ -395,6 +462,7 @@ impl Request {
                 crate::cli::FailOnChoice::Warn => crate::choices::FailOn::Warn,
             },
             image,
+            worker_pod: worker_pod(c.shm_size, c.memory),
             node: c.node,
         })
     }

@@ -42,6 +42,15 @@ pub fn one_place() -> bool {
     }
 }
 
+/// The width a table is fitted to: `COLUMNS` where the shell exports it, else 100 (a report
+/// written to a file or a CI log is read in a window about that wide).
+pub fn columns(env: &infera_facts::envvars::Env) -> usize {
+    infera_facts::envvars::get(env, infera_facts::envvars::COLUMNS)
+        .and_then(|v| v.to_str()?.trim().parse::<usize>().ok())
+        .filter(|w| (40..=1000).contains(w))
+        .unwrap_or(100)
+}
+
 /// Quote for a POSIX shell so the printed command can be pasted; non-UTF-8 bytes use
 /// bash's `$'\xNN'` form so nothing is lost.
 pub fn shell_quote(s: &OsStr) -> String {

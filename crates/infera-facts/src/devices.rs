@@ -30,6 +30,9 @@ pub struct Gpu {
     pub node: u32,
     /// `gfx942` from `gfx_target_version 90402`.
     pub gfx: Option<String>,
+    /// Its PCI device id as lower-case hex (`74a1`), from the KFD node's `device_id`.
+    #[serde(default)]
+    pub device_id: Option<String>,
     pub render_minor: Option<u32>,
     /// Its memory in bytes: the KFD topology's frame-buffer banks (heap_type 1 or 2), else
     /// the driver's `mem_info_vram_total`.
@@ -173,6 +176,7 @@ pub fn kfd_gpus(root: &Root, findings: &mut Vec<crate::finding::Finding>) -> Vec
         gpus.push(Gpu {
             node,
             gfx: prop("gfx_target_version ").and_then(gfx_name),
+            device_id: prop("device_id ").filter(|d| *d > 0 && *d <= 0xffff).map(|d| format!("{d:04x}")),
             render_minor,
             vram,
             compute_partition: sys("current_compute_partition"),

@@ -47,6 +47,10 @@ ours! {
     INFERA_TREE_FAMILY,
     INFERA_NNODES, INFERA_NODE_RANK, INFERA_LEADER_ADDRESS, INFERA_LEADER_WAIT, INFERA_WAIT_MODEL,
     INFERA_PREFETCH,
+    /// Codes to accept, one a line (`--allow-file`).
+    INFERA_ALLOW_FILE,
+    /// The node's name, for `infera-exec node` (a DaemonSet's downward API: `spec.nodeName`).
+    INFERA_NODE_NAME,
     /// The digest of the engine args every rank of a group must share (set for the child).
     INFERA_ARGS_DIGEST,
 }
@@ -99,6 +103,8 @@ pub fn misspelt(env: &Env) -> Vec<(String, &'static str)> {
 }
 
 pub const PATH: &str = "PATH";
+/// The terminal's width, where the shell exports it (`check`'s table is fitted to it).
+pub const COLUMNS: &str = "COLUMNS";
 pub const PYTHONPATH: &str = "PYTHONPATH";
 pub const LD_LIBRARY_PATH: &str = "LD_LIBRARY_PATH";
 pub const PYTHONDONTWRITEBYTECODE: &str = "PYTHONDONTWRITEBYTECODE";

@@ -1,28 +1,37 @@
 //! Findings: what the plan wants the operator to know (defaults added, evidence that
 //! disagrees, rules overridden). They never change the exit code by themselves.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     Info,
     Warn,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
     pub level: Level,
     pub code: String,
     pub message: String,
+    /// A warning the pod accepts (`--allow CODE`, INFERA_ALLOW, `--allow-file`): by what,
+    /// and why. It stays in the report; it fails neither a run nor `--fail-on warn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<String>,
 }
 
 impl Finding {
     pub fn info(code: &str, message: impl Into<String>) -> Self {
-        Finding { level: Level::Info, code: code.to_string(), message: message.into() }
+        Finding { level: Level::Info, code: code.to_string(), message: message.into(), accepted: None }
     }
     pub fn warn(code: &str, message: impl Into<String>) -> Self {
-        Finding { level: Level::Warn, code: code.to_string(), message: message.into() }
+        Finding { level: Level::Warn, code: code.to_string(), message: message.into(), accepted: None }
+    }
+
+    /// A warning that counts: not accepted.
+    pub fn warns(&self) -> bool {
+        self.level == Level::Warn && self.accepted.is_none()
     }
 }
 

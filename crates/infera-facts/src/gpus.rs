@@ -94,10 +94,29 @@ pub enum GpuError {
         hint = "HIP_VISIBLE_DEVICES selects among the GPUs ROCR_VISIBLE_DEVICES leaves (numbered from 0): set one of them only, or make HIP's list index into ROCR's"
     )]
     MasksDisagree { hip: String, hip_n: usize, rocr: String, rocr_n: usize },
+    #[error("{stated} gives the engine {count} GPUs, but the node has {listed} ({node}): TP and the memory checks would count GPUs it does not have")]
+    #[refuse(
+        code = "gpus-exceed-node",
+        exit = Refused,
+        hint = "give the pod at most the node's GPUs (its `amd.com/gpu` limit), or judge it against a node that has them"
+    )]
+    MoreThanTheNode { stated: String, count: u32, listed: usize, node: String },
 }
 
-/// `kfd`: the KFD topology's GPUs (`devices::kfd_gpus`).
+/// `kfd`: the KFD topology's GPUs (`devices::kfd_gpus`). A count the pod's environment states
+/// is held to the node's GPUs, where the node lists any.
 pub fn detect(root: &Root, env: &Env, node: Option<&super::node::NodeFacts>) -> Result<Gpus, GpuError> {
+    let gpus = stated_or_found(root, env, node)?;
+    let listed = node.map_or(0, |n| n.gpus.len());
+    match (gpus.count, node) {
+        (Some(n), Some(on)) if gpus.source.from_env() && listed > 0 && n as usize > listed => {
+            Err(GpuError::MoreThanTheNode { stated: gpus.source.to_string(), count: n, listed, node: on.described() })
+        }
+        _ => Ok(gpus),
+    }
+}
+
+fn stated_or_found(root: &Root, env: &Env, node: Option<&super::node::NodeFacts>) -> Result<Gpus, GpuError> {
     if let Some(v) = ev::get(env, ev::INFERA_GPUS) {
         let value = rootfs::os_to_string(v);
         return match value.trim().parse::<u32>() {
@@ -113,7 +132,7 @@ pub fn detect(root: &Root, env: &Env, node: Option<&super::node::NodeFacts>) -> 
     }
     let kfd = node.map_or(&[][..], |n| &n.gpus[..]);
     if let Some(n) = node.filter(|n| !n.live) {
-        return Ok(Gpus { count: Some(kfd.len() as u32), source: GpuSource::Profile { source: n.source.clone() } });
+        return Ok(Gpus { count: Some(kfd.len() as u32), source: GpuSource::Profile { source: n.label.clone() } });
     }
     // What the node exposes. sysfs is not namespaced: the KFD topology lists every GPU of
     // the node, while the device plugin allocates GPUs by mounting their render nodes. So a

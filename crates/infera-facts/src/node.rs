@@ -10,12 +10,15 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::devices::Gpu;
+use super::finding::Finding;
 use super::host::Shm;
 use super::storage::PodMemory;
 use infera_core::rootfs::Root;
 
 /// The profile's schema version: a field removed or changed in meaning is a new version.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version 2 keeps the pod that read the node (its /dev/shm, its memory limit) apart from
+/// the node; version 1 mixed them (read back, its pod's values are the profiler's).
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,6 +26,13 @@ pub struct NodeFacts {
     pub schema_version: u32,
     /// Where the facts come from: `this node (/)`, `mi300x:8 (AMD Instinct MI300X, …)`, a file.
     pub source: String,
+    /// The node's name (Kubernetes: `spec.nodeName`, given to `infera-exec node` by the
+    /// downward API as INFERA_NODE_NAME, or `--name`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The GPUs' product, from their PCI device id (`AMD Instinct MI300X`).
+    #[serde(default)]
+    pub product: Option<String>,
     /// The node's GPUs as its KFD topology lists them (every GPU of the node: sysfs is not
     /// namespaced; a pod's own are those whose render node it was given).
     pub gpus: Vec<Gpu>,
@@ -32,20 +42,53 @@ pub struct NodeFacts {
     pub kernel: Option<String>,
     /// `/proc/sys/kernel/numa_balancing`.
     pub numa_balancing: Option<u32>,
-    pub shm: Option<Shm>,
-    pub memory: Option<PodMemory>,
+    /// The node's memory (`MemTotal` of /proc/meminfo).
+    #[serde(default)]
+    pub host_memory: Option<u64>,
     /// `/dev/infiniband/uverbs*`.
     pub rdma_devices: Vec<String>,
+    /// The pod judged on this node. At root `/`, the one the launcher runs in; a profile
+    /// read back holds the pod that *read* the node (a DaemonSet's, with its 64 MiB
+    /// /dev/shm), which the launcher replaces with the worker's (`--shm-size`, `--memory`).
+    #[serde(default)]
+    pub pod: Pod,
+    /// What could not be read of the node, and (in a profile) what in it would fail an
+    /// engine.
+    #[serde(default)]
+    pub findings: Vec<Finding>,
     /// Read from this node (root `/`), not given as a profile.
     #[serde(skip)]
     pub live: bool,
-    /// What could not be read of the node.
+    /// What a report names it by: its name, else the part and its count (never a file path).
     #[serde(skip)]
-    pub findings: Vec<crate::finding::Finding>,
+    pub label: String,
 }
 
-/// Read at root `/`; None elsewhere (an image root has no node).
-pub fn gather(root: &Root) -> Option<NodeFacts> {
+/// A pod's /dev/shm and memory: of the pod the launcher runs in, or of the worker's spec as
+/// `--shm-size`/`--memory` give it; unknown (not judged) otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pod {
+    pub shm: Option<Shm>,
+    pub memory: Option<PodMemory>,
+    /// Whose pod: `this pod (/)`, `the pod that ran infera-exec node`, `--shm-size 16g`.
+    #[serde(default)]
+    pub source: String,
+}
+
+impl NodeFacts {
+    /// How messages name where the node's facts came from.
+    pub fn described(&self) -> String {
+        if self.live {
+            "KFD topology".to_string()
+        } else {
+            format!("--node {}", self.label)
+        }
+    }
+}
+
+/// Read at root `/`; None elsewhere (an image root has no node). `name`: the node's name.
+pub fn gather(root: &Root, name: Option<String>) -> Option<NodeFacts> {
     if !root.is_host_root() {
         return None;
     }
@@ -61,20 +104,51 @@ pub fn gather(root: &Root) -> Option<NodeFacts> {
         .map(|n| format!("/dev/infiniband/{n}"))
         .collect();
     rdma.sort();
-    Some(NodeFacts {
+    let host_memory = root.read_small_string(Path::new("/proc/meminfo")).ok().and_then(|m| {
+        use procfs_core::FromRead;
+        procfs_core::Meminfo::from_read(m.as_bytes()).ok().map(|m| m.mem_total)
+    });
+    let memory = super::storage::pod_memory(|p| root.read_small_string(p).ok());
+    let mut node = NodeFacts {
         schema_version: SCHEMA_VERSION,
         source: "this node (/)".into(),
+        name,
+        product: product_of(&gpus),
         gpus,
         driver_loaded: root.metadata(Path::new("/sys/module/amdgpu")).is_ok(),
         driver: line("/sys/module/amdgpu/version"),
         kernel: line("/proc/sys/kernel/osrelease"),
         numa_balancing: line("/proc/sys/kernel/numa_balancing").and_then(|v| v.parse().ok()),
-        shm: super::host::shm(),
-        memory: Some(super::storage::pod_memory(|p| root.read_small_string(p).ok())),
+        host_memory,
         rdma_devices: rdma,
-        live: true,
+        pod: Pod { shm: super::host::shm(), memory: Some(memory), source: "this pod (/)".into() },
         findings,
-    })
+        live: true,
+        label: String::new(),
+    };
+    node.label = label_of(&node);
+    Some(node)
+}
+
+/// The one product the GPUs' device ids name (None: none, or several).
+fn product_of(gpus: &[Gpu]) -> Option<String> {
+    let mut parts = gpus.iter().map(|g| g.device_id.as_deref().and_then(part_of_device).map(|p| p.model));
+    let first = parts.next()??;
+    parts.all(|p| p == Some(first)).then(|| first.to_string())
+}
+
+/// A node's label: its name, else its GPUs (`MI300X ×8`, `gfx942 ×8`).
+fn label_of(n: &NodeFacts) -> String {
+    if let Some(name) = n.name.as_deref().filter(|s| !s.trim().is_empty()) {
+        return name.to_string();
+    }
+    let what = n
+        .product
+        .as_deref()
+        .map(|p| p.trim_start_matches("AMD Instinct ").to_string())
+        .or_else(|| n.gpus.first().and_then(|g| g.gfx.clone()))
+        .unwrap_or_else(|| "no GPU".to_string());
+    format!("{what} ×{}", n.gpus.len())
 }
 
 /// An AMD Instinct part: what its node's KFD topology shows.
@@ -86,6 +160,9 @@ pub struct Part {
     pub per_node: u32,
     /// One GPU's memory as KFD reports it (None: an APU, whose memory is the system's).
     pub vram: Option<u64>,
+    /// Its PCI device ids (lower-case hex, as the node labeller's `device-id` label writes
+    /// them; libdrm's amdgpu.ids), virtual functions included.
+    pub device_ids: &'static [&'static str],
     /// What says so.
     pub cited: &'static str,
 }
@@ -95,7 +172,8 @@ const DATASHEET: &str = "AMD Instinct data sheet; ROCm docs, \"GPU hardware spec
                          (rocm.docs.amd.com/en/latest/reference/gpu-arch-specs.html)";
 
 /// The parts, from AMD's data sheets and ROCm's hardware table: memory is the marketed size
-/// (the KFD bank is a little under it), except the MI300X's, read on a real node.
+/// (the KFD bank is a little under it), except the MI300X's, read on a real node. Device ids
+/// from libdrm's amdgpu.ids (as ROCm/k8s-device-plugin's node labeller carries it).
 pub const PARTS: &[Part] = &[
     Part {
         name: "mi100",
@@ -103,6 +181,7 @@ pub const PARTS: &[Part] = &[
         gfx: "gfx908",
         per_node: 8,
         vram: Some(32 * GIB),
+        device_ids: &["738c"],
         cited: DATASHEET,
     },
     Part {
@@ -111,6 +190,7 @@ pub const PARTS: &[Part] = &[
         gfx: "gfx90a",
         per_node: 8,
         vram: Some(64 * GIB),
+        device_ids: &["740f"],
         cited: DATASHEET,
     },
     Part {
@@ -119,6 +199,7 @@ pub const PARTS: &[Part] = &[
         gfx: "gfx90a",
         per_node: 8,
         vram: Some(64 * GIB),
+        device_ids: &["7408", "740c"],
         cited: DATASHEET,
     },
     Part {
@@ -127,6 +208,7 @@ pub const PARTS: &[Part] = &[
         gfx: "gfx942",
         per_node: 8,
         vram: Some(206_141_652_992),
+        device_ids: &["74a1", "74a9", "74bd", "74b5"],
         cited: "KFD mem_banks size_in_bytes on an MI300X node (192 GB HBM3, AMD data sheet)",
     },
     Part {
@@ -135,6 +217,16 @@ pub const PARTS: &[Part] = &[
         gfx: "gfx942",
         per_node: 4,
         vram: None,
+        device_ids: &["74a0"],
+        cited: DATASHEET,
+    },
+    Part {
+        name: "mi308x",
+        model: "AMD Instinct MI308X",
+        gfx: "gfx942",
+        per_node: 8,
+        vram: Some(192 * GIB),
+        device_ids: &["74a2", "74b6"],
         cited: DATASHEET,
     },
     Part {
@@ -143,6 +235,7 @@ pub const PARTS: &[Part] = &[
         gfx: "gfx942",
         per_node: 8,
         vram: Some(256 * GIB),
+        device_ids: &["74a5", "74b9"],
         cited: DATASHEET,
     },
     Part {
@@ -151,6 +244,7 @@ pub const PARTS: &[Part] = &[
         gfx: "gfx950",
         per_node: 8,
         vram: Some(288 * GIB),
+        device_ids: &["75a0", "75b0"],
         cited: DATASHEET,
     },
     Part {
@@ -159,21 +253,34 @@ pub const PARTS: &[Part] = &[
         gfx: "gfx950",
         per_node: 8,
         vram: Some(288 * GIB),
+        device_ids: &["75a3", "75b3"],
         cited: DATASHEET,
     },
 ];
 
+/// The part a PCI device id (`74a1`, `0x74A1`) is.
+pub fn part_of_device(id: &str) -> Option<&'static Part> {
+    let id = id.trim().trim_start_matches("0x").to_ascii_lowercase();
+    PARTS.iter().find(|p| p.device_ids.contains(&id.as_str()))
+}
+
 /// The most GPUs a node profile holds (CPX turns 8 MI300X into 64).
 pub const MAX_GPUS: u32 = 64;
 
+/// The most memory a profile's GPU may claim: above every Instinct part's (288 GiB, and the
+/// MI400 series' announced 432 GB), with room; more is a profile no node wrote.
+pub const MAX_GPU_MEMORY: u64 = 1 << 40;
+
 /// A node of `count` GPUs of the named part (the part's own count by default). Its other
-/// facts are a healthy node's unknowns: no limit, no shm size, nothing said of the driver.
+/// facts are a healthy node's unknowns: nothing said of the driver; no pod (the worker's is
+/// given by `--shm-size`/`--memory`).
 pub fn part(p: &Part, count: Option<u32>) -> NodeFacts {
     let n = count.unwrap_or(p.per_node);
     let gpus = (0..n)
         .map(|i| Gpu {
             node: i + 1,
             gfx: Some(p.gfx.to_string()),
+            device_id: p.device_ids.first().map(|d| d.to_string()),
             render_minor: Some(128 + i),
             vram: p.vram,
             compute_partition: None,
@@ -183,59 +290,144 @@ pub fn part(p: &Part, count: Option<u32>) -> NodeFacts {
     NodeFacts {
         schema_version: SCHEMA_VERSION,
         source: format!("{}:{n} ({}, {}; {})", p.name, p.model, p.gfx, p.cited),
+        name: None,
+        product: Some(p.model.to_string()),
         gpus,
         driver_loaded: true,
         driver: None,
         kernel: None,
         numa_balancing: None,
-        shm: None,
-        memory: None,
+        host_memory: None,
         rdma_devices: Vec::new(),
-        live: false,
+        pod: Pod::default(),
         findings: Vec::new(),
+        live: false,
+        label: if count.is_some() { format!("{}:{n}", p.name) } else { p.name.to_string() },
     }
 }
 
-/// What `--node` was given that is neither a part nor a readable profile.
+/// What `--node` was given that is neither a part nor a profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpecError {
     pub spec: String,
     pub why: String,
+    /// The file does not exist (66), rather than being no profile (65) or no part (2).
+    pub kind: SpecProblem,
 }
 
-/// `--node PART[:N]` or `--node FILE` (a profile `infera-exec node --json` wrote).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecProblem {
+    /// Neither a part nor a file: a usage error.
+    Unknown,
+    /// A file that is not a node profile, or one no node could have written.
+    Invalid,
+    /// No such file.
+    Missing,
+}
+
+/// `--node PART[:N]` or `--node FILE` (a profile `infera-exec node -o json` wrote).
 pub fn from_spec(spec: &str, read: impl Fn(&Path) -> std::io::Result<Vec<u8>>) -> Result<NodeFacts, NodeSpecError> {
-    let err = |why: String| NodeSpecError { spec: spec.to_string(), why };
+    let err = |kind, why: String| NodeSpecError { spec: spec.to_string(), why, kind };
     let (name, count) = spec.split_once(':').map_or((spec, None), |(n, c)| (n, Some(c)));
     if let Some(p) = PARTS.iter().find(|p| p.name.eq_ignore_ascii_case(name)) {
         let count = match count.map(str::parse::<u32>) {
             None => None,
-            Some(Ok(n)) if (1..=MAX_GPUS).contains(&n) => Some(n),
-            Some(_) => return Err(err(format!("the count after `:` is not a number of GPUs from 1 to {MAX_GPUS}"))),
+            Some(Ok(n)) if (1..=p.per_node).contains(&n) => Some(n),
+            Some(_) => {
+                return Err(err(
+                    SpecProblem::Unknown,
+                    format!(
+                        "an {} node has 1 to {} GPUs: the count after `:` is the GPUs of one node (a partitioned \
+                         node, CPX or NPS4, is described by its profile: `infera-exec node -o json`)",
+                        p.model, p.per_node
+                    ),
+                ))
+            }
         };
         return Ok(part(p, count));
     }
     let bytes = read(Path::new(spec)).map_err(|e| {
         let parts: Vec<&str> = PARTS.iter().map(|p| p.name).collect();
-        err(format!(
-            "not a part ({}) and not a readable profile: {}",
-            parts.join(", "),
-            infera_core::rootfs::io_reason(&e)
-        ))
+        let guess = if spec.contains('/') || spec.ends_with(".json") {
+            String::new()
+        } else {
+            crate::suggest::did_you_mean(&name.to_ascii_lowercase(), parts.iter().copied())
+                .map_or(String::new(), |d| format!("; {d}"))
+        };
+        let kind = match (e.kind(), guess.is_empty()) {
+            (_, false) => SpecProblem::Unknown,
+            (std::io::ErrorKind::NotFound, true) => SpecProblem::Missing,
+            _ => SpecProblem::Invalid,
+        };
+        err(
+            kind,
+            format!(
+                "not a part ({}) and not a readable profile: {}{guess}",
+                parts.join(", "),
+                infera_core::rootfs::io_reason(&e)
+            ),
+        )
     })?;
-    let mut node: NodeFacts = serde_json::from_slice(&bytes)
-        .map_err(|e| err(format!("not a node profile (`infera-exec node --json` writes one): {e}")))?;
-    if node.schema_version != SCHEMA_VERSION {
-        return Err(err(format!(
-            "schema_version {} (this launcher reads {SCHEMA_VERSION}); write it again with this launcher's `node --json`",
-            node.schema_version
-        )));
-    }
-    if node.gpus.len() > MAX_GPUS as usize {
-        return Err(err(format!("{} GPUs, more than a node holds ({MAX_GPUS})", node.gpus.len())));
-    }
+    let mut node = read_profile(&bytes).map_err(|why| err(SpecProblem::Invalid, why))?;
+    node.label = label_of(&node);
     node.source = format!("{spec} ({})", node.source);
     Ok(node)
+}
+
+/// A profile's JSON (schema 1 or 2), held to what a node can be. Its pod is the one that
+/// read the node, kept only as it was written.
+fn read_profile(bytes: &[u8]) -> Result<NodeFacts, String> {
+    let not_one = |e: serde_json::Error| format!("not a node profile (`infera-exec node -o json` writes one): {e}");
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).map_err(not_one)?;
+    let version = v.get("schema_version").and_then(serde_json::Value::as_u64);
+    match (version, v.as_object_mut()) {
+        (Some(1), Some(o)) => {
+            // Version 1: the profiling pod's /dev/shm and memory at the top.
+            let pod = serde_json::json!({
+                "shm": o.remove("shm").unwrap_or_default(),
+                "memory": o.remove("memory").unwrap_or_default(),
+                "source": "the pod that ran `infera-exec node` (a version 1 profile)",
+            });
+            o.insert("pod".into(), pod);
+        }
+        (Some(2), Some(o)) => {
+            // What `node` said of it (its refusal) is the node's verdict, not a fact.
+            o.remove("error");
+        }
+        (Some(n), _) => {
+            return Err(format!(
+                "schema_version {n} (this launcher reads 1 and {SCHEMA_VERSION}); write it again with this launcher's \
+                 `node -o json`"
+            ))
+        }
+        (None, _) => return Err(not_one(serde::de::Error::missing_field("schema_version"))),
+    }
+    let node: NodeFacts = serde_json::from_value(v).map_err(not_one)?;
+    bounded(&node)?;
+    Ok(node)
+}
+
+/// What no node has: more GPUs than a node holds, a GPU without memory or with more than
+/// any GPU has.
+fn bounded(node: &NodeFacts) -> Result<(), String> {
+    if node.gpus.len() > MAX_GPUS as usize {
+        return Err(format!("{} GPUs, more than a node holds ({MAX_GPUS})", node.gpus.len()));
+    }
+    for g in &node.gpus {
+        match g.vram {
+            Some(0) => return Err(format!("GPU {} has 0 bytes of memory: no GPU does", g.node)),
+            Some(b) if b > MAX_GPU_MEMORY => {
+                return Err(format!(
+                    "GPU {} has {b} bytes of memory, more than any GPU ({} TiB is the bound; the largest Instinct \
+                     part holds 288 GiB)",
+                    g.node,
+                    MAX_GPU_MEMORY >> 40
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -247,35 +439,85 @@ mod tests {
     }
 
     #[test]
-    fn parts_by_name_with_a_count() {
+    fn parts_by_name_with_a_count_up_to_a_nodes() {
         let n = from_spec("MI355X:4", none).unwrap();
         assert_eq!(n.gpus.len(), 4);
         assert!(n.gpus.iter().all(|g| g.gfx.as_deref() == Some("gfx950") && g.vram == Some(288 << 30)));
         assert!(n.source.starts_with("mi355x:4 (AMD Instinct MI355X, gfx950; "), "{}", n.source);
+        assert_eq!((n.label.as_str(), n.product.as_deref()), ("mi355x:4", Some("AMD Instinct MI355X")));
         assert_eq!(from_spec("mi300x", none).unwrap().gpus.len(), 8);
+        assert_eq!(from_spec("mi300x", none).unwrap().label, "mi300x");
         assert_eq!(from_spec("mi300a", none).unwrap().gpus[0].vram, None, "an APU has no VRAM bank");
-        for bad in ["mi300x:0", "mi300x:65", "mi300x:x"] {
+        for bad in ["mi300x:0", "mi300x:9", "mi300x:16", "mi300x:x", "mi300a:8"] {
             let e = from_spec(bad, none).unwrap_err();
-            assert!(e.why.contains("number of GPUs from 1 to 64"), "{bad}: {}", e.why);
+            assert!(e.why.contains("node has 1 to"), "{bad}: {}", e.why);
+            assert_eq!(e.kind, SpecProblem::Unknown, "{bad}");
         }
+        let e = from_spec("mi300", none).unwrap_err();
+        assert!(e.why.ends_with("did you mean `mi300x`?"), "{}", e.why);
+        assert_eq!(e.kind, SpecProblem::Unknown);
         let e = from_spec("mi400x", none).unwrap_err();
-        assert!(
-            e.why.starts_with("not a part (mi100, mi210, mi250x, mi300x, mi300a, mi325x, mi350x, mi355x)"),
-            "{}",
-            e.why
-        );
+        assert!(e.why.starts_with("not a part (mi100, mi210, mi250x, mi300x, mi300a, mi308x, mi325x"), "{}", e.why);
+        let e = from_spec("profiles/gpu-17.json", none).unwrap_err();
+        assert_eq!(e.kind, SpecProblem::Missing, "{}", e.why);
     }
 
     #[test]
-    fn a_profile_read_back_is_the_same_node() {
-        let n = part(&PARTS[3], Some(2));
+    fn device_ids_name_their_part() {
+        assert_eq!(part_of_device("74a1").map(|p| p.name), Some("mi300x"));
+        assert_eq!(part_of_device("0x75A3").map(|p| p.name), Some("mi355x"));
+        assert_eq!(part_of_device("740f").map(|p| p.gfx), Some("gfx90a"));
+        assert!(part_of_device("1234").is_none());
+    }
+
+    #[test]
+    fn a_profile_read_back_is_the_same_node_named_by_its_name_or_gpus() {
+        let mut n = part(&PARTS[3], Some(2));
+        n.pod = Pod { shm: Some(Shm { size: 64 << 20, available: 64 << 20 }), memory: None, source: "x".into() };
         let json = serde_json::to_vec(&n).unwrap();
         let back = from_spec("node.json", |_| Ok(json.clone())).unwrap();
         assert_eq!(back.gpus, n.gpus);
+        assert_eq!(back.pod, n.pod, "the profiler's pod, kept as written");
         assert_eq!(back.source, format!("node.json ({})", n.source));
-        let old = serde_json::to_vec(&NodeFacts { schema_version: 9, ..n }).unwrap();
+        assert_eq!(back.label, "MI300X ×2", "a profile without a name is named by its GPUs, not its file");
+        let named = serde_json::to_vec(&NodeFacts { name: Some("gpu-node-17".into()), ..n.clone() }).unwrap();
+        assert_eq!(from_spec("a.json", |_| Ok(named.clone())).unwrap().label, "gpu-node-17");
+        let old = serde_json::to_vec(&NodeFacts { schema_version: 9, ..n.clone() }).unwrap();
         assert!(from_spec("old.json", |_| Ok(old.clone())).unwrap_err().why.starts_with("schema_version 9"));
         let e = from_spec("x.json", |_| Ok(b"{\"gpus\": 3}".to_vec())).unwrap_err();
         assert!(e.why.starts_with("not a node profile"), "{}", e.why);
+        assert_eq!(e.kind, SpecProblem::Invalid);
+    }
+
+    #[test]
+    fn a_version_1_profile_reads_its_shm_as_the_profilers_pod() {
+        let v1 = br#"{"schema_version": 1, "source": "this node (/)", "gpus": [{"node": 1, "gfx": "gfx942",
+            "render_minor": 128, "vram": 206141652992, "compute_partition": null, "memory_partition": null}],
+            "driver_loaded": true, "driver": null, "kernel": "6.8", "numa_balancing": 0,
+            "shm": {"size": 67108864, "available": 67108864},
+            "memory": {"limit": 67108864, "usage": 1, "host_available": 2, "source": "m"}, "rdma_devices": []}"#;
+        let n = from_spec("v1.json", |_| Ok(v1.to_vec())).unwrap();
+        assert_eq!(n.pod.shm.map(|s| s.size), Some(64 << 20));
+        assert_eq!(n.pod.memory.and_then(|m| m.limit), Some(64 << 20));
+        assert_eq!(n.label, "gfx942 ×1");
+    }
+
+    #[test]
+    fn a_profile_is_held_to_what_a_node_can_be() {
+        let with = |vram: Option<u64>, count: u32| {
+            let mut n = part(&PARTS[3], Some(1));
+            n.gpus = (0..count).map(|i| Gpu { node: i, vram, ..n.gpus[0].clone() }).collect();
+            let json = serde_json::to_vec(&n).unwrap();
+            from_spec("p.json", |_| Ok(json.clone()))
+        };
+        let e = with(Some(0), 8).unwrap_err();
+        assert!(e.why.contains("has 0 bytes of memory"), "{}", e.why);
+        let e = with(Some(u64::MAX), 8).unwrap_err();
+        assert!(e.why.contains("18446744073709551615 bytes of memory, more than any GPU"), "{}", e.why);
+        assert_eq!(e.kind, SpecProblem::Invalid);
+        let e = with(Some(1 << 30), 65).unwrap_err();
+        assert!(e.why.contains("65 GPUs, more than a node holds"), "{}", e.why);
+        assert!(with(None, 4).is_ok(), "an APU's GPUs have no VRAM bank");
+        assert!(with(Some(1 << 30), 0).unwrap().gpus.is_empty(), "a node without GPUs is a node: the cell says so");
     }
 }

@@ -79,6 +79,21 @@ pub struct EngineEntry {
     /// Base engine versions this module supports, e.g. ">=0.10, <0.12".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versions: Option<String>,
+    /// Versions outside `versions` the module is known to fail on (measured, not merely
+    /// untested), and why: `--allow engine-version` is refused there, since it cannot help.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fails: Vec<Fails>,
+}
+
+/// Engine versions a tree's module cannot run, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Fails {
+    /// A PEP 440 bound, e.g. ">=0.29".
+    pub versions: String,
+    /// What happens there, in a line (named in the refusal).
+    pub why: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -253,7 +268,7 @@ pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), ManifestError> {
         if !is_dotted_module(&e.module) {
             return Err(E::EngineModule { name: name.clone(), module: e.module.clone() });
         }
-        if let Some(v) = &e.versions {
+        for v in e.versions.iter().chain(e.fails.iter().map(|f| &f.versions)) {
             crate::version::Spec::parse(v).map_err(|cause| E::EngineVersions {
                 name: name.clone(),
                 spec: v.clone(),
@@ -322,6 +337,11 @@ mod schema_tests {
     fn committed_schema_is_generated_from_the_types() {
         let schema = schemars::schema_for!(super::Manifest);
         let generated = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+        if std::env::var_os("INFERA_UPDATE_DOCS").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../manifests/manifest.schema.json");
+            std::fs::write(path, &generated).unwrap();
+            return;
+        }
         assert_eq!(
             super::schema_json(),
             generated,

@@ -40,26 +40,36 @@ pub fn wanted(req: &Request) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
     pub tree: TreeChoice,
-    /// The index of the node in `--node`, and its spec.
+    /// The index of the node in `--node`, and its label (its name, or its part).
     pub node: Option<(usize, String)>,
     name: String,
 }
 
 impl Column {
     pub fn new(tree: TreeChoice, node: Option<(usize, String)>) -> Column {
-        let t = match &tree {
-            TreeChoice::Matching => "matching tree",
-            TreeChoice::Forced(f) | TreeChoice::Judged(f) => f,
-        };
         let name = match &node {
-            Some((_, spec)) => format!("{t} on {spec}"),
-            None => t.to_string(),
+            Some((_, label)) => format!("{} on {label}", tree_name(&tree)),
+            None => tree_name(&tree).to_string(),
         };
         Column { tree, node, name }
     }
 
+    /// `rocm7-py312 on mi300x`: what a CI report names a cell's case by.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The node's label (None: no node was given).
+    pub fn node_label(&self) -> Option<&str> {
+        self.node.as_ref().map(|(_, l)| l.as_str())
+    }
+}
+
+/// The tree a column judges, as named.
+pub fn tree_name(t: &TreeChoice) -> &str {
+    match t {
+        TreeChoice::Matching => "matching tree",
+        TreeChoice::Forced(f) | TreeChoice::Judged(f) => f,
     }
 }
 
@@ -75,16 +85,19 @@ pub struct Row {
     pub error: Option<Refusal>,
 }
 
-/// One image with one tree.
+/// One image with one tree on one node.
 pub struct Cell {
     /// The tree planned with (None: none was selected).
     pub family: Option<String>,
-    /// The plan as `check --output json` prints it, without the image's facts (the row's).
+    /// The plan as `check --output json` prints it, without the image's facts (the row's);
+    /// kept only for a JSON or YAML report.
     pub plan: Value,
     pub error: Option<Refusal>,
     pub verdict: Verdict,
     /// The plan's warnings, `(code, message)`: reported for a cell that passes too.
     pub warnings: Vec<(String, String)>,
+    /// The warnings and refusals the pod accepts (`--allow`): `(code, message, why)`.
+    pub accepted: Vec<(String, String, String)>,
     pub seconds: f64,
 }
 
@@ -142,10 +155,31 @@ pub enum MatrixError {
     NoTree { abi: String },
 }
 
+/// The matrix's shape: its columns (trees × nodes, node-major), and how many nodes and
+/// trees make them.
+pub struct Shape {
+    pub columns: Vec<Column>,
+    pub nodes: usize,
+    pub trees: usize,
+    /// The nodes' labels and where each was read from, in `--node`'s order.
+    pub node_sources: Vec<(String, String)>,
+}
+
+impl Shape {
+    /// The columns of node `n` (every column when no node was given).
+    pub fn of_node(&self, n: usize) -> impl Iterator<Item = (usize, &Column)> {
+        self.columns.iter().enumerate().filter(move |(_, c)| c.node.as_ref().map_or(0, |x| x.0) == n)
+    }
+}
+
 /// Judge every image with every column, print the matrix, and exit as the module says.
 pub fn run(req: &Request, env: &Env) -> i32 {
     let (overlay, opts) = crate::load_overlay(req);
-    let columns = match columns(req, &overlay) {
+    let given = match crate::given_nodes(req) {
+        Ok(g) => g,
+        Err(r) => return crate::refuse_in(&r, req.output, env),
+    };
+    let shape = match shape(req, &overlay, &given) {
         Ok(c) => c,
         Err(r) => return crate::refuse_in(&r, req.output, env),
     };
@@ -153,22 +187,26 @@ pub fn run(req: &Request, env: &Env) -> i32 {
         [] => vec![None],
         refs => refs.iter().map(|r| Some(r.as_os_str())).collect(),
     };
-    let rows: Vec<Row> = sources.into_iter().map(|s| row(req, env, s, &columns, &overlay, &opts)).collect();
-    let code = exit(&rows, columns.len(), req.fail_on);
+    let keep_plans = matches!(req.output, Output::Json | Output::Yaml);
+    let judge = Judge { req, env, overlay: &overlay, opts: &opts, given: &given, keep_plans };
+    let rows: Vec<Row> = sources.into_iter().map(|s| judge.row(s, &shape.columns)).collect();
+    let code = exit(&rows, &shape, req.fail_on);
+    let width = crate::term::columns(env);
     let out = match req.output {
-        Output::Text => render::text(&rows, &columns, req.fail_on),
-        Output::Json => render::json(&rows, &columns, code, req.fail_on),
-        Output::Yaml => crate::report::yaml(&render::json(&rows, &columns, code, req.fail_on)).unwrap_or_default(),
-        Output::Junit => render::junit(&rows, &columns, req.fail_on),
+        Output::Text => render::text(&rows, &shape, req.fail_on, width),
+        Output::Json => render::json(&rows, &shape, code, req.fail_on),
+        Output::Yaml => crate::report::yaml(&render::json(&rows, &shape, code, req.fail_on)).unwrap_or_default(),
+        Output::Junit => render::junit(&rows, &shape, req.fail_on),
     };
     if let Err(c) = crate::emit(&out) {
         return c;
     }
     if code != 0 {
-        let (failed, cells) = counts(&rows, columns.len(), req.fail_on);
+        let (failed, cells) = counts(&rows, &shape, req.fail_on);
+        let what = if req.fail_on == FailOn::Warn { "failed" } else { "refused" };
         let _ = std::io::Write::write_all(
             &mut std::io::stderr(),
-            format!("check: {failed} of {cells} image × tree cells failed (exit {code}); the matrix is on stdout\n")
+            format!("check: {failed} of {cells} applicable cells {what} (exit {code}); the matrix is on stdout\n")
                 .as_bytes(),
         );
     }
@@ -176,8 +214,12 @@ pub fn run(req: &Request, env: &Env) -> i32 {
 }
 
 /// The columns: every tree of the overlay for `--family all`, else the one `--family` forces,
-/// else the tree each image's ABI selects; each on every `--node`.
-fn columns(req: &Request, overlay: &Result<infera_overlay::overlay::Overlay, Refusal>) -> Result<Vec<Column>, Refusal> {
+/// else the tree each image's ABI selects; each on every `--node` (labels made unique).
+fn shape(
+    req: &Request,
+    overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
+    given: &[std::sync::Arc<infera_facts::node::NodeFacts>],
+) -> Result<Shape, Refusal> {
     let trees = match req.family.as_deref() {
         Some(ALL_FAMILIES) => {
             let ov = overlay.as_ref().map_err(Clone::clone)?;
@@ -186,80 +228,93 @@ fn columns(req: &Request, overlay: &Result<infera_overlay::overlay::Overlay, Ref
         Some(f) => vec![TreeChoice::Forced(f.to_string())],
         None => vec![TreeChoice::Matching],
     };
-    let nodes: Vec<Option<(usize, String)>> = match req.node.as_slice() {
+    let mut labels: Vec<String> = Vec::new();
+    for n in given {
+        let seen = labels.iter().filter(|l| **l == n.label || l.starts_with(&format!("{} #", n.label))).count();
+        labels.push(if seen == 0 { n.label.clone() } else { format!("{} #{}", n.label, seen + 1) });
+    }
+    let nodes: Vec<Option<(usize, String)>> = match labels.as_slice() {
         [] => vec![None],
-        specs => specs.iter().cloned().enumerate().map(Some).collect(),
+        _ => labels.iter().cloned().enumerate().map(Some).collect(),
     };
-    Ok(trees.iter().flat_map(|t| nodes.iter().map(|n| Column::new(t.clone(), n.clone()))).collect())
+    let columns = nodes.iter().flat_map(|n| trees.iter().map(|t| Column::new(t.clone(), n.clone()))).collect();
+    let node_sources = labels.into_iter().zip(given).map(|(l, n)| (l, n.source.clone())).collect();
+    Ok(Shape { columns, nodes: nodes.len(), trees: trees.len(), node_sources })
 }
 
-/// One image read and judged with every column.
-fn row(
-    req: &Request,
-    env: &Env,
-    image: Option<&std::ffi::OsStr>,
-    columns: &[Column],
-    overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
-    opts: &infera_overlay::overlay::LoadOptions,
-) -> Row {
-    let started = std::time::Instant::now();
-    let name = image.map_or_else(|| req.root.display().to_string(), |i| i.to_string_lossy().into_owned());
-    let mut g = match Gathered::read(req, env, image) {
-        Ok(g) => g,
-        Err(e) => {
-            let seconds = started.elapsed().as_secs_f64();
-            return Row { image: name, seconds, identity: None, facts: Value::Null, cells: Vec::new(), error: Some(e) };
-        }
-    };
-    g.read_models(req);
-    let (node, gpus) = match g.nodes.as_slice() {
-        [one] => (one.facts.as_ref(), &one.gpus),
-        _ => (None, &NO_GPUS),
-    };
-    let view = g.facts.view(&g.models, node, gpus);
-    let facts = serde_json::to_value(view).unwrap_or(Value::Null);
-    let cells = columns.iter().map(|c| cell(&g, req, c, overlay, opts)).collect();
-    let identity = g.facts.root.image().cloned();
-    Row { image: name, seconds: started.elapsed().as_secs_f64(), identity, facts, cells, error: None }
+/// What every row is judged with.
+struct Judge<'a> {
+    req: &'a Request,
+    env: &'a Env,
+    overlay: &'a Result<infera_overlay::overlay::Overlay, Refusal>,
+    opts: &'a infera_overlay::overlay::LoadOptions,
+    given: &'a [std::sync::Arc<infera_facts::node::NodeFacts>],
+    keep_plans: bool,
 }
 
-/// One image with one column's tree on its node.
-fn cell(
-    g: &Gathered,
-    req: &Request,
-    c: &Column,
-    overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
-    opts: &infera_overlay::overlay::LoadOptions,
-) -> Cell {
-    let started = std::time::Instant::now();
-    let Some(node) = g.nodes.get(c.node.as_ref().map_or(0, |n| n.0)) else {
-        let error = Some(crate::error::internal("no node for this column"));
-        return Cell {
-            family: None,
-            plan: Value::Null,
-            error,
-            verdict: Verdict::Refused,
-            warnings: vec![],
-            seconds: 0.0,
+impl Judge<'_> {
+    /// One image read and judged with every column.
+    fn row(&self, image: Option<&std::ffi::OsStr>, columns: &[Column]) -> Row {
+        let (req, started) = (self.req, std::time::Instant::now());
+        let name = image.map_or_else(|| req.root.display().to_string(), |i| i.to_string_lossy().into_owned());
+        let mut g = match Gathered::read(req, self.env, image, self.given) {
+            Ok(g) => g,
+            Err(e) => {
+                let seconds = started.elapsed().as_secs_f64();
+                return Row {
+                    image: name,
+                    seconds,
+                    identity: None,
+                    facts: Value::Null,
+                    cells: Vec::new(),
+                    error: Some(e),
+                };
+            }
         };
-    };
-    let (plan, error, family) = g.judge(req, &c.tree, node, overlay, opts);
-    let verdict = match &error {
-        None => Verdict::Ok,
-        Some(e) if matches!(c.tree, TreeChoice::Judged(_)) && e.code == "family-mismatch" => Verdict::NotApplicable,
-        Some(_) => Verdict::Refused,
-    };
-    let warnings = plan["findings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| f["level"] == "warn")
-        .map(|f| {
-            (f["code"].as_str().unwrap_or_default().to_string(), f["message"].as_str().unwrap_or_default().to_string())
-        })
-        .collect();
-    let seconds = started.elapsed().as_secs_f64();
-    Cell { family, plan: without_facts(plan), error, verdict, warnings, seconds }
+        g.read_models(req);
+        let (node, gpus) = match g.nodes.as_slice() {
+            [one] => (one.facts.as_deref(), &one.gpus),
+            _ => (None, &NO_GPUS),
+        };
+        let view = g.facts.view(&g.models, node, gpus);
+        let facts = serde_json::to_value(view).unwrap_or(Value::Null);
+        let cells = columns.iter().map(|c| self.cell(&g, c)).collect();
+        let identity = g.facts.root.image().cloned();
+        Row { image: name, seconds: started.elapsed().as_secs_f64(), identity, facts, cells, error: None }
+    }
+
+    /// One image with one column's tree on its node.
+    fn cell(&self, g: &Gathered, c: &Column) -> Cell {
+        let started = std::time::Instant::now();
+        let Some(node) = g.nodes.get(c.node.as_ref().map_or(0, |n| n.0)) else {
+            let error = Some(crate::error::internal("no node for this column"));
+            let (warnings, accepted) = (vec![], vec![]);
+            return Cell {
+                family: None,
+                plan: Value::Null,
+                error,
+                verdict: Verdict::Refused,
+                warnings,
+                accepted,
+                seconds: 0.0,
+            };
+        };
+        let (plan, error, family) = g.judge(self.req, &c.tree, node, self.overlay, self.opts);
+        let verdict = match &error {
+            None => Verdict::Ok,
+            Some(e) if matches!(c.tree, TreeChoice::Judged(_)) && e.code == "family-mismatch" => Verdict::NotApplicable,
+            Some(_) => Verdict::Refused,
+        };
+        let findings = plan["findings"].as_array().into_iter().flatten().filter(|f| f["level"] == "warn");
+        let text = |f: &Value, k: &str| f[k].as_str().unwrap_or_default().to_string();
+        let (accepted, warnings): (Vec<&Value>, Vec<&Value>) = findings.partition(|f| f["accepted"].is_string());
+        let warnings = warnings.into_iter().map(|f| (text(f, "code"), text(f, "message"))).collect();
+        let accepted =
+            accepted.into_iter().map(|f| (text(f, "code"), text(f, "message"), text(f, "accepted"))).collect();
+        let seconds = started.elapsed().as_secs_f64();
+        let plan = if self.keep_plans { without_facts(plan) } else { Value::Null };
+        Cell { family, plan, error, verdict, warnings, accepted, seconds }
+    }
 }
 
 fn without_facts(mut plan: Value) -> Value {
@@ -269,22 +324,29 @@ fn without_facts(mut plan: Value) -> Value {
     plan
 }
 
-/// What failed and how often: (failed cells, cells), an unreadable image counting a failed
-/// cell per column, an image no tree applies to one.
-fn counts(rows: &[Row], columns: usize, fail_on: FailOn) -> (usize, usize) {
-    let failed = |r: &Row| {
-        if r.error.is_some() {
-            columns
-        } else {
-            r.cells.iter().filter(|c| c.fails(fail_on)).count() + usize::from(r.none_applies())
+/// What failed of what was judged: (failed cells, applicable cells). A cell is an image on a
+/// node with a tree that applies; an image not read, or with no tree that applies, is one
+/// failed cell on each node.
+fn counts(rows: &[Row], shape: &Shape, fail_on: FailOn) -> (usize, usize) {
+    let (mut failed, mut cells) = (0, 0);
+    for r in rows {
+        for n in 0..shape.nodes {
+            let here: Vec<&Cell> = shape.of_node(n).filter_map(|(i, _)| r.cells.get(i)).collect();
+            let applicable: Vec<&&Cell> = here.iter().filter(|c| c.verdict != Verdict::NotApplicable).collect();
+            if r.error.is_some() || applicable.is_empty() {
+                (failed, cells) = (failed + 1, cells + 1);
+                continue;
+            }
+            failed += applicable.iter().filter(|c| c.fails(fail_on)).count();
+            cells += applicable.len();
         }
-    };
-    (rows.iter().map(failed).sum(), rows.len() * columns)
+    }
+    (failed, cells)
 }
 
 /// The exit code of the matrix (the module's rule).
-fn exit(rows: &[Row], columns: usize, fail_on: FailOn) -> i32 {
-    if let ([r], 1) = (rows, columns) {
+fn exit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> i32 {
+    if let ([r], 1) = (rows, shape.columns.len()) {
         let cell = r.cells.first();
         if let Some(e) = r.error.as_ref().or_else(|| cell.filter(|c| c.verdict == Verdict::Refused)?.error.as_ref()) {
             return e.exit.code();
@@ -293,7 +355,7 @@ fn exit(rows: &[Row], columns: usize, fail_on: FailOn) -> i32 {
     if let Some(e) = rows.iter().find_map(|r| r.error.as_ref()) {
         return e.exit.code();
     }
-    if counts(rows, columns, fail_on).0 > 0 {
+    if counts(rows, shape, fail_on).0 > 0 {
         return CELL_REFUSED;
     }
     Exit::Ok.code()
@@ -316,7 +378,7 @@ mod tests {
                 NA => (Verdict::NotApplicable, Some(refusal(Exit::Unsupported)), vec![]),
                 Some(x) => (Verdict::Refused, Some(refusal(x)), vec![]),
             };
-            Cell { family: None, plan: Value::Null, error, verdict, warnings, seconds: 0.0 }
+            Cell { family: None, plan: Value::Null, error, verdict, warnings, accepted: vec![], seconds: 0.0 }
         };
         Row {
             image: "i".into(),
@@ -328,36 +390,56 @@ mod tests {
         }
     }
 
+    /// `trees` columns on each of `nodes` nodes (none given: one column set, no node).
+    fn shape(trees: usize, nodes: usize) -> Shape {
+        let node = |n: usize| (nodes > 0).then(|| (n, format!("n{n}")));
+        let columns = (0..nodes.max(1))
+            .flat_map(|n| (0..trees).map(move |t| Column::new(TreeChoice::Judged(format!("t{t}")), node(n))))
+            .collect();
+        Shape { columns, nodes: nodes.max(1), trees, node_sources: vec![] }
+    }
+
     #[test]
     fn one_cell_exits_with_its_own_code_a_matrix_with_1_or_the_archives() {
         let r = FailOn::Refusal;
-        assert_eq!(exit(&[row(&[None], None)], 1, r), 0);
-        assert_eq!(exit(&[row(&[Some(Exit::Refused)], None)], 1, r), 78);
-        assert_eq!(exit(&[row(&[], Some(Exit::Invalid))], 1, r), 65);
-        assert_eq!(exit(&[row(&[None, None], None)], 2, r), 0);
-        assert_eq!(exit(&[row(&[None, Some(Exit::Refused)], None)], 2, r), CELL_REFUSED);
-        assert_eq!(exit(&[row(&[Some(Exit::Unsupported)], None), row(&[None], None)], 1, r), CELL_REFUSED);
-        assert_eq!(exit(&[row(&[Some(Exit::Unsupported)], None), row(&[], Some(Exit::Invalid))], 1, r), 65);
+        assert_eq!(exit(&[row(&[None], None)], &shape(1, 0), r), 0);
+        assert_eq!(exit(&[row(&[Some(Exit::Refused)], None)], &shape(1, 0), r), 78);
+        assert_eq!(exit(&[row(&[], Some(Exit::Invalid))], &shape(1, 0), r), 65);
+        assert_eq!(exit(&[row(&[None, None], None)], &shape(2, 0), r), 0);
+        assert_eq!(exit(&[row(&[None, Some(Exit::Refused)], None)], &shape(2, 0), r), CELL_REFUSED);
+        assert_eq!(exit(&[row(&[Some(Exit::Unsupported)], None), row(&[None], None)], &shape(1, 0), r), CELL_REFUSED);
+        let rows = [row(&[Some(Exit::Unsupported)], None), row(&[], Some(Exit::Invalid))];
+        assert_eq!(exit(&rows, &shape(1, 0), r), 65);
         let rows = [row(&[Some(Exit::Unsupported), None], None), row(&[], Some(Exit::Invalid))];
-        assert_eq!(counts(&rows, 2, r), (3, 4));
+        assert_eq!(counts(&rows, &shape(2, 0), r), (2, 3), "an unread image is one failed cell");
+    }
+
+    #[test]
+    fn a_cell_is_an_image_on_a_node_with_a_tree_that_applies() {
+        let r = FailOn::Refusal;
+        // Two trees on three nodes, one tree applying to each image: 3 cells an image.
+        let na_ok = [NA, None, NA, Some(Exit::Refused), NA, None];
+        let ok_na = [None, NA, None, NA, Some(Exit::Unsupported), NA];
+        assert_eq!(counts(&[row(&na_ok, None), row(&ok_na, None)], &shape(2, 3), r), (2, 6));
+        assert_eq!(counts(&[row(&[], Some(Exit::Invalid))], &shape(2, 3), r), (3, 3), "unread: a cell per node");
     }
 
     #[test]
     fn cells_that_do_not_apply_never_fail_but_an_image_none_applies_to_does() {
         let r = FailOn::Refusal;
-        assert_eq!(exit(&[row(&[None, NA], None)], 2, r), 0);
-        assert_eq!(exit(&[row(&[None, NA], None), row(&[NA, None], None)], 2, r), 0);
-        assert_eq!(counts(&[row(&[None, NA], None)], 2, r), (0, 2));
-        assert_eq!(exit(&[row(&[NA, NA], None), row(&[None, NA], None)], 2, r), CELL_REFUSED);
-        assert_eq!(counts(&[row(&[NA, NA], None)], 2, r), (1, 2));
-        assert_eq!(exit(&[row(&[NA], None)], 1, r), CELL_REFUSED);
+        assert_eq!(exit(&[row(&[None, NA], None)], &shape(2, 0), r), 0);
+        assert_eq!(exit(&[row(&[None, NA], None), row(&[NA, None], None)], &shape(2, 0), r), 0);
+        assert_eq!(counts(&[row(&[None, NA], None)], &shape(2, 0), r), (0, 1));
+        assert_eq!(exit(&[row(&[NA, NA], None), row(&[None, NA], None)], &shape(2, 0), r), CELL_REFUSED);
+        assert_eq!(counts(&[row(&[NA, NA], None)], &shape(2, 0), r), (1, 1));
+        assert_eq!(exit(&[row(&[NA], None)], &shape(1, 0), r), CELL_REFUSED);
     }
 
     #[test]
     fn a_warning_fails_only_with_fail_on_warn() {
-        assert_eq!(exit(&[row(&[W, NA], None)], 2, FailOn::Refusal), 0);
-        assert_eq!(exit(&[row(&[W, NA], None)], 2, FailOn::Warn), CELL_REFUSED);
-        assert_eq!(exit(&[row(&[W], None)], 1, FailOn::Warn), CELL_REFUSED);
-        assert_eq!(exit(&[row(&[None, NA], None)], 2, FailOn::Warn), 0);
+        assert_eq!(exit(&[row(&[W, NA], None)], &shape(2, 0), FailOn::Refusal), 0);
+        assert_eq!(exit(&[row(&[W, NA], None)], &shape(2, 0), FailOn::Warn), CELL_REFUSED);
+        assert_eq!(exit(&[row(&[W], None)], &shape(1, 0), FailOn::Warn), CELL_REFUSED);
+        assert_eq!(exit(&[row(&[None, NA], None)], &shape(2, 0), FailOn::Warn), 0);
     }
 }

@@ -1,11 +1,11 @@
 //! The matrix written out: a table for people, JSON for machines, JUnit XML for CI reports
-//! (a suite per image, a case per tree).
+//! (a suite per image, a case per tree × node).
 
 use std::fmt::Write;
 
 use serde_json::{json, Value};
 
-use super::{Column, Row, Verdict};
+use super::{Column, Row, Shape, Verdict};
 use crate::choices::FailOn;
 use crate::error::Refusal;
 
@@ -40,56 +40,159 @@ macro_rules! w {
     }};
 }
 
-/// The table (rows images, columns trees), what each image is, then each refusal in full.
-pub fn text(rows: &[Row], columns: &[Column], fail_on: FailOn) -> String {
-    let (failed, cells) = super::counts(rows, columns.len(), fail_on);
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The table (rows images, columns nodes, a cell an image on a node with the trees that
+/// apply), fitted to `width` in blocks of columns; then the nodes, what each image is, and
+/// each refusal, warning and accepted finding in full, once for the nodes it holds on.
+pub fn text(rows: &[Row], shape: &Shape, fail_on: FailOn, width: usize) -> String {
+    let (failed, cells) = super::counts(rows, shape, fail_on);
     let mut o = String::new();
-    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let nodes =
+        if shape.node_sources.is_empty() { String::new() } else { format!(" × {}", plural(shape.nodes, "node")) };
+    let what = if fail_on == FailOn::Warn { "failed" } else { "refused" };
     w!(
         o,
-        "infera-exec check: {} × {}, {failed} of {cells} failed\n",
+        "infera-exec check: {}{nodes} ({}): {failed} of {} {what}\n",
         plural(rows.len(), "image"),
-        plural(columns.len(), "tree")
+        plural(shape.trees, "tree"),
+        plural(cells, "applicable cell")
     );
-    let mut table =
-        vec![std::iter::once("IMAGE".to_string()).chain(columns.iter().map(|c| c.name().to_string())).collect()];
-    table.extend(rows.iter().map(|r| std::iter::once(safe(&r.image)).chain(verdicts(r, columns)).collect::<Vec<_>>()));
-    aligned(&mut o, &table);
+    let heads: Vec<String> = (0..shape.nodes)
+        .map(|n| shape.of_node(n).next().and_then(|(_, c)| c.node_label()).unwrap_or("verdict").to_string())
+        .collect();
+    let body: Vec<(String, Vec<String>)> = rows.iter().map(|r| (row_label(r), verdicts(r, shape))).collect();
+    blocks(&mut o, &heads, &body, width);
+    if !shape.node_sources.is_empty() {
+        w!(o, "\nnodes:");
+        for (label, source) in &shape.node_sources {
+            w!(o, "  {}: {}", safe(label), safe(source));
+        }
+    }
     w!(o, "\nimages:");
     for r in rows {
         w!(o, "  {}: {}", safe(&r.image), safe(&about(r)));
     }
-    let no_tree: Vec<(String, Refusal)> = rows.iter().filter_map(|r| Some((r.image.clone(), r.no_tree()?))).collect();
-    let refusals: Vec<(String, &Refusal)> =
-        refusals(rows, columns).chain(no_tree.iter().map(|(at, e)| (at.clone(), e))).collect();
-    if !refusals.is_empty() {
-        w!(o, "\nrefusals:");
-    }
-    for (at, e) in refusals {
-        w!(o, "  {}: error[{}]: {}", safe(&at), e.code, safe(&e.message));
-        if let Some(h) = &e.hint {
-            w!(o, "    hint: {}", safe(h));
-        }
-    }
-    let warned: Vec<String> = rows
-        .iter()
-        .flat_map(|r| r.cells.iter().zip(columns).map(move |(cell, c)| (r, cell, c)))
-        .filter(|(_, cell, _)| cell.verdict == Verdict::Ok)
-        .flat_map(|(r, cell, c)| {
-            let tree = cell.family.clone().unwrap_or_else(|| c.name().to_string());
-            cell.warnings
-                .iter()
-                .map(move |(code, m)| format!("  {} with {tree}: warn[{code}]: {}", safe(&r.image), safe(m)))
-        })
-        .collect();
-    if !warned.is_empty() {
-        let fails = if fail_on == FailOn::Warn { " (failing: --fail-on warn)" } else { "" };
-        w!(o, "\nwarnings{fails}:");
-        for line in warned {
-            w!(o, "{line}");
-        }
-    }
+    details(&mut o, rows, shape, fail_on);
     o
+}
+
+/// The tables: the image column, then as many node columns as fit `width`, a block each.
+fn blocks(o: &mut String, heads: &[String], body: &[(String, Vec<String>)], width: usize) {
+    let len = |s: &str| s.chars().count();
+    let first = body.iter().map(|(l, _)| len(l)).chain([len("IMAGE")]).max().unwrap_or(0);
+    let col =
+        |i: usize| body.iter().map(|(_, v)| v.get(i).map_or(0, |c| len(c))).chain([len(&heads[i])]).max().unwrap_or(0);
+    let mut start = 0;
+    while start < heads.len() {
+        let mut end = start + 1;
+        let mut used = first + 3 + col(start);
+        while end < heads.len() && used + 3 + col(end) <= width {
+            used += 3 + col(end);
+            end += 1;
+        }
+        if start > 0 {
+            w!(o);
+        }
+        let mut table =
+            vec![std::iter::once("IMAGE".to_string()).chain(heads[start..end].iter().map(|h| safe(h))).collect()];
+        for (label, cells) in body {
+            table.push(
+                std::iter::once(label.clone()).chain(cells[start..end.min(cells.len())].iter().cloned()).collect(),
+            );
+        }
+        aligned(o, &table);
+        start = end;
+    }
+}
+
+/// An image as its row names it: with the tree that applies to it, where one does.
+fn row_label(r: &Row) -> String {
+    match applicable_trees(r).as_slice() {
+        [one] => format!("{} ({one})", safe(&r.image)),
+        _ => safe(&r.image),
+    }
+}
+
+/// The trees that apply to the image (on any node), in order.
+fn applicable_trees(r: &Row) -> Vec<String> {
+    let mut trees: Vec<String> = Vec::new();
+    for c in r.cells.iter().filter(|c| c.verdict != Verdict::NotApplicable) {
+        if let Some(f) = c.family.as_ref().filter(|f| !trees.contains(f)) {
+            trees.push(f.clone());
+        }
+    }
+    trees
+}
+
+/// `writeln!` of the refusals, warnings and accepted findings, each said once for the nodes
+/// it holds on.
+fn details(o: &mut String, rows: &[Row], shape: &Shape, fail_on: FailOn) {
+    let no_tree: Vec<(String, Refusal)> = rows.iter().filter_map(|r| Some((safe(&r.image), r.no_tree()?))).collect();
+    let mut refused = Grouped::default();
+    let mut warned = Grouped::default();
+    let mut accepted = Grouped::default();
+    for r in rows {
+        if let Some(e) = &r.error {
+            refused.add(safe(&r.image), None, line("error", &e.code, &e.message, e.hint.as_deref()));
+        }
+        for (cell, c) in r.cells.iter().zip(&shape.columns) {
+            let at = format!("{} with {}", safe(&r.image), cell.family.as_deref().unwrap_or(super::tree_name(&c.tree)));
+            let node = c.node_label().map(safe);
+            if let Some(e) = cell.error.as_ref().filter(|_| cell.verdict == Verdict::Refused) {
+                refused.add(at.clone(), node.clone(), line("error", &e.code, &e.message, e.hint.as_deref()));
+            }
+            for (code, m) in cell.warnings.iter().filter(|_| cell.verdict == Verdict::Ok) {
+                warned.add(at.clone(), node.clone(), line("warn", code, m, None));
+            }
+            for (code, m, by) in &cell.accepted {
+                accepted.add(at.clone(), node.clone(), format!("accepted[{code}] by {}: {}", safe(by), safe(m)));
+            }
+        }
+    }
+    for (at, e) in &no_tree {
+        refused.add(at.clone(), None, line("error", &e.code, &e.message, e.hint.as_deref()));
+    }
+    refused.write(o, "refusals:");
+    let fails = if fail_on == FailOn::Warn { " (failing: --fail-on warn)" } else { "" };
+    warned.write(o, &format!("warnings{fails}:"));
+    accepted.write(o, "accepted (--allow; failing nothing):");
+}
+
+/// `error[code]: message`, and its hint on a line of its own.
+fn line(level: &str, code: &str, message: &str, hint: Option<&str>) -> String {
+    let hint = hint.map_or(String::new(), |h| format!("\n    hint: {}", safe(h)));
+    format!("{level}[{code}]: {}{hint}", safe(message))
+}
+
+/// What was said, each once, with where it was said: `(image with tree, said)` and the
+/// nodes, in the order first said.
+#[derive(Default)]
+struct Grouped {
+    items: Vec<((String, String), Vec<String>)>,
+}
+
+impl Grouped {
+    fn add(&mut self, at: String, node: Option<String>, said: String) {
+        let key = (at, said);
+        match self.items.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, nodes)) => nodes.extend(node),
+            None => self.items.push((key, node.into_iter().collect())),
+        }
+    }
+
+    fn write(&self, o: &mut String, heading: &str) {
+        if self.items.is_empty() {
+            return;
+        }
+        w!(o, "\n{heading}");
+        for ((at, said), nodes) in &self.items {
+            let on = if nodes.is_empty() { String::new() } else { format!(" on {}", nodes.join(", ")) };
+            w!(o, "  {at}{on}: {said}");
+        }
+    }
 }
 
 /// One value on one line, its control characters escaped (a name can hold any byte).
@@ -97,26 +200,50 @@ fn safe(s: &str) -> String {
     s.escape_debug().to_string().replace("\\\"", "\"").replace("\\'", "'")
 }
 
-/// Each cell's word: `ok` (with its warnings' count), `refused: CODE` or `n/a`; the matching
-/// tree's name where it was chosen.
-fn verdicts<'r>(r: &'r Row, columns: &'r [Column]) -> impl Iterator<Item = String> + 'r {
-    columns.iter().enumerate().map(move |(i, c)| match (&r.error, r.cells.get(i)) {
-        (Some(e), _) => format!("unreadable: {}", e.code),
-        (None, Some(cell)) => {
-            let word = match (cell.verdict, &cell.error, cell.warnings.len()) {
-                (Verdict::NotApplicable, ..) => "n/a".to_string(),
-                (_, Some(e), _) => format!("refused: {}", e.code),
-                (_, None, 0) => "ok".to_string(),
-                (_, None, 1) => "ok, 1 warning".to_string(),
-                (_, None, n) => format!("ok, {n} warnings"),
-            };
-            match (c, &cell.family) {
-                (Column { tree: crate::plan::TreeChoice::Matching, .. }, Some(f)) => format!("{word} ({f})"),
-                _ => word,
+/// Each node's cell for the image: the verdict of the tree that applies (`ok`, `ok, 1
+/// warning`, `refused: CODE`), each tree's where several do (`tree: verdict`), `n/a` where
+/// none does, `unreadable: CODE` for an image not read.
+fn verdicts(r: &Row, shape: &Shape) -> Vec<String> {
+    let several = applicable_trees(r).len() > 1;
+    (0..shape.nodes)
+        .map(|n| {
+            if let Some(e) = &r.error {
+                return format!("unreadable: {}", e.code);
             }
-        }
-        (None, None) => String::new(),
-    })
+            let said: Vec<String> = shape
+                .of_node(n)
+                .filter_map(|(i, c)| Some((r.cells.get(i)?, c)))
+                .filter(|(cell, _)| cell.verdict != Verdict::NotApplicable)
+                .map(|(cell, c)| {
+                    let word = word(cell);
+                    let tree = cell.family.as_deref().unwrap_or(super::tree_name(&c.tree));
+                    if several {
+                        format!("{tree}: {word}")
+                    } else {
+                        word
+                    }
+                })
+                .collect();
+            if said.is_empty() {
+                "n/a".to_string()
+            } else {
+                said.join(", ")
+            }
+        })
+        .collect()
+}
+
+fn word(cell: &super::Cell) -> String {
+    let accepted = match cell.accepted.len() {
+        0 => String::new(),
+        n => format!(", {n} accepted"),
+    };
+    match (&cell.error, cell.warnings.len()) {
+        (Some(e), _) => format!("refused: {}", e.code),
+        (None, 0) => format!("ok{accepted}"),
+        (None, 1) => format!("ok, 1 warning{accepted}"),
+        (None, n) => format!("ok, {n} warnings{accepted}"),
+    }
 }
 
 fn aligned(o: &mut String, table: &[Vec<String>]) {
@@ -154,31 +281,23 @@ fn about(r: &Row) -> String {
     parts.join("; ")
 }
 
-/// `(where, refusal)` for each refused cell, and once for an image that was not read.
-fn refusals<'r>(rows: &'r [Row], columns: &'r [Column]) -> impl Iterator<Item = (String, &'r Refusal)> + 'r {
-    rows.iter().flat_map(move |r| {
-        let read = r.error.iter().map(move |e| (r.image.clone(), e));
-        let cells = r.cells.iter().zip(columns).filter_map(move |(cell, c)| {
-            let tree = cell.family.as_deref().unwrap_or(c.name());
-            let refused = cell.error.as_ref().filter(|_| cell.verdict == Verdict::Refused);
-            refused.map(|e| (format!("{} with {tree}", r.image), e))
-        });
-        read.chain(cells)
-    })
-}
-
-/// Per image its identity, facts and a verdict per tree with the plan or the refusal, and
-/// its warnings; the report's schema version and the tool that wrote it
-/// (docs/command-line.md documents the shape).
-pub fn json(rows: &[Row], columns: &[Column], exit: i32, fail_on: FailOn) -> String {
-    let images: Vec<Value> = rows.iter().map(|r| json_row(r, columns, fail_on)).collect();
-    let columns: Vec<&str> = columns.iter().map(Column::name).collect();
+/// Per image its identity, facts and a verdict per tree × node with the plan or the refusal,
+/// its warnings and what was accepted; the nodes and trees; the report's schema version and
+/// the tool that wrote it (docs/command-line.md documents the shape).
+pub fn json(rows: &[Row], shape: &Shape, exit: i32, fail_on: FailOn) -> String {
+    let images: Vec<Value> = rows.iter().map(|r| json_row(r, &shape.columns, fail_on)).collect();
+    let columns: Vec<&str> = shape.columns.iter().map(Column::name).collect();
+    let nodes: Vec<Value> = shape.node_sources.iter().map(|(l, s)| json!({ "label": l, "source": s })).collect();
+    let mut trees: Vec<&str> = shape.columns.iter().map(|c| super::tree_name(&c.tree)).collect();
+    trees.dedup();
     let fail_on = if fail_on == FailOn::Warn { "warn" } else { "refusal" };
     let report = json!({
         "schema_version": SCHEMA_VERSION,
         "tool": tool(),
         "fail_on": fail_on,
         "columns": columns,
+        "nodes": nodes,
+        "trees": trees,
         "images": images,
         "exit_code": exit,
     });
@@ -197,13 +316,18 @@ fn json_row(r: &Row, columns: &[Column], fail_on: FailOn) -> Value {
                     .iter()
                     .map(|(code, m)| json!({ "level": "warn", "code": code, "message": m }))
                     .collect();
+                let accepted: Vec<Value> =
+                    cell.accepted.iter().map(|(code, m, by)| json!({ "code": code, "message": m, "by": by })).collect();
                 json!({
                     "column": c.name(),
+                    "node": c.node_label(),
+                    "tree": cell.family.as_deref().unwrap_or(super::tree_name(&c.tree)),
                     "family": cell.family,
                     "verdict": cell.verdict.name(),
                     "fails": cell.fails(fail_on),
                     "error": cell.error,
                     "findings": findings,
+                    "accepted": accepted,
                     "seconds": cell.seconds,
                     "plan": cell.plan,
                 })
@@ -227,33 +351,40 @@ fn json_row(r: &Row, columns: &[Column], fail_on: FailOn) -> Value {
 }
 
 /// JUnit XML as CI systems read it (Jenkins, GitLab, GitHub's reporters; the attributes Jenkins'
-/// JUnit schema, xunit-plugin's junit-10.xsd, allows: `skipped` on a suite only): `<testsuites>`, a
-/// `<testsuite>` per image (named by the names its archive gives it) with its digests, the
-/// tool and the schema version as properties, a `<testcase>` per tree with its time; a failed
-/// cell is a `<failure>`, a tree that does not apply `<skipped>`, an image that cannot be read
-/// an `<error>` in each case, an image no tree applies to a failed case of its own; each
-/// case's warnings in its `<system-out>`.
-pub fn junit(rows: &[Row], columns: &[Column], fail_on: FailOn) -> String {
-    let (failed, _) = super::counts(rows, columns.len(), fail_on);
+/// JUnit schema, xunit-plugin's junit-10.xsd, allows: `skipped` on a suite only, no properties
+/// in a case): `<testsuites>`, a `<testsuite>` per image (named by the names its archive gives
+/// it) with its digests, the tool and the schema version as properties, a `<testcase>` per
+/// tree × node named `TREE on NODE` (a CI system keys its history by it), its time, and its
+/// node and tree first in its `<system-out>`; a failed cell is a `<failure>`, a tree that does
+/// not apply `<skipped>`, an image that cannot be read an `<error>` in each case, an image no
+/// tree applies to a failed case of its own; each case's warnings and accepted findings in its
+/// `<system-out>`.
+pub fn junit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> String {
+    let columns = &shape.columns;
+    let failed: usize = rows.iter().map(|r| suite_failures(r, fail_on)).sum();
     let errors = rows.iter().filter(|r| r.error.is_some()).count() * columns.len();
     let tests: usize = rows.iter().map(|r| columns.len() + usize::from(r.none_applies())).sum();
     let time: f64 = rows.iter().map(|r| r.seconds).sum();
     let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     w!(
         o,
-        "<testsuites name=\"infera-exec check\" tests=\"{tests}\" failures=\"{}\" errors=\"{errors}\" time=\"{time:.3}\">",
-        failed - errors
+        "<testsuites name=\"infera-exec check\" tests=\"{tests}\" failures=\"{failed}\" errors=\"{errors}\" time=\"{time:.3}\">"
     );
     for r in rows {
-        suite(&mut o, r, columns, fail_on);
+        suite(&mut o, r, shape, fail_on);
     }
     w!(o, "</testsuites>");
     o
 }
 
-fn suite(o: &mut String, r: &Row, columns: &[Column], fail_on: FailOn) {
+fn suite_failures(r: &Row, fail_on: FailOn) -> usize {
+    r.cells.iter().filter(|c| c.fails(fail_on)).count() + usize::from(r.none_applies())
+}
+
+fn suite(o: &mut String, r: &Row, shape: &Shape, fail_on: FailOn) {
+    let columns = &shape.columns;
     let name = xml(&suite_name(r));
-    let failures = r.cells.iter().filter(|c| c.fails(fail_on)).count() + usize::from(r.none_applies());
+    let failures = suite_failures(r, fail_on);
     let skipped = r.cells.iter().filter(|c| c.verdict == Verdict::NotApplicable).count();
     let errors = if r.error.is_some() { columns.len() } else { 0 };
     let tests = columns.len() + usize::from(r.none_applies());
@@ -264,7 +395,8 @@ fn suite(o: &mut String, r: &Row, columns: &[Column], fail_on: FailOn) {
     );
     properties(o, r);
     for (i, c) in columns.iter().enumerate() {
-        case(o, &name, r, r.cells.get(i), c, fail_on);
+        let source = c.node.as_ref().and_then(|(n, _)| shape.node_sources.get(*n)).map(|(_, s)| s.as_str());
+        case(o, &name, r, r.cells.get(i), (c, source), fail_on);
     }
     if let Some(e) = r.no_tree() {
         w!(o, "    <testcase classname=\"{name}\" name=\"any tree\" time=\"0.000\">");
@@ -292,10 +424,22 @@ fn body(e: &Refusal) -> String {
     format!("exit code {}\n{}", e.exit.code(), e.hint.as_deref().unwrap_or(""))
 }
 
-fn case(o: &mut String, suite: &str, r: &Row, cell: Option<&super::Cell>, c: &Column, fail_on: FailOn) {
-    let tree = cell.and_then(|c| c.family.as_deref()).unwrap_or(c.name());
+/// One case: the cell of column `c` (with its node's source) for the image.
+fn case(
+    o: &mut String,
+    suite: &str,
+    r: &Row,
+    cell: Option<&super::Cell>,
+    (c, source): (&Column, Option<&str>),
+    fail_on: FailOn,
+) {
+    let tree = cell.and_then(|c| c.family.as_deref()).unwrap_or(super::tree_name(&c.tree));
+    let name = match c.node_label() {
+        Some(n) => format!("{tree} on {n}"),
+        None => tree.to_string(),
+    };
     let time = cell.map_or(0.0, |c| c.seconds);
-    w!(o, "    <testcase classname=\"{suite}\" name=\"{}\" time=\"{time:.3}\">", xml(tree));
+    w!(o, "    <testcase classname=\"{suite}\" name=\"{}\" time=\"{time:.3}\">", xml(&name));
     match (&r.error, cell) {
         (Some(e), _) => {
             w!(o, "      <error type=\"{}\" message=\"{}\">{}</error>", xml(&e.code), xml(&e.message), xml(&body(e)))
@@ -327,10 +471,20 @@ fn case(o: &mut String, suite: &str, r: &Row, cell: Option<&super::Cell>, c: &Co
         },
         (None, None) => {}
     }
-    if let Some(cell) = cell.filter(|c| !c.warnings.is_empty()) {
-        let text: String = cell.warnings.iter().map(|(code, m)| format!("warn[{code}]: {m}\n")).collect();
-        w!(o, "      <system-out>{}</system-out>", xml(&text));
+    let mut out = String::new();
+    if let Some(n) = c.node_label() {
+        let _ = writeln!(out, "node: {n}{}", source.map_or(String::new(), |s| format!(" ({s})")));
     }
+    let _ = writeln!(out, "tree: {tree}");
+    for cell in cell.into_iter() {
+        for (code, m) in &cell.warnings {
+            let _ = writeln!(out, "warn[{code}]: {m}");
+        }
+        for (code, m, by) in &cell.accepted {
+            let _ = writeln!(out, "accepted[{code}] by {by}: {m}");
+        }
+    }
+    w!(o, "      <system-out>{}</system-out>", xml(&out));
     w!(o, "    </testcase>");
 }
 
@@ -379,6 +533,7 @@ mod tests {
     use super::*;
     use crate::error::Exit;
     use crate::matrix::Cell;
+    use crate::plan::TreeChoice;
 
     fn refusal(code: &str, exit: Exit) -> Refusal {
         Refusal { code: code.into(), message: format!("{code} <said> & \"quoted\""), hint: Some("do x".into()), exit }
@@ -387,18 +542,31 @@ mod tests {
     fn cell(family: &str, error: Option<Refusal>, verdict: Verdict, warned: bool) -> Cell {
         let warnings =
             if warned { vec![("model-unreadable".to_string(), "cannot read it".to_string())] } else { vec![] };
-        Cell { family: Some(family.into()), plan: json!({ "family": family }), error, verdict, warnings, seconds: 0.25 }
+        let plan = json!({ "family": family });
+        Cell { family: Some(family.into()), plan, error, verdict, warnings, accepted: vec![], seconds: 0.25 }
     }
 
     fn na() -> Option<Refusal> {
         Some(refusal("family-mismatch", Exit::Unsupported))
     }
 
-    fn rows() -> (Vec<Row>, Vec<Column>) {
-        let columns = vec![
-            Column::new(crate::plan::TreeChoice::Judged("rocm7-py312".into()), None),
-            Column::new(crate::plan::TreeChoice::Judged("rocm7-py310".into()), None),
-        ];
+    /// The two trees on each node given (none: one set of columns, no node).
+    fn shape(nodes: &[&str]) -> Shape {
+        let trees = ["rocm7-py312", "rocm7-py310"].map(|t| TreeChoice::Judged(t.to_string()));
+        let on: Vec<Option<(usize, String)>> = match nodes {
+            [] => vec![None],
+            n => n.iter().enumerate().map(|(i, l)| Some((i, l.to_string()))).collect(),
+        };
+        let columns = on.iter().flat_map(|n| trees.iter().map(|t| Column::new(t.clone(), n.clone()))).collect();
+        let node_sources = nodes.iter().map(|l| (l.to_string(), format!("{l}:8 (a part)"))).collect();
+        Shape { columns, nodes: on.len(), trees: 2, node_sources }
+    }
+
+    fn row(image: &str, identity: Option<infera_core::image::Identity>, facts: Value, cells: Vec<Cell>) -> Row {
+        Row { image: image.into(), seconds: 1.5, identity, facts, cells, error: None }
+    }
+
+    fn rows() -> Vec<Row> {
         let identity = infera_core::image::Identity {
             reference: "a.tar".into(),
             manifest_digest: Some("sha256:m".into()),
@@ -408,14 +576,6 @@ mod tests {
         };
         let facts = json!({ "python": { "version": "3.12.3" }, "rocm": { "version": "7.0.2", "hip": { "major": 7 } },
                             "engines": [{ "name": "vllm", "version": "0.9.1" }] });
-        let row = |image: &str, identity, facts, cells| Row {
-            image: image.into(),
-            seconds: 1.5,
-            identity,
-            facts,
-            cells,
-            error: None,
-        };
         let ok = row(
             "a.tar",
             Some(identity),
@@ -452,21 +612,21 @@ mod tests {
             cells: Vec::new(),
             error: Some(refusal("image-digest-mismatch", Exit::Invalid)),
         };
-        (vec![ok, refused, none, bad], columns)
+        vec![ok, refused, none, bad]
     }
 
     #[test]
     fn the_table_names_each_cell_each_refusal_and_each_warning_in_full() {
-        let (rows, columns) = rows();
-        let t = text(&rows, &columns, FailOn::Refusal);
+        let (rows, shape) = (rows(), shape(&[]));
+        let t = text(&rows, &shape, FailOn::Refusal, 100);
         assert_eq!(
             t,
-            "infera-exec check: 4 images × 2 trees, 4 of 8 failed\n\n\
-             IMAGE      rocm7-py312                         rocm7-py310\n\
-             a.tar      ok, 1 warning                       n/a\n\
-             c.tar      refused: engine-version             n/a\n\
-             d.tar      n/a                                 n/a\n\
-             b<&>.tar   unreadable: image-digest-mismatch   unreadable: image-digest-mismatch\n\n\
+            "infera-exec check: 4 images (2 trees): 3 of 4 applicable cells refused\n\n\
+             IMAGE                 verdict\n\
+             a.tar (rocm7-py312)   ok, 1 warning\n\
+             c.tar (rocm7-py312)   refused: engine-version\n\
+             d.tar                 n/a\n\
+             b<&>.tar              unreadable: image-digest-mismatch\n\n\
              images:\n  \
              a.tar: config sha256:c, 2 layers; python 3.12.3; HIP ABI 7, ROCm 7.0.2; vllm 0.9.1\n  \
              c.tar: python 3.12.3; HIP ABI 7, ROCm 7.0.2; vllm 0.9.1\n  \
@@ -480,16 +640,75 @@ mod tests {
              warnings:\n  \
              a.tar with rocm7-py312: warn[model-unreadable]: cannot read it\n"
         );
-        assert!(text(&rows, &columns, FailOn::Warn).contains("warnings (failing: --fail-on warn):"));
+        let warn = text(&rows, &shape, FailOn::Warn, 100);
+        assert!(warn.contains("warnings (failing: --fail-on warn):"), "{warn}");
+        assert!(warn.starts_with("infera-exec check: 4 images (2 trees): 4 of 4 applicable cells failed\n"), "{warn}");
+    }
+
+    /// Each image's cells on three nodes, the tree that applies named once.
+    fn on_nodes(cells: [(&str, Option<Refusal>); 3], other_tree: &str) -> Vec<Cell> {
+        cells
+            .into_iter()
+            .flat_map(|(tree, e)| {
+                let v = if e.is_some() { Verdict::Refused } else { Verdict::Ok };
+                [cell(tree, e, v, false), cell(other_tree, na(), Verdict::NotApplicable, false)]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn at_fleet_size_columns_are_nodes_and_each_refusal_names_its_nodes() {
+        let shape = shape(&["mi300x", "mi355x", "gpu-node-17"]);
+        let vram = || Some(refusal("weights-exceed-vram", Exit::Refused));
+        let facts = json!({ "python": { "version": "3.12.3" } });
+        let kimi = [("rocm7-py312", vram()), ("rocm7-py312", None), ("rocm7-py312", vram())];
+        let kimi = row("kimi.tar", None, facts.clone(), on_nodes(kimi, "rocm7-py310"));
+        let fine: [(&str, Option<Refusal>); 3] = [("rocm7-py312", None), ("rocm7-py312", None), ("rocm7-py312", None)];
+        let ok = row("qwen.tar", None, facts, on_nodes(fine, "rocm7-py310"));
+        let t = text(&[kimi, ok], &shape, FailOn::Refusal, 100);
+        assert!(
+            t.starts_with("infera-exec check: 2 images × 3 nodes (2 trees): 2 of 6 applicable cells refused\n\n"),
+            "{t}"
+        );
+        assert!(t.contains("IMAGE                    mi300x                         mi355x   gpu-node-17\n"), "{t}");
+        assert!(
+            t.contains(
+                "kimi.tar (rocm7-py312)   refused: weights-exceed-vram   ok       refused: weights-exceed-vram\n"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("\nnodes:\n  mi300x: mi300x:8 (a part)\n"), "{t}");
+        assert!(
+            t.contains("  kimi.tar with rocm7-py312 on mi300x, gpu-node-17: error[weights-exceed-vram]: "),
+            "one refusal, said once, naming its nodes: {t}"
+        );
+        // A narrow terminal: the node columns in blocks, each with the images.
+        let narrow = text(&rows_again(), &shape, FailOn::Refusal, 60);
+        let tables: Vec<&str> = narrow.split("\n\nnodes:").next().unwrap().split("\n\n").skip(1).collect();
+        assert!(tables.len() >= 2, "{narrow}");
+        assert!(tables.iter().all(|b| b.lines().all(|l| l.chars().count() <= 60)), "{narrow}");
+        assert!(tables.iter().all(|b| b.starts_with("IMAGE ")), "{narrow}");
+    }
+
+    fn rows_again() -> Vec<Row> {
+        let facts = json!({ "python": { "version": "3.12.3" } });
+        let e = || Some(refusal("weights-exceed-vram", Exit::Refused));
+        vec![row(
+            "kimi.tar",
+            None,
+            facts,
+            on_nodes([("rocm7-py312", e()), ("rocm7-py312", e()), ("rocm7-py312", e())], "rocm7-py310"),
+        )]
     }
 
     #[test]
     fn json_has_per_image_identity_facts_verdicts_and_warnings() {
-        let (rows, columns) = rows();
-        let v: Value = serde_json::from_str(&json(&rows, &columns, 65, FailOn::Refusal)).unwrap();
+        let (rows, shape) = (rows(), shape(&[]));
+        let v: Value = serde_json::from_str(&json(&rows, &shape, 65, FailOn::Refusal)).unwrap();
         assert_eq!(v["schema_version"], SCHEMA_VERSION);
         assert!(v["tool"].as_str().unwrap().starts_with("infera-exec "));
         assert_eq!(v["columns"], json!(["rocm7-py312", "rocm7-py310"]));
+        assert_eq!(v["trees"], json!(["rocm7-py312", "rocm7-py310"]));
         assert_eq!(v["exit_code"], 65);
         let a = &v["images"][0];
         assert_eq!(a["names"], json!(["localhost/vllm:0.28"]));
@@ -498,6 +717,8 @@ mod tests {
         assert_eq!(a["layers"], json!(["sha256:l1", "sha256:l2"]));
         assert_eq!(a["facts"]["python"]["version"], "3.12.3");
         assert_eq!(a["families"][0]["verdict"], "ok");
+        assert_eq!(a["families"][0]["node"], Value::Null);
+        assert_eq!(a["families"][0]["tree"], "rocm7-py312");
         assert_eq!(a["families"][0]["fails"], false);
         assert_eq!(a["families"][0]["findings"][0]["code"], "model-unreadable");
         assert_eq!(a["families"][1]["verdict"], "not-applicable");
@@ -508,14 +729,20 @@ mod tests {
         assert_eq!(v["images"][2]["error"]["code"], "no-applicable-tree");
         assert_eq!(v["images"][3]["verdict"], "unreadable");
         assert_eq!(v["images"][3]["error"]["exit_code"], 65);
-        let warn: Value = serde_json::from_str(&json(&rows, &columns, 1, FailOn::Warn)).unwrap();
+        let warn: Value = serde_json::from_str(&json(&rows, &shape, 1, FailOn::Warn)).unwrap();
         assert_eq!(warn["images"][0]["families"][0]["fails"], true);
+        let nodes: Value =
+            serde_json::from_str(&json(&rows_again(), &super::tests::shape(&["mi300x", "b", "c"]), 1, FailOn::Warn))
+                .unwrap();
+        assert_eq!(nodes["nodes"][0], json!({ "label": "mi300x", "source": "mi300x:8 (a part)" }));
+        assert_eq!(nodes["images"][0]["families"][0]["column"], "rocm7-py312 on mi300x");
+        assert_eq!(nodes["images"][0]["families"][0]["node"], "mi300x");
     }
 
     #[test]
-    fn junit_is_xml_with_a_suite_per_image_a_case_per_tree_skips_and_warnings() {
-        let (rows, columns) = rows();
-        let x = junit(&rows, &columns, FailOn::Refusal);
+    fn junit_is_xml_with_a_suite_per_image_a_case_per_tree_and_node_skips_and_warnings() {
+        let (rows, shape) = (rows(), shape(&[]));
+        let x = junit(&rows, &shape, FailOn::Refusal);
         let doc = roxmltree::Document::parse(&x).unwrap_or_else(|e| panic!("{e}\n{x}"));
         let top = doc.root_element();
         assert_eq!(top.tag_name().name(), "testsuites");
@@ -536,7 +763,7 @@ mod tests {
         let out = a[0].first_element_child().unwrap();
         assert_eq!(
             (out.tag_name().name(), out.text()),
-            ("system-out", Some("warn[model-unreadable]: cannot read it\n"))
+            ("system-out", Some("tree: rocm7-py312\nwarn[model-unreadable]: cannot read it\n"))
         );
         assert_eq!(a[1].first_element_child().unwrap().tag_name().name(), "skipped");
         let failure = cases(1)[0].first_element_child().unwrap();
@@ -554,11 +781,22 @@ mod tests {
         assert!(prop("tool").unwrap().starts_with("infera-exec "));
         let errors: Vec<_> = suites[3].descendants().filter(|n| n.has_tag_name("error")).collect();
         assert_eq!(errors.len(), 2, "each tree of an unread image is an error");
-        let warn = junit(&rows, &columns, FailOn::Warn);
+        let warn = junit(&rows, &shape, FailOn::Warn);
         assert!(
             warn.contains("<failure type=\"model-unreadable\" message=\"1 warning(s) and --fail-on warn"),
             "{warn}"
         );
+        // On nodes: a case per tree × node, each named by both, its node and tree said first.
+        let x = junit(&rows_again(), &super::tests::shape(&["mi300x", "mi355x"]), FailOn::Refusal);
+        let doc = roxmltree::Document::parse(&x).unwrap();
+        let names: Vec<&str> =
+            doc.descendants().filter(|n| n.has_tag_name("testcase")).filter_map(|c| c.attribute("name")).collect();
+        assert_eq!(
+            names,
+            ["rocm7-py312 on mi300x", "rocm7-py310 on mi300x", "rocm7-py312 on mi355x", "rocm7-py310 on mi355x"]
+        );
+        let out = doc.descendants().find(|n| n.has_tag_name("system-out")).and_then(|n| n.text()).unwrap();
+        assert!(out.starts_with("node: mi300x (mi300x:8 (a part))\ntree: rocm7-py312\n"), "{out}");
     }
 
     #[test]

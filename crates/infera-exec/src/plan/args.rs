@@ -942,7 +942,9 @@ fn weights_fix(ctx: &Ctx, eff: &Effective, when: &crate::rules::When) -> Option<
     if when.tp_over_gpus != Some(true) || bytes / u64::from(gpus.max(1)) <= vram {
         return None;
     }
-    let (need, layout) = super::layout::need(bytes, vram, m.attention_heads);
+    let version = ctx.facts.engine(ctx.engine).map(|i| i.version.as_str());
+    let room = super::share::room(ctx.engine, version, ctx.parsed, vram, eff.tp.unwrap_or(1));
+    let (need, layout) = super::layout::need(bytes, room, m.attention_heads);
     Some(format!(
         "its weights do not fit {gpus} GPUs of {:.1} GiB either: give the pod at least {need}{layout} (resources.limits \
          amd.com/gpu), or spread it over nodes (--pipeline-parallel-size with --nnodes)",

@@ -40,6 +40,28 @@ pub enum GpuError {
         hint = "unset HSA_OVERRIDE_GFX_VERSION (it exists for GPUs an image has no code for); or set INFERA_ALLOW=gfx-override to run it anyway"
     )]
     Override { value: String, claims: String, node: String, package: &'static str, path: String },
+    #[error(
+        "{node} lists no GPU (its KFD topology, /sys/class/kfd/kfd/topology/nodes, has none{driver}): no GPU engine \
+         can run on it"
+    )]
+    #[refuse(
+        code = "node-no-gpus",
+        exit = Unsupported,
+        hint = "on the node: check that the amdgpu driver loaded (`dmesg | grep amdgpu`, /sys/module/amdgpu) and that the GPU operator's device plugin lists its GPUs (`kubectl describe node`: amd.com/gpu); keep workers off it until then"
+    )]
+    NoGpus { node: String, driver: &'static str },
+}
+
+/// A node a GPU engine can run on lists a GPU. (At root `/` a machine without GPUs is still
+/// planned for, with `gpus-not-present` where the pod expects some: the tests' own machines
+/// have none.)
+pub fn present(n: &NodeFacts) -> Result<(), GpuError> {
+    if !n.gpus.is_empty() {
+        return Ok(());
+    }
+    let node = if n.live { "this node".to_string() } else { format!("the node of {}", n.described()) };
+    let driver = if n.driver_loaded { "" } else { "; no amdgpu driver is loaded" };
+    Err(GpuError::NoGpus { node, driver })
 }
 
 /// The generic processors and the GPUs whose code objects they run on (LLVM AMDGPUUsage,
@@ -95,12 +117,11 @@ pub fn check(
     findings: &mut Vec<Finding>,
 ) -> Result<(), Refusal> {
     let Some(n) = on else { return Ok(()) };
+    if !n.live {
+        present(n)?;
+    }
     let node = processors(&allocated(n, facts));
-    let from = if n.live {
-        "KFD topology".to_string()
-    } else {
-        format!("--node {}", n.source.split(" (").next().unwrap_or(&n.source))
-    };
+    let from = n.described();
     if node.is_empty() {
         return Ok(());
     }

@@ -15,6 +15,7 @@ pub(crate) mod program;
 pub mod ranks;
 pub(crate) mod safety;
 pub(crate) mod select;
+mod share;
 mod steps;
 mod usable;
 
@@ -117,21 +118,16 @@ pub struct Selected {
 pub use select::{engine as decide_engine, tree as select_tree, TreeChoice};
 
 /// What in a node would fail or slow any engine, judged without an image (`infera-exec
-/// node`): partitions, NUMA balancing, /dev/shm for a rank per GPU, the driver, no GPU.
-pub fn node_findings(node: &infera_facts::node::NodeFacts) -> Vec<Finding> {
+/// node`): the refusal of a node no GPU engine can run on (no GPU listed), and the warnings:
+/// partitions, NUMA balancing, the driver. (The /dev/shm of the pod that ran it is that
+/// pod's, not a worker's: not judged here.)
+pub fn node_findings(node: &infera_facts::node::NodeFacts) -> (Vec<Finding>, Option<Refusal>) {
     let mut f = Vec::new();
-    if node.gpus.is_empty() {
-        f.push(Finding::warn(
-            "node-no-gpus",
-            "the node's KFD topology lists no GPU (/sys/class/kfd/kfd/topology/nodes)",
-        ));
-    }
     if !node.driver_loaded {
         f.push(Finding::warn("node-no-driver", "no amdgpu driver is loaded (no /sys/module/amdgpu)"));
     }
     gpu::settings(node, &gpu::processors(&node.gpus.iter().collect::<Vec<_>>()), &mut f);
-    memory::shm_for(node, node.gpus.len() as u64, &mut f);
-    f
+    (f, gpu::present(node).err().map(Refusal::from))
 }
 
 pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
@@ -162,7 +158,17 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
     if let Err(e) = build(inp, &mut p) {
         p.error = Some(e);
     }
+    accept(&mut p.findings, inp.req);
     p
+}
+
+/// The warnings the pod accepts (`--allow`), marked with why: they stay in the plan.
+pub fn accept(findings: &mut [Finding], req: &Request) {
+    for f in findings.iter_mut().filter(|f| f.level == infera_facts::finding::Level::Warn) {
+        if let Some(why) = req.allow_why.get(&f.code) {
+            f.accepted = Some(why.clone());
+        }
+    }
 }
 
 /// What the stages of a plan share once the tree and the target are known.
@@ -305,9 +311,10 @@ fn engine_defaults(
     if !req.role.runs_engine() {
         return Ok((added, None));
     }
-    memory::check(facts, inp.node, e, &parsed, &applied, &req.allow, &mut p.findings)?;
     let version = facts.engine(e).map(|i| i.version.as_str());
-    let memory = inp.node.and_then(|n| n.memory.as_ref());
+    let run = memory::Run { engine: e, version, parsed: &parsed, applied: &applied };
+    memory::check(facts, inp.node, &run, &req.allow, &mut p.findings)?;
+    let memory = inp.node.and_then(|n| n.pod.memory.as_ref());
     let l = load::plan(e, version, &parsed, applied.model, memory, req.prefetch, &mut p.findings);
     added.extend(l.added);
     Ok((added, l.prefetch))

@@ -73,6 +73,23 @@ pub enum SelectError {
         hint = "use an image the overlay supports (its support matrix: `infera-exec --version`) or an overlay release that supports this engine version; or set INFERA_ALLOW=engine-version to run it anyway"
     )]
     EngineVersion { engine: &'static str, version: String, record: PathBuf, family: String, spec: String },
+    #[error("the image has {found} (`{}`), on which {module} fails: {why}", record.display())]
+    #[refuse(
+        code = "engine-version",
+        exit = Unsupported,
+        hint = format!("use an image with {works} (`infera-exec --version` lists the images this release judged), or an overlay release built for {found}; --allow engine-version cannot help: it fails before the engine starts")
+    )]
+    EngineVersionFails {
+        /// `vllm 0.34.1`.
+        found: String,
+        record: PathBuf,
+        /// `tree rocm7-py312's infera.engine.vllm`.
+        module: String,
+        /// What happens, and that `--allow` was given where it was.
+        why: String,
+        /// `vllm >=0.9, <0.29 (the newest release recorded in it: 0.28.0)`.
+        works: String,
+    },
     #[error(
         "{} cannot build {} {version}'s argument parser on this image's CPython {}.{}: `{at}` passes \
          `deprecated=True` to argparse, which takes it from CPython 3.13 on, and the wrapper builds the parser on a \
@@ -309,6 +326,9 @@ pub fn engine_module<'t>(
     if let (Some(spec), Some(inst)) = (&entry.versions, facts.engine(engine)) {
         match (Spec::parse(spec), infera_core::version::parse(&inst.version)) {
             (Ok(s), Some(v)) if !s.contains(&v) => {
+                if let Some(e) = fails_on(tree, entry, engine, inst, (&s, &v), allow_version) {
+                    return Err(e);
+                }
                 let e = SelectError::EngineVersion {
                     engine: engine.name(),
                     version: inst.version.clone(),
@@ -331,6 +351,41 @@ pub fn engine_module<'t>(
         }
     }
     Ok(&entry.module)
+}
+
+/// The refusal of an engine version the tree's module is known to fail on (its manifest's
+/// `fails`): no `--allow` can run it.
+fn fails_on(
+    tree: &Tree,
+    entry: &infera_overlay::manifest::EngineEntry,
+    engine: Engine,
+    inst: &infera_facts::site::EngineInstall,
+    (spec, v): (&Spec, &infera_core::version::Version),
+    allow_version: bool,
+) -> Option<SelectError> {
+    let f = entry.fails.iter().find(|f| Spec::parse(&f.versions).is_ok_and(|x| x.contains(v)))?;
+    let allowed = if allow_version { " (--allow engine-version was given: it cannot run it)" } else { "" };
+    let newest =
+        newest_in(engine, spec).map_or(String::new(), |n| format!(" (the newest release recorded in it: {n})"));
+    Some(SelectError::EngineVersionFails {
+        found: format!("{} {}", engine.name(), inst.version),
+        record: inst.record.clone(),
+        module: format!("tree {}'s {}", tree.family, entry.module),
+        why: format!("{}{allowed}", f.why),
+        works: format!("{} {}{newest}", engine.name(), entry.versions.as_deref().unwrap_or_default()),
+    })
+}
+
+/// The newest release of the engine whose options are recorded (every release of the
+/// trees' ranges is) within `spec`.
+fn newest_in(engine: Engine, spec: &Spec) -> Option<&'static str> {
+    (engine.info().options)()
+        .iter()
+        .flat_map(|l| l.releases.iter().copied())
+        .filter_map(|r| Some((infera_core::version::parse(r)?, r)))
+        .filter(|(v, _)| spec.contains(v))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, r)| r)
 }
 
 fn unknown_version(engine: Engine, inst: &infera_facts::site::EngineInstall, spec: &str) -> String {

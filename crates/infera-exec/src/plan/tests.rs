@@ -207,6 +207,8 @@ fn request(role: Role, args: &[&str]) -> Request {
         prefetch: crate::choices::Prefetch::Auto,
         image: Default::default(),
         node: Vec::new(),
+        worker_pod: Default::default(),
+        allow_why: Default::default(),
         verify: Verify::Off,
     }
 }

@@ -3,7 +3,7 @@
 //! CPython; the pod specs validated and run with `podman kube play`.
 //! `scripts/test` installs podman, runc and kubernetes-validate on a fresh machine.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::support::*;
@@ -16,7 +16,6 @@ const SGLANG: &str = "localhost/infera-standin-sglang:test";
 const VLLM_ROCM10: &str = "localhost/infera-standin-vllm-rocm10:test";
 const SEED: [&str; 6] = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"];
 const GPUS8: &str = "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7";
-const ALLOW_033: &str = "INFERA_ALLOW=engine-version";
 
 /// podman's settings for this machine and the tests' own store under target/
 /// (tests/containers/store): nothing the tests build lands in the machine's store.
@@ -62,6 +61,19 @@ fn run_in(image: &str, env: &[&str], cmd: &[&str]) -> Out {
     images();
     let models = repo().join("examples/models");
     let mut c = podman(&["run", "--rm", "--mount", &format!("type=image,source={OVERLAY},target=/opt/infera")]);
+    c.args(["-v", &format!("{}:/models:ro", models.display())]);
+    for e in env {
+        c.args(["-e", e]);
+    }
+    c.arg(image).args(cmd);
+    out(c)
+}
+
+/// As [`run_in`], with the overlay a directory of this host (read-only) instead of the image.
+fn run_in_overlay(image: &str, overlay: &Path, env: &[&str], cmd: &[&str]) -> Out {
+    images();
+    let models = repo().join("examples/models");
+    let mut c = podman(&["run", "--rm", "-v", &format!("{}:/opt/infera:ro", overlay.display())]);
     c.args(["-v", &format!("{}:/models:ro", models.display())]);
     for e in env {
         c.args(["-e", e]);
@@ -177,11 +189,22 @@ fn vllm_rocm10_image_runs_the_router_and_a_worker_with_its_own_mooncake() {
     assert_eq!((r["pid"].as_i64(), r["standin"].as_str()), (Some(1), Some("infera.server")));
     assert_eq!(r["imports"]["mooncake"]["file"], image_mooncake);
 
-    // vLLM 0.33 is outside the tree's range (the Infera snapshot's wrapper imports a module it
-    // moved): allowed here, where the capabilities are the point.
+    // vLLM 0.33 is outside this release's range (the Infera snapshot's wrapper imports a module
+    // it moved), refused whatever --allow says; the capabilities are the point here, made by an
+    // overlay release built for it: the image's overlay, its manifests saying so.
+    let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--"];
+    cmd.extend(SEED);
+    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1", "INFERA_ALLOW=engine-version"], &cmd);
+    o.assert(69, "on which tree rocm7-py312's infera.engine.vllm fails: vLLM 0.29 moved make_arg_parser");
+    let next = tempfile::tempdir().unwrap();
+    let cp = Command::new("cp").arg("-a").arg(repo().join("target/e2e/overlay")).arg(next.path().join("o")).status();
+    assert!(cp.unwrap().success());
+    let next = next.path().join("o");
+    built_for(&next, "vllm", ">=0.9, <0.34");
+    let run_in = |image: &str, env: &[&str], cmd: &[&str]| run_in_overlay(image, &next, env, cmd);
     let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake,hipfile", "--"];
     cmd.extend(SEED);
-    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1", ALLOW_033], &cmd);
+    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
     // No /dev/kfd here: hipFile is refused as unusable on this node, after the ROCm 10.0.0
     // release passed its >= 7.2 check.
     o.assert(
@@ -190,7 +213,7 @@ fn vllm_rocm10_image_runs_the_router_and_a_worker_with_its_own_mooncake() {
     );
     let mut cmd = vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--"];
     cmd.extend(SEED);
-    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1", ALLOW_033], &cmd);
+    let o = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &cmd);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let r = o.standin();
     assert_eq!(r["standin"], "infera.engine.vllm");
@@ -207,7 +230,7 @@ fn vllm_rocm10_image_runs_the_router_and_a_worker_with_its_own_mooncake() {
     let mut dry =
         vec!["/opt/infera/bin/infera-exec", "worker", "--require", "mooncake", "--dry-run", "--output", "json", "--"];
     dry.extend(SEED);
-    let d = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1", ALLOW_033], &dry);
+    let d = run_in(VLLM_ROCM10, &[GPUS8, "MC_FORCE_TCP=1"], &dry);
     assert_eq!(d.code, 0, "{}", d.stderr);
     let plan = d.json();
     assert_eq!(plan["facts"]["rocm"]["version"], "10.0.0");
@@ -1514,27 +1537,6 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
     }
 }
 
-/// A JUnit report as CI tools take it: valid against Jenkins' schema (xmllint), and its counts as
-/// junitparser reads them.
-fn as_ci_tools_read(xml: &str) -> String {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), xml).unwrap();
-    let xsd = repo().join("tests/junit/junit-10.xsd");
-    let valid = std::process::Command::new("xmllint")
-        .args(["--noout", "--schema", xsd.to_str().unwrap(), file.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(valid.status.success(), "not valid JUnit:\n{}\n{xml}", String::from_utf8_lossy(&valid.stderr));
-    let read = "import sys, junitparser\n\
-        cases = [c for s in junitparser.JUnitXml.fromfile(sys.argv[1]) for c in s]\n\
-        n = lambda k: sum(1 for c in cases if any(isinstance(r, k) for r in c.result))\n\
-        print(f'cases {len(cases)}, failures {n(junitparser.Failure)}, errors {n(junitparser.Error)}, '\n\
-              f'skipped {n(junitparser.Skipped)}')";
-    let parsed = std::process::Command::new("python3").args(["-c", read]).arg(file.path()).output().unwrap();
-    assert!(parsed.status.success(), "junitparser: {}", String::from_utf8_lossy(&parsed.stderr));
-    String::from_utf8(parsed.stdout).unwrap().trim().to_string()
-}
-
 /// The README's CI recipe (`check --image … --family all --output junit --volume …`) on real
 /// archives: the vLLM image (CPython 3.12) and the sglang image (3.10) each run with their own
 /// tree, the other's does not apply (skipped, never failed): exit 0, no failure. Adding vLLM
@@ -1571,13 +1573,15 @@ fn check_images_against_every_tree_as_a_matrix() {
     let text = check(&[v, s], &[]);
     assert_eq!(text.code, 0, "{}{}", text.stdout, text.stderr);
     let table: Vec<&str> = text.stdout.lines().take(5).collect();
-    assert_eq!(table[0], "infera-exec check: 2 images × 2 trees, 0 of 4 failed");
+    assert_eq!(table[0], "infera-exec check: 2 images (2 trees): 0 of 2 applicable cells refused");
     let cells =
         |line: &str| line.split("   ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>();
-    assert_eq!(cells(table[2]), ["IMAGE", "rocm7-py310", "rocm7-py312"]);
-    assert_eq!(cells(table[3])[..2], [v.to_string(), "n/a".to_string()]);
-    assert!(cells(table[3])[2].starts_with("ok"), "{}", text.stdout);
-    assert!(cells(table[4])[1].starts_with("ok") && cells(table[4])[2] == "n/a", "{}", text.stdout);
+    assert_eq!(cells(table[2]), ["IMAGE", "verdict"]);
+    // Each image with the tree that applies to it; the other tree is not a column of n/a.
+    assert_eq!(cells(table[3])[0], format!("{v} (rocm7-py312)"));
+    assert!(cells(table[3])[1].starts_with("ok"), "{}", text.stdout);
+    assert_eq!(cells(table[4])[0], format!("{s} (rocm7-py310)"));
+    assert!(cells(table[4])[1].starts_with("ok"), "{}", text.stdout);
     assert!(text.stdout.contains(&format!("  {v}: config sha256:")), "{}", text.stdout);
     assert!(text.stdout.contains("; python 3.12; HIP ABI 7, ROCm 7.0.0; vllm 0.17.1+rocm700\n"), "{}", text.stdout);
     assert!(!text.stdout.contains("refusals:"), "{}", text.stdout);
@@ -1590,7 +1594,7 @@ fn check_images_against_every_tree_as_a_matrix() {
             .map(|a| a.iter().map(|i| (i["image"].to_string(), i["families"].to_string())).collect::<Vec<_>>())
     };
     assert_eq!(json.code, 1, "{:?}\n{}", verdicts_of(&json.json()), json.stderr);
-    assert!(json.stderr.contains("check: 1 of 6 image × tree cells failed (exit 1)"), "{}", json.stderr);
+    assert!(json.stderr.contains("check: 1 of 3 applicable cells refused (exit 1)"), "{}", json.stderr);
     let j = json.json();
     assert_eq!(j["schema_version"], 1);
     assert_eq!(j["columns"], serde_json::json!(["rocm7-py310", "rocm7-py312"]));
@@ -1670,6 +1674,7 @@ fn check_images_against_every_tree_as_a_matrix() {
     assert_eq!(case(0, 0).first_element_child().unwrap().tag_name().name(), "skipped");
     let warned = case(0, 1).first_element_child().unwrap();
     assert_eq!(warned.tag_name().name(), "system-out", "vllm with its tree passes, its warnings said");
+    assert!(warned.text().unwrap().starts_with("tree: rocm7-py312\n"), "{}", junit.stdout);
     assert!(warned.text().unwrap().contains("warn[model-unreadable]"), "{}", junit.stdout);
     let error = case(1, 1).first_element_child().unwrap();
     assert_eq!((error.tag_name().name(), error.attribute("type")), ("error", Some("image-format")));
@@ -1686,4 +1691,67 @@ fn check_images_against_every_tree_as_a_matrix() {
     let case = doc.descendants().find(|n| n.has_tag_name("testcase")).unwrap();
     assert_eq!(case.attribute("name"), Some("rocm7-py310"), "the tree the image's ABI selects");
     assert_eq!(as_ci_tools_read(&one.stdout), "cases 1, failures 1, errors 0, skipped 0");
+}
+
+/// The README's CI recipe as written — the image as an OCI layout (`oci:vllm:kimi-k3`), the
+/// model's files as a volume, `--family all --output junit` — with `--node mi210`: Kimi-K3's
+/// config and its checkpoint index (examples/models/kimi-k3) refuse the 8 × 64 GiB node
+/// (`weights-exceed-vram`, on the case named `rocm7-py312 on mi210`); with the config alone the
+/// weights are said unjudged (`weights-unknown`), which fails `--fail-on warn`; accepted
+/// (`--allow weights-unknown`), it stays in the report and fails nothing.
+#[test]
+fn the_readme_recipe_judges_the_weights_on_the_fleet() {
+    images();
+    let t = tempfile::tempdir().unwrap();
+    let pushed = out(podman(&["push", "-q", VLLM, &format!("oci:{}/vllm:kimi-k3", t.path().display())]));
+    assert_eq!(pushed.code, 0, "{}", pushed.stderr);
+    let models = t.path().join("models/kimi-k3");
+    std::fs::create_dir_all(&models).unwrap();
+    for f in ["config.json", "model.safetensors.index.json"] {
+        std::fs::copy(repo().join("examples/models/kimi-k3").join(f), models.join(f)).unwrap();
+    }
+    let overlay = repo().join("target/e2e/overlay");
+    let recipe = |extra: &[&str]| {
+        let mut a = vec!["check", "--image", "vllm:kimi-k3", "--family", "all", "--output", "junit"];
+        a.extend(["--overlay", overlay.to_str().unwrap(), "--volume", "/models=./models", "--node", "mi210"]);
+        a.extend(extra);
+        a.extend(["--", "--model", "/models/kimi-k3"]);
+        infera(&a).cwd(t.path()).run()
+    };
+    let o = recipe(&[]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    let doc = roxmltree::Document::parse(&o.stdout).unwrap();
+    let case = doc.descendants().find(|n| n.attribute("name") == Some("rocm7-py312 on mi210")).expect(&o.stdout);
+    let failure = case.first_element_child().unwrap();
+    assert_eq!((failure.tag_name().name(), failure.attribute("type")), ("failure", Some("weights-exceed-vram")));
+    assert!(
+        failure.attribute("message").unwrap().contains("more than a GPU's 64.0 GiB (--node mi210)"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(as_ci_tools_read(&o.stdout), "cases 2, failures 1, errors 0, skipped 1");
+    // The README's own nodes: on MI300X no KV room at vLLM's 0.9 (the hint: 16 GPUs); MI355X holds it.
+    let mut a = vec!["check", "--image", "vllm:kimi-k3", "--overlay", overlay.to_str().unwrap()];
+    a.extend(["--volume", "/models=./models", "--node", "mi300x", "--node", "mi355x", "--shm-size", "16Gi"]);
+    a.extend(["--", "--model", "/models/kimi-k3"]);
+    let o = infera(&a).cwd(t.path()).run();
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    let row = o.stdout.lines().nth(3).unwrap_or_default();
+    assert!(row.contains("refused: kv-cache-no-room") && row.trim_end().ends_with("ok"), "{}", o.stdout);
+    assert!(o.stdout.contains("spread the weights over more GPUs (at least 16 at this size"), "{}", o.stdout);
+    // The config alone: not judged, and said so; a gate on warnings fails.
+    std::fs::remove_file(models.join("model.safetensors.index.json")).unwrap();
+    let o = recipe(&["--shm-size", "16Gi"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("warn[weights-unknown]: the weights of /models/kimi-k3 are not judged against the node&apos;s GPUs: `/models/kimi-k3` has config.json but no model.safetensors.index.json"), "{}", o.stdout);
+    let o = recipe(&["--shm-size", "16Gi", "--fail-on", "warn"]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("<failure type=\"weights-unknown\" message=\"1 warning(s) and --fail-on warn"),
+        "{}",
+        o.stdout
+    );
+    let o = recipe(&["--shm-size", "16Gi", "--fail-on", "warn", "--allow", "weights-unknown"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("accepted[weights-unknown] by --allow: the weights of /models/kimi-k3"), "{}", o.stdout);
 }

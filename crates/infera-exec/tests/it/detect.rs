@@ -82,12 +82,12 @@ fn egg_installs_are_found_through_easy_install_pth() {
         .file(&format!("{VLLM_SITE}/easy-install.pth"), format!("# a comment\nimport sys\n./{egg}\n./missing.egg\n"));
     let engine = |img: &Fx| {
         let ov = shipped_overlay();
-        // (older than the tree's bound: allowed knowingly, to see what was found)
-        let out =
-            infera(&["check", "--output", "json", "--allow", "engine-version"]).root(img).overlay(&ov.overlay()).run();
+        // (older than the tree's bound, refused: the facts say what was found)
+        let out = infera(&["check", "--output", "json"]).root(img).overlay(&ov.overlay()).run();
         let j = out.json();
-        assert_eq!(out.code, 0, "{}", out.stderr);
-        (j["engine"]["name"].as_str().map(String::from), j["engine"]["version"].as_str().map(String::from))
+        assert_eq!((out.code, j["error"]["code"].as_str()), (69, Some("engine-version")), "{}", out.stderr);
+        let e = &j["facts"]["engines"][0];
+        (e["name"].as_str().map(String::from), e["version"].as_str().map(String::from))
     };
     assert_eq!(engine(&img), (Some("vllm".into()), Some("0.5.0+rocm603".into())), "the version in the egg's name");
     // Found by its name and EGG-INFO, as pkg_resources finds it, when the package computes
@@ -367,11 +367,11 @@ fn todays_images_hip_abi_release_and_engines() {
         ])
         .root(&img)
         .overlay(&ov.overlay())
-        // The facts are the point here; vLLM 0.33 is outside the tree's range (the Infera
-        // snapshot's wrapper imports a module 0.33 moved), which `refuse` tests.
-        .env("INFERA_ALLOW", "engine-version")
         .run();
-        assert_eq!(out.code, 0, "{kind}: {}", out.stderr);
+        // The facts are the point here; vLLM 0.33 is outside the tree's range (the Infera
+        // snapshot's wrapper imports a module 0.33 moved), refused whatever --allow says.
+        let outside = engines.contains("vllm 0.33");
+        assert_eq!(out.code, if outside { 69 } else { 0 }, "{kind}: {}", out.stderr);
         let j = out.json();
         let r = &j["facts"]["rocm"];
         assert_eq!(j["facts"]["python"]["version"], py, "{kind}");
@@ -519,17 +519,14 @@ fn vllm_rocm10_image_that_ships_mooncake_runs_the_router_and_a_worker() {
     let img = image("vllm-rocm10");
     let site = "/usr/local/lib/python3.12/dist-packages";
     let ours = shipped_overlay();
+    // vLLM 0.33 is outside this release's range (its wrapper cannot import 0.33's parser): the
+    // Mooncake choice is the point, made by an overlay release built for it.
+    built_for(&ours.overlay(), "vllm", ">=0.9, <0.34");
     for args in [
         &["server", "--dry-run", "--output", "json", "--", "--router-tokenizer-path=Qwen/Qwen3-0.6B"][..],
         &["worker", "--dry-run", "--output", "json", "--require", "mooncake", "--", "--model", "/models/kimi-k3"],
     ] {
-        // vLLM 0.33 is outside the tree's range: allowed here, the Mooncake choice is the point.
-        let out = infera(args)
-            .root(&img)
-            .overlay(&ours.overlay())
-            .env("MC_FORCE_TCP", "1")
-            .env("INFERA_ALLOW", "engine-version")
-            .run();
+        let out = infera(args).root(&img).overlay(&ours.overlay()).env("MC_FORCE_TCP", "1").run();
         assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
         let j = out.json();
         assert_eq!(j["family"], "rocm7-py312");
@@ -557,11 +554,7 @@ fn vllm_rocm10_image_that_ships_mooncake_runs_the_router_and_a_worker() {
         );
     }
     // ROCm 10.0.0 is >= 7.2: hipFile's release check passes on it (ROCm 10 ships HIP 7.15).
-    let out = infera(&["check", "--output", "json", "--require", "hipfile"])
-        .root(&img)
-        .overlay(&ours.overlay())
-        .env("INFERA_ALLOW", "engine-version")
-        .run();
+    let out = infera(&["check", "--output", "json", "--require", "hipfile"]).root(&img).overlay(&ours.overlay()).run();
     let hf = out.json()["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "hipfile").unwrap().clone();
     assert_eq!(
         hf["reason"], "unknown: the node's devices and limits are only read with --root /",

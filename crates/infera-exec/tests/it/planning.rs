@@ -180,7 +180,8 @@ fn rules_fire_do_not_fire_and_can_be_allowed() {
     .overlay(&ov.overlay())
     .run();
     assert_eq!(out.code, 0, "{}", out.stderr);
-    run(&[], &[("INFERA_ALLOW", "kv-fp8-typo")]).assert(2, "`kv-fp8-typo`, which is not a rule");
+    let typo = run(&[], &[("INFERA_ALLOW", "kv-fp8-typo")]);
+    typo.assert(2, "`kv-fp8-typo`, which is neither a refusal that may be accepted nor a warning");
     // Hybrid + prefix caching + chunked prefill off: fires; either one alone does not.
     run(&["--enable-prefix-caching", "--no-enable-chunked-prefill"], &[])
         .assert(78, "experimental Mamba \"align\" mode");

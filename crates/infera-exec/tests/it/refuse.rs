@@ -304,7 +304,17 @@ fn engine_version_outside_the_trees_range() {
         .run()
         .assert(69, "the image has vllm 0.8.5");
     let out = infera(&["worker", "--dry-run", "--", "--model", "/models/m"]).root(&img).overlay(&ov.overlay()).run();
-    assert!(out.stderr.contains("but tree rocm7-py312 supports vllm >=0.9, <0.29"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "on which tree rocm7-py312's infera.engine.vllm fails: infera.engine.vllm passes --kv-events-config to \
+             `vllm serve`, whose parser has it from 0.9.0 on"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(out
+        .stderr
+        .contains("hint: use an image with vllm >=0.9, <0.29 (the newest release recorded in it: 0.28.0)"));
 }
 
 #[test]

@@ -217,6 +217,35 @@ pub fn shipped_overlay() -> Fx {
     fx
 }
 
+/// Make the staged overlay at `overlay` a release built for `engine` `versions`: each tree's
+/// manifest says that range, and no versions its module fails on. For the tests of what an
+/// image outside this release's range (vLLM 0.33's ROCm 10 image) does besides its version:
+/// its capabilities, its Mooncake, its facts.
+pub fn built_for(overlay: &Path, engine: &str, versions: &str) {
+    for tree in std::fs::read_dir(overlay.join("trees")).unwrap().flatten() {
+        let path = tree.path().join("manifest.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (own, fails) = (format!("[engines.{engine}]"), format!("[[engines.{engine}.fails]]"));
+        let mut section = String::new();
+        let mut out = String::new();
+        for line in text.lines() {
+            if line.starts_with('[') {
+                section = line.trim().to_string();
+            }
+            if section == fails {
+                continue;
+            }
+            if section == own && line.starts_with("versions =") {
+                out.push_str(&format!("versions = \"{versions}\"\n"));
+                continue;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        std::fs::write(&path, out).unwrap();
+    }
+}
+
 /// The Infera payload layout as the real stack ships it (FACTS.md, "The real Infera
 /// deployment"), written here file by file: a pure-Python tree per CPython minor, a native
 /// tree per (HIP ABI, CPython minor) with its CAPABILITIES line, the payload's bin/ and
@@ -537,4 +566,36 @@ pub fn in_image_root(run: Run, img: &Fx, overlay: &Path) -> Run {
         vec!["--mount".into(), "sh".into(), "-c".into(), script.into(), "sh".into(), img.path().into(), overlay.into()];
     let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
     run.under("unshare", &args)
+}
+
+/// A JUnit report as CI tools take it: valid against Jenkins' schema (xmllint), and its counts as
+/// junitparser reads them.
+pub fn as_ci_tools_read(xml: &str) -> String {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), xml).unwrap();
+    let xsd = repo().join("tests/junit/junit-10.xsd");
+    let valid = std::process::Command::new("xmllint")
+        .args(["--noout", "--schema", xsd.to_str().unwrap(), file.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(valid.status.success(), "not valid JUnit:\n{}\n{xml}", String::from_utf8_lossy(&valid.stderr));
+    let read = "import sys, junitparser\n\
+        cases = [c for s in junitparser.JUnitXml.fromfile(sys.argv[1]) for c in s]\n\
+        n = lambda k: sum(1 for c in cases if any(isinstance(r, k) for r in c.result))\n\
+        print(f'cases {len(cases)}, failures {n(junitparser.Failure)}, errors {n(junitparser.Error)}, '\n\
+              f'skipped {n(junitparser.Skipped)}')";
+    let parsed = std::process::Command::new("python3").args(["-c", read]).arg(file.path()).output().unwrap();
+    assert!(parsed.status.success(), "junitparser: {}", String::from_utf8_lossy(&parsed.stderr));
+    String::from_utf8(parsed.stdout).unwrap().trim().to_string()
+}
+
+/// The names of a JUnit report's cases as junitparser (PyPI) reads them: `SUITE / CASE`.
+pub fn junit_case_names(xml: &str) -> Vec<String> {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), xml).unwrap();
+    let read = "import sys, junitparser\n\
+        [print(f'{s.name} / {c.name}') for s in junitparser.JUnitXml.fromfile(sys.argv[1]) for c in s]";
+    let parsed = std::process::Command::new("python3").args(["-c", read]).arg(file.path()).output().unwrap();
+    assert!(parsed.status.success(), "junitparser: {}", String::from_utf8_lossy(&parsed.stderr));
+    String::from_utf8(parsed.stdout).unwrap().lines().map(String::from).collect()
 }

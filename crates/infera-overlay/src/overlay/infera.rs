@@ -161,7 +161,7 @@ fn derived(family: &str, minor: (u32, u32), hip: Option<u32>, py: &Path, native:
     let engines = ENGINES
         .iter()
         .filter(|i| find_module(py, i.module).is_some())
-        .map(|i| (i.name.to_string(), EngineEntry { module: i.module.to_string(), versions: None }))
+        .map(|i| (i.name.to_string(), EngineEntry { module: i.module.to_string(), versions: None, fails: Vec::new() }))
         .collect();
     let server = find_module(py, SERVER_MODULE).map(|_| ServerEntry { module: SERVER_MODULE.to_string() });
     let mut capabilities = BTreeMap::new();
