@@ -185,8 +185,18 @@ fn weights(
     findings: &mut Vec<Finding>,
 ) -> Result<(), Refusal> {
     let Some(m) = run.applied.model else { return Ok(()) };
+    // (No GPU memory to hold them to: said below, whatever is known of the weights.)
     let Some(w) = &m.weights else {
-        findings.push(Finding::warn("weights-unknown", unknown_weights(m)));
+        if vram.is_some() {
+            findings.push(Finding::warn("weights-unknown", unknown_weights(m)));
+            return Ok(());
+        }
+        let msg = format!(
+            "the weights of {} are not held to the GPUs' memory: the KFD topology gives no GPU memory (none \
+             allocated, or an APU sharing system memory)",
+            m.reference
+        );
+        findings.push(Finding::info("weights-unchecked", msg));
         return Ok(());
     };
     let (vram, gpu) = match (vram, not_a_bound(run.parsed, m)) {
