@@ -604,6 +604,32 @@ pub fn each_entry(dir: &Path, mut f: impl FnMut(&OsStr, Kind)) -> io::Result<()>
     Ok(())
 }
 
+/// What a system file (sysfs, procfs, cgroup) may hold: a value, a table of a few hundred
+/// lines (meminfo, a cgroup's stat); `/proc/PID/maps` of an engine is read with [`MAPS_LIMIT`].
+pub const SYSTEM_FILE_LIMIT: u64 = 64 << 10;
+/// A process's memory map: an engine with torch has thousands of mappings, 100-300 bytes each.
+pub const MAPS_LIMIT: u64 = 16 << 20;
+
+/// A system file (sysfs, procfs, cgroup) as text, the one way every reader of such files
+/// reads them: opened without blocking (a FIFO is said, never waited on), a regular file
+/// only (a link to `/dev/zero` is refused, not read for ever), at most `limit` bytes.
+pub fn read_system(path: &Path, limit: u64) -> io::Result<String> {
+    let bytes = read_bounded(path, limit)?;
+    String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file is not valid UTF-8"))
+}
+
+/// A system file that holds one value: its first line, trimmed; None when it cannot be read
+/// as [`read_system`] reads, or is empty. (A second line is no part of a value: a file that
+/// holds one is never printed as lines of its own.)
+pub fn system_value(path: &Path) -> Option<String> {
+    first_line(&read_system(path, SYSTEM_FILE_LIMIT).ok()?)
+}
+
+/// The first line of `text`, trimmed; None when empty.
+pub fn first_line(text: &str) -> Option<String> {
+    Some(text.lines().next()?.trim().to_string()).filter(|s| !s.is_empty())
+}
+
 /// Read at most `limit` bytes; a longer file is an error, not a truncated read.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     regular(&fs::metadata(path)?)?;
@@ -725,6 +751,25 @@ mod tests {
         assert_eq!((s.mode(), s.is_file()), (m.mode(), true));
     }
     use super::*;
+
+    /// A system file is read one way: a FIFO is said (never waited on), a link to
+    /// `/dev/zero` refused (never read for ever), a value is its first line.
+    #[test]
+    fn system_files_are_read_without_blocking_and_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("read_ahead_kb");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        assert!(read_system(&fifo, SYSTEM_FILE_LIMIT).unwrap_err().to_string().contains("FIFO"));
+        assert_eq!(system_value(&fifo), None);
+        let zero = d.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert!(read_system(&zero, SYSTEM_FILE_LIMIT).is_err());
+        let value = d.path().join("version");
+        std::fs::write(&value, "6.8.5\nerror[forged]: x\n").unwrap();
+        assert_eq!(system_value(&value).as_deref(), Some("6.8.5"));
+        std::fs::write(&value, vec![b'1'; (SYSTEM_FILE_LIMIT + 1) as usize]).unwrap();
+        assert!(read_system(&value, SYSTEM_FILE_LIMIT).is_err(), "past the bound: an error, not a truncated read");
+    }
     use std::os::unix::fs::symlink;
 
     #[test]

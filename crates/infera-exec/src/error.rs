@@ -102,6 +102,9 @@ pub enum UsageError {
         hint = "write the profile again on the node with this launcher (`infera-exec node -o json`); a node whose profile says so has no GPU an engine can use"
     )]
     NodeProfile { spec: String, why: String },
+    #[error("--name (INFERA_NODE_NAME) `{name}` is not a node's name: a DNS subdomain of at most 253 characters, lower-case letters, digits, `-` and `.`")]
+    #[refuse(code = "node-name-invalid", exit = Usage, hint = "give the node's Kubernetes name (the downward API's spec.nodeName), or leave it out")]
+    NodeName { name: String },
     #[error("more than one --node makes a matrix, which is `check`'s: a dry run prints one plan")]
     #[refuse(code = "node-many-dry-run", exit = Usage, hint = "give one --node to --dry-run, or judge several with `infera-exec check`")]
     NodeMany,

@@ -163,6 +163,11 @@ fn file(path: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError
         Ok(m) if m.len() > MAX_FILE => return Err(invalid(format!("{} bytes, more than an image config", m.len()))),
         Ok(_) => std::fs::read(path).map_err(|e| invalid(infera_core::rootfs::io_reason(&e)))?,
     };
+    // A UTF-8 byte order mark (an editor's) is no part of the first name, as docker reads it.
+    let text = match text.strip_prefix(b"\xef\xbb\xbf") {
+        Some(rest) => rest.to_vec(),
+        None => text,
+    };
     let start = text.iter().find(|c| !c.is_ascii_whitespace());
     if matches!(start, Some(b'[' | b'{')) {
         let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| invalid(format!("not JSON ({e})")))?;
@@ -172,6 +177,9 @@ fn file(path: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError
         .iter()
         .map(|e| {
             let s = e.as_str().ok_or_else(|| invalid(format!("an Env entry is not a string: {e}")))?;
+            if s.contains('\0') {
+                return Err(invalid(format!("the Env entry {e} holds a NUL byte, which no process environment can")));
+            }
             pair(s.as_bytes()).ok_or_else(|| invalid(format!("the Env entry `{s}` is not KEY=VALUE")))
         })
         .collect();
@@ -182,6 +190,13 @@ fn file(path: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError
         let trimmed = line.trim_ascii_start();
         if trimmed.is_empty() || trimmed.starts_with(b"#") {
             continue;
+        }
+        if trimmed.contains(&0) {
+            let shown = String::from_utf8_lossy(line).escape_debug().to_string();
+            return Err(invalid(format!(
+                "line {}: `{shown}` holds a NUL byte, which no process environment can (execve would refuse it)",
+                n + 1
+            )));
         }
         let kv = pair(trimmed)
             .ok_or_else(|| invalid(format!("line {}: `{}` is not KEY=VALUE", n + 1, String::from_utf8_lossy(line))))?;
@@ -255,7 +270,16 @@ mod tests {
         let e = resolve(&[bad.clone().into()], root, "--image-env").unwrap_err();
         assert_eq!(e.to_string(), format!("--image-env `{}`: line 2: `export` is not KEY=VALUE", bad.display()));
         std::fs::write(&bad, r#"[{"Config":{"Cmd":["bash"]}}]"#).unwrap();
-        let e = resolve(&[bad.into()], root, "--image-env").unwrap_err();
+        let e = resolve(&[bad.clone().into()], root, "--image-env").unwrap_err();
         assert!(e.to_string().contains("no environment in it"), "{e}");
+        // A NUL byte would be planned and then refused by execve: refused now, named.
+        std::fs::write(&bad, b"A=1\nB=x\0y\n").unwrap();
+        let e = resolve(&[bad.clone().into()], root, "--env").unwrap_err();
+        assert!(e.to_string().contains("line 2: `B=x\\0y` holds a NUL byte"), "{e}");
+        std::fs::write(&bad, r#"{"config":{"Env":["A=\u0000"]}}"#).unwrap();
+        assert!(resolve(&[bad.clone().into()], root, "--env").unwrap_err().to_string().contains("holds a NUL byte"));
+        // A byte order mark is dropped, as docker drops it.
+        std::fs::write(&bad, b"\xef\xbb\xbfA=1\n").unwrap();
+        assert_eq!(resolve(&[bad.into()], root, "--env").unwrap(), pairs(&[("A", "1")]));
     }
 }

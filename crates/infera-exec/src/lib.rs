@@ -47,8 +47,11 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         Err(e) => {
             let json_log = matches!(logging::format(&env), Ok(logging::Format::Json));
             if !e.use_stderr() {
-                let _ = e.print();
-                return 0; // --help
+                // --help: the answer on stdout, a write that fails said as any answer's (74).
+                return match emit(&e.render().to_string()) {
+                    Ok(()) => Exit::Ok.code(),
+                    Err(code) => code,
+                };
             }
             let text = term::clap_error(&e);
             if !json_log {
@@ -99,6 +102,9 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
 fn node_profile(output: cli::NodeOutput, name: Option<String>, env: &Env) -> i32 {
     let root = infera_core::rootfs::Root::new(std::path::Path::new("/"));
     let name = name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty());
+    if let Some(n) = name.as_ref().filter(|n| !infera_facts::node::is_node_name(n)) {
+        return refuse(&Refusal::from(error::UsageError::NodeName { name: term::escape_all(n).into_owned() }), env);
+    }
     let Some(mut node) = infera_facts::node::gather(&root, name) else {
         return refuse(&error::internal("the node at root `/` cannot be read"), env);
     };

@@ -207,8 +207,8 @@ const PAGE: u64 = 4096;
 /// a FUSE mount's is its own), 128 KiB (the kernel's default) where it cannot be read.
 fn window(dev: u64) -> u64 {
     let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
-    let kb = std::fs::read_to_string(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"));
-    let kb = kb.ok().and_then(|t| t.trim().parse::<u64>().ok()).unwrap_or(128);
+    let kb = infera_core::rootfs::system_value(Path::new(&format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb")));
+    let kb = kb.and_then(|t| t.parse::<u64>().ok()).unwrap_or(128);
     (kb << 10).clamp(PAGE, CHUNK)
 }
 
@@ -596,7 +596,7 @@ impl Loader {
             return;
         }
         self.last = Some(Instant::now());
-        let mem = infera_facts::storage::pod_memory(|p| std::fs::read_to_string(p).ok());
+        let mem = infera_facts::storage::pod_memory(|p| system(p, infera_core::rootfs::SYSTEM_FILE_LIMIT));
         self.pressed = mem.limit.is_some() && mem.budget().is_some_and(|room| room < 2 * PRESSED_LEAD);
         for pid in crate::procs::descendants(self.parent, self.me) {
             for (i, at) in seen(pid, places, self.position, upto) {
@@ -617,7 +617,7 @@ impl Loader {
 fn seen(pid: i32, places: &[Place], from: u64, upto: u64) -> Vec<(usize, Option<u64>)> {
     let find = |dev: u64, ino: u64| places.iter().position(|p| p.id == (dev, ino));
     let mut out = Vec::new();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let maps = system(Path::new(&format!("/proc/{pid}/maps")), infera_core::rootfs::MAPS_LIMIT).unwrap_or_default();
     let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok();
     for m in maps.lines().filter_map(Mapping::parse) {
         let Some(i) = find(m.dev, m.ino) else { continue };
@@ -629,11 +629,17 @@ fn seen(pid: i32, places: &[Place], from: u64, upto: u64) -> Vec<(usize, Option<
     for fd in fds.flatten() {
         let Ok(m) = std::fs::metadata(fd.path()) else { continue };
         let Some(i) = find(m.dev(), m.ino()) else { continue };
-        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()));
-        let pos = info.ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix("pos:")?.trim().parse().ok()));
+        let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+        let info = system(Path::new(&info), infera_core::rootfs::SYSTEM_FILE_LIMIT);
+        let pos = info.and_then(|t| t.lines().find_map(|l| l.strip_prefix("pos:")?.trim().parse().ok()));
         out.push((i, pos.filter(|p| *p > 0)));
     }
     out
+}
+
+/// A system file as [`infera_core::rootfs::read_system`] reads it, None when it cannot be.
+fn system(p: &Path, limit: u64) -> Option<String> {
+    infera_core::rootfs::read_system(p, limit).ok()
 }
 
 /// A line of /proc/PID/maps for a file: its addresses, file offset and identity.

@@ -6,7 +6,10 @@ fn parents() -> Vec<(i32, i32)> {
     let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
     rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let path = format!("/proc/{pid}/stat");
+            let stat =
+                infera_core::rootfs::read_system(std::path::Path::new(&path), infera_core::rootfs::SYSTEM_FILE_LIMIT)
+                    .ok()?;
             // The fourth field, after the command name in parentheses (which may hold anything).
             let (_, rest) = stat.rsplit_once(')')?;
             Some((pid, rest.split_whitespace().nth(1)?.parse().ok()?))

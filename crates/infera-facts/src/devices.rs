@@ -24,7 +24,6 @@ pub struct DeviceAccess {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Gpu {
     /// KFD topology node number.
     pub node: u32,

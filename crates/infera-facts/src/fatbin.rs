@@ -358,6 +358,28 @@ impl infera_core::image::Capture for Capture {
         }
     }
 
+    /// A hole: no magic is in it (and none straddles it), the parts it covers get zeros, and
+    /// the ELF header, if it starts in it, is all zeros (no ELF: the reader will say so).
+    fn zeros(&mut self, at: u64, len: u64) {
+        self.carry.clear();
+        let end = at.saturating_add(len);
+        if self.head.len() < 64 && at == self.head.len() as u64 {
+            let n = len.min(64 - self.head.len() as u64) as usize;
+            self.head.resize(self.head.len() + n, 0);
+            if self.head.len() == 64 {
+                self.parts.push((0, 64, self.head.clone()));
+                self.header(at);
+            }
+        }
+        for (start, stop, kept) in &mut self.parts {
+            let filled = *start + kept.len() as u64;
+            if filled < *stop && filled >= at && filled < end {
+                let upto = (*stop).min(end);
+                kept.resize(kept.len() + (upto - filled) as usize, 0);
+            }
+        }
+    }
+
     fn finish(self: Box<Self>, size: u64) -> Ranges {
         let parts = self.parts.into_iter().filter(|p| !p.2.is_empty()).map(|(at, _, b)| (at, b.into())).collect();
         Ranges { size, parts, marks: Some(self.marks) }

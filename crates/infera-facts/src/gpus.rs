@@ -120,6 +120,8 @@ fn stated_or_found(root: &Root, env: &Env, node: Option<&super::node::NodeFacts>
     if let Some(v) = ev::get(env, ev::INFERA_GPUS) {
         let value = rootfs::os_to_string(v);
         return match value.trim().parse::<u32>() {
+            // (An engine on no GPU: every hint would ask for a size of 0.)
+            Ok(0) => Err(GpuError::NoneVisible { var: ev::INFERA_GPUS, value, why: "it names 0 GPUs".into() }),
             Ok(n) => Ok(Gpus { count: Some(n), source: GpuSource::Infera { value } }),
             Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
                 Err(GpuError::InferaGpus { value, why: "is larger than any node's count of GPUs" })

@@ -23,7 +23,6 @@ pub struct Host {
 /// `/dev/shm` (the engine's shared-memory queues and RCCL's transport live there): its
 /// size as statvfs gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Shm {
     pub size: u64,
     pub available: u64,

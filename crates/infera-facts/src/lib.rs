@@ -23,6 +23,7 @@ pub mod model;
 pub mod mounts;
 pub mod net;
 pub mod node;
+pub mod pyscan;
 pub mod python;
 pub mod rocm;
 pub mod router_args;
@@ -128,7 +129,7 @@ impl Facts {
         let minor = python.as_ref().map(|p| p.minor).unwrap_or((3, 0));
         let mut engines = site::engines(root, &site_dirs, minor, w.engine);
         for e in &mut engines {
-            e.argparse_deprecated = site::argparse_deprecated(root, &site_dirs, e);
+            (e.argparse_deprecated, e.argparse_unread) = site::argparse_deprecated(root, &site_dirs, e);
         }
         let found: Vec<crate::engines::Engine> = engines.iter().map(|e| e.engine).collect();
         let gpu_code = if w.gpu_code { gpu_code::gather(root, &site_dirs, minor, &found) } else { Vec::new() };
@@ -278,9 +279,9 @@ fn keep_head(path: &std::path::Path, size: u64, mode: u32) -> u64 {
             | "rocm_version.h"
     ) || name.ends_with(".pth")
         || (name == "__init__.py" && (in_dir("vllm") || in_dir("sglang")))
-        || crate::engines::TABLE.iter().flat_map(|i| i.parser_sources).any(|f| path.ends_with(f))
         || memchr::memmem::find(path.as_os_str().as_encoded_bytes(), b"/.info/").is_some();
-    if read && size <= infera_core::rootfs::SMALL_FILE_LIMIT {
+    let parser = crate::engines::TABLE.iter().flat_map(|i| i.parser_sources).any(|f| path.ends_with(f));
+    if (read && size <= infera_core::rootfs::SMALL_FILE_LIMIT) || (parser && size <= site::PARSER_SOURCE_LIMIT) {
         size
     } else if mode & 0o111 != 0 {
         infera_core::exe::HEADER

@@ -20,8 +20,9 @@ use infera_core::rootfs::Root;
 /// the node; version 1 mixed them (read back, its pod's values are the profiler's).
 pub const SCHEMA_VERSION: u32 = 2;
 
+/// A field a later launcher adds is read past (a field removed or changed in meaning is a
+/// new schema version).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct NodeFacts {
     pub schema_version: u32,
     /// Where the facts come from: `this node (/)`, `mi300x:8 (AMD Instinct MI300X, …)`, a file.
@@ -67,7 +68,6 @@ pub struct NodeFacts {
 /// A pod's /dev/shm and memory: of the pod the launcher runs in, or of the worker's spec as
 /// `--shm-size`/`--memory` give it; unknown (not judged) otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Pod {
     pub shm: Option<Shm>,
     pub memory: Option<PodMemory>,
@@ -94,8 +94,8 @@ pub fn gather(root: &Root, name: Option<String>) -> Option<NodeFacts> {
     }
     let mut findings = Vec::new();
     let gpus = super::devices::kfd_gpus(root, &mut findings);
-    let line =
-        |p: &str| root.read_small_string(Path::new(p)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    // One value a file: its first line (a second is no part of it, and is never printed).
+    let line = |p: &str| infera_core::rootfs::first_line(&root.read_small_string(Path::new(p)).ok()?);
     let mut rdma: Vec<String> = root
         .list(Path::new("/dev/infiniband"))
         .into_iter()
@@ -407,9 +407,41 @@ fn read_profile(bytes: &[u8]) -> Result<NodeFacts, String> {
     Ok(node)
 }
 
+/// A Kubernetes node's name: a DNS subdomain (RFC 1123), at most 253 characters.
+pub fn is_node_name(n: &str) -> bool {
+    let ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.';
+    !n.is_empty() && n.len() <= 253 && n.bytes().all(ok)
+}
+
+/// A value of a profile as a message shows it: escaped, at most 64 characters of it.
+fn shown(v: &str) -> String {
+    let e = v.escape_debug().to_string();
+    match e.char_indices().nth(64) {
+        Some((at, _)) => format!("`{}…` ({} bytes)", &e[..at], v.len()),
+        None => format!("`{e}`"),
+    }
+}
+
 /// What no node has: more GPUs than a node holds, a GPU without memory or with more than
 /// any GPU has.
 fn bounded(node: &NodeFacts) -> Result<(), String> {
+    // What names the node in every cell's messages: a Kubernetes node name (a DNS subdomain,
+    // RFC 1123: at most 253 characters, lower-case letters, digits, `-` and `.`), a product
+    // name, a source line; no profile a node wrote holds more.
+    if let Some(n) = &node.name {
+        if !is_node_name(n) {
+            return Err(format!(
+                "`name` is not a node's name (a DNS subdomain of at most 253 characters): {}",
+                shown(n)
+            ));
+        }
+    }
+    let text = [("product", node.product.as_deref().unwrap_or_default(), 128), ("source", &node.source, 1024)];
+    for (what, v, max) in text {
+        if v.chars().count() > max || v.chars().any(char::is_control) {
+            return Err(format!("`{what}` holds more than a line of {max} characters: {}", shown(v)));
+        }
+    }
     if node.gpus.len() > MAX_GPUS as usize {
         return Err(format!("{} GPUs, more than a node holds ({MAX_GPUS})", node.gpus.len()));
     }
@@ -495,7 +527,8 @@ mod tests {
             "render_minor": 128, "vram": 206141652992, "compute_partition": null, "memory_partition": null}],
             "driver_loaded": true, "driver": null, "kernel": "6.8", "numa_balancing": 0,
             "shm": {"size": 67108864, "available": 67108864},
-            "memory": {"limit": 67108864, "usage": 1, "host_available": 2, "source": "m"}, "rdma_devices": []}"#;
+            "memory": {"limit": 67108864, "usage": 1, "host_available": 2, "source": "m"}, "rdma_devices": [],
+            "written_by_a_later_launcher": {"a": 1}}"#;
         let n = from_spec("v1.json", |_| Ok(v1.to_vec())).unwrap();
         assert_eq!(n.pod.shm.map(|s| s.size), Some(64 << 20));
         assert_eq!(n.pod.memory.and_then(|m| m.limit), Some(64 << 20));
@@ -519,5 +552,17 @@ mod tests {
         assert!(e.why.contains("65 GPUs, more than a node holds"), "{}", e.why);
         assert!(with(None, 4).is_ok(), "an APU's GPUs have no VRAM bank");
         assert!(with(Some(1 << 30), 0).unwrap().gpus.is_empty(), "a node without GPUs is a node: the cell says so");
+        // Its name and source name it in every cell: a node's name, a line.
+        let named = |name: &str, source: &str| {
+            let n = NodeFacts { name: Some(name.into()), source: source.into(), ..part(&PARTS[3], None) };
+            let json = serde_json::to_vec(&n).unwrap();
+            from_spec("p.json", |_| Ok(json.clone()))
+        };
+        assert!(named("gpu-node-17.example", "this node (/)").is_ok());
+        let e = named("node\nerror[forged]: x", "s").unwrap_err();
+        assert!(e.why.starts_with("`name` is not a node's name"), "{}", e.why);
+        let e = named("n", &"x".repeat(1 << 20)).unwrap_err();
+        assert!(e.why.starts_with("`source` holds more than a line of 1024 characters"), "{}", e.why);
+        assert!(e.why.len() < 300, "{}", e.why.len());
     }
 }

@@ -43,25 +43,40 @@ pub struct EngineInstall {
     /// plain ArgumentParser, raises TypeError there on an older CPython.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub argparse_deprecated: Option<String>,
+    /// A parser source that exists but cannot be read as Python (`FILE`: why): whether it
+    /// passes `deprecated=` is not known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argparse_unread: Option<String>,
 }
 
-/// The first line of the engine's parser sources that passes `deprecated=True` (code, not a
-/// comment), as `FILE:LINE`: looked for in the site directories, and in an egg's own.
-pub fn argparse_deprecated(root: &Root, site_dirs: &[PathBuf], e: &EngineInstall) -> Option<String> {
+/// The largest parser source read (vLLM's arg_utils.py is about 100 KB).
+pub const PARSER_SOURCE_LIMIT: u64 = 4 << 20;
+
+/// Where the engine's parser sources pass argparse `deprecated=` (read as Python:
+/// [`crate::pyscan`]), as `FILE:LINE`, looked for in the site directories and in an egg's
+/// own; and the first source that exists but cannot be read, with why.
+pub fn argparse_deprecated(root: &Root, site_dirs: &[PathBuf], e: &EngineInstall) -> (Option<String>, Option<String>) {
     let egg = e.record.extension().is_some_and(|x| x == "egg").then_some(e.record.as_path());
     let dirs = site_dirs.iter().map(PathBuf::as_path).chain(egg);
+    let mut unread = None;
     for d in dirs {
         for file in e.engine.info().parser_sources {
             let path = d.join(file);
-            let Ok(text) = root.read_small_string(&path) else { continue };
-            let hit =
-                text.lines().position(|l| l.split('#').next().is_some_and(|code| code.contains("deprecated=True")));
-            if let Some(n) = hit {
-                return Some(format!("{}:{}", path.display(), n + 1));
+            let text = match root.read_file(&path, PARSER_SOURCE_LIMIT) {
+                Ok(bytes) => crate::pyscan::decode(&bytes),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => Err(infera_core::rootfs::io_reason(&e)),
+            };
+            match text.and_then(|t| crate::pyscan::deprecated_line(&t)) {
+                Ok(Some(n)) => return (Some(format!("{}:{n}", path.display())), None),
+                Ok(None) => {}
+                Err(why) => {
+                    unread.get_or_insert(format!("`{}`: {why}", path.display()));
+                }
             }
         }
     }
-    None
+    (None, unread)
 }
 
 /// Engines installed in the site directories. An engine is found by the literal in its
@@ -166,6 +181,7 @@ fn probe_into(
                     version: d.version.clone(),
                     record: dir.join(entry),
                     argparse_deprecated: None,
+                    argparse_unread: None,
                 });
             }
             index.dists.push(d);
@@ -188,7 +204,13 @@ fn egg(root: &Root, path: &Path) -> Option<EngineInstall> {
     } else {
         return None;
     };
-    Some(EngineInstall { engine, version: version.to_string(), record, argparse_deprecated: None })
+    Some(EngineInstall {
+        engine,
+        version: version.to_string(),
+        record,
+        argparse_deprecated: None,
+        argparse_unread: None,
+    })
 }
 
 /// The engine whose distribution this is (`vllm`, `sglang`), names compared as PEP 503
@@ -215,7 +237,13 @@ fn probe_versions(root: &Root, dir: &Path, wanted: impl Fn(Engine) -> bool) -> V
         let Some((version, path)) = found else { continue };
         let dist = dir.join(format!("{}-{version}.dist-info", info.dist));
         let record = if root.metadata(&dist).is_ok() { dist } else { path };
-        out.push(EngineInstall { engine: info.engine, version, record, argparse_deprecated: None });
+        out.push(EngineInstall {
+            engine: info.engine,
+            version,
+            record,
+            argparse_deprecated: None,
+            argparse_unread: None,
+        });
     }
     out
 }

@@ -198,7 +198,6 @@ pub fn filesystem_of(mountinfo: &str, path: &Path) -> Option<Filesystem> {
 
 /// The pod's memory: its cgroup's limit and use, and the host's available memory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PodMemory {
     /// None: no limit.
     pub limit: Option<u64>,

@@ -33,6 +33,9 @@ pub enum Want {
 pub trait Capture {
     /// The bytes at offset `at`.
     fn feed(&mut self, at: u64, bytes: &[u8]);
+    /// `len` zero bytes at offset `at`: a sparse file's hole, told without its bytes (a hole
+    /// of gigabytes costs what the capture keeps of it, not its length).
+    fn zeros(&mut self, at: u64, len: u64);
     /// What was kept of the file of `size` bytes.
     fn finish(self: Box<Self>, size: u64) -> crate::at::Ranges;
 }
@@ -491,10 +494,52 @@ fn expanded<R: Read>(
             "a sparse file whose map lists {data} bytes of data where it holds {held}"
         )));
     }
-    let x = super::sparse::Expanded::new(&mut counted, blocks, s.size);
-    let mut x = x.map_err(|why| SparseError::Map(format!("a sparse file: {why}")))?;
-    let (k, _) = kept(&mut x, s.size, want).map_err(SparseError::Io)?;
+    if blocks.last().is_some_and(|(o, l)| o + l > s.size) {
+        return Err(SparseError::Map(format!("a sparse file: a block past the file's size of {} bytes", s.size)));
+    }
+    let k = match want {
+        // Its data blocks fed where they are, its holes told as such.
+        Want::Capture(c) if s.size <= MAX_CAPTURE => Some(captured_sparse(&mut counted, &blocks, s.size, c)?),
+        want => {
+            let x = super::sparse::Expanded::new(&mut counted, blocks, s.size);
+            let mut x = x.map_err(|why| SparseError::Map(format!("a sparse file: {why}")))?;
+            kept(&mut x, s.size, want).map_err(SparseError::Io)?.0
+        }
+    };
     Ok((k, counted.n))
+}
+
+/// A sparse file captured: each data block's bytes fed at its offset, each hole (between the
+/// blocks, and after the last) told to the capture as zeros.
+fn captured_sparse(
+    data: &mut dyn Read,
+    blocks: &[(u64, u64)],
+    size: u64,
+    mut c: Box<dyn Capture>,
+) -> Result<Kept, SparseError> {
+    let mut buf = vec![0u8; 256 << 10];
+    let mut at = 0u64;
+    for &(off, len) in blocks {
+        if off > at {
+            c.zeros(at, off - at);
+        }
+        let mut left = len;
+        while left > 0 {
+            let want = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+            let n = data.read(&mut buf[..want]).map_err(SparseError::Io)?;
+            if n == 0 {
+                let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the sparse member's data ends early");
+                return Err(SparseError::Io(eof));
+            }
+            c.feed(off + len - left, &buf[..n]);
+            left -= n as u64;
+        }
+        at = off + len;
+    }
+    if size > at {
+        c.zeros(at, size - at);
+    }
+    Ok(Kept::Parts(std::sync::Arc::new(c.finish(size))))
 }
 
 /// A reader that counts what it reads.

@@ -130,16 +130,18 @@ fn applicable_trees(r: &Row) -> Vec<String> {
 /// `writeln!` of the refusals, warnings and accepted findings, each said once for the nodes
 /// it holds on.
 fn details(o: &mut String, rows: &[Row], shape: &Shape, fail_on: FailOn) {
-    let no_tree: Vec<(String, Refusal)> = rows.iter().filter_map(|r| Some((safe(&r.image), r.no_tree()?))).collect();
+    let no_tree: Vec<(usize, String, Refusal)> =
+        rows.iter().enumerate().filter_map(|(n, r)| Some((n, safe(&r.image), r.no_tree()?))).collect();
     let mut refused = Grouped::default();
     let mut warned = Grouped::default();
     let mut accepted = Grouped::default();
-    for r in rows {
+    for (n, r) in rows.iter().enumerate() {
         if let Some(e) = &r.error {
-            refused.add(safe(&r.image), None, line("error", &e.code, &e.message, e.hint.as_deref()));
+            refused.add((n, safe(&r.image)), None, line("error", &e.code, &e.message, e.hint.as_deref()));
         }
         for (cell, c) in r.cells.iter().zip(&shape.columns) {
-            let at = format!("{} with {}", safe(&r.image), cell.family.as_deref().unwrap_or(super::tree_name(&c.tree)));
+            let at =
+                (n, format!("{} with {}", safe(&r.image), cell.family.as_deref().unwrap_or(super::tree_name(&c.tree))));
             let node = c.node_label().map(safe);
             if let Some(e) = cell.error.as_ref().filter(|_| cell.verdict == Verdict::Refused) {
                 refused.add(at.clone(), node.clone(), line("error", &e.code, &e.message, e.hint.as_deref()));
@@ -152,13 +154,13 @@ fn details(o: &mut String, rows: &[Row], shape: &Shape, fail_on: FailOn) {
             }
         }
     }
-    for (at, e) in &no_tree {
-        refused.add(at.clone(), None, line("error", &e.code, &e.message, e.hint.as_deref()));
+    for (n, at, e) in &no_tree {
+        refused.add((*n, at.clone()), None, line("error", &e.code, &e.message, e.hint.as_deref()));
     }
-    refused.write(o, "refusals:");
+    refused.write(o, "refusals:", shape.nodes);
     let fails = if fail_on == FailOn::Warn { " (failing: --fail-on warn)" } else { "" };
-    warned.write(o, &format!("warnings{fails}:"));
-    accepted.write(o, "accepted (--allow; failing nothing):");
+    warned.write(o, &format!("warnings{fails}:"), shape.nodes);
+    accepted.write(o, "accepted (--allow; failing nothing):", shape.nodes);
 }
 
 /// `error[code]: message`, and its hint on a line of its own.
@@ -167,29 +169,45 @@ fn line(level: &str, code: &str, message: &str, hint: Option<&str>) -> String {
     format!("{level}[{code}]: {}{hint}", safe(message))
 }
 
-/// What was said, each once, with where it was said: `(image with tree, said)` and the
-/// nodes, in the order first said.
+/// What was said, each once, with where it was said (the row, the image with its tree) and
+/// the nodes it holds on, in the order first said.
 #[derive(Default)]
 struct Grouped {
-    items: Vec<((String, String), Vec<String>)>,
+    items: Vec<Said>,
 }
 
+struct Said {
+    at: (usize, String),
+    said: String,
+    nodes: Vec<String>,
+}
+
+/// The most nodes a line names one by one; past it, the first of them and how many more.
+const NODES_NAMED: usize = 6;
+
 impl Grouped {
-    fn add(&mut self, at: String, node: Option<String>, said: String) {
-        let key = (at, said);
-        match self.items.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, nodes)) => nodes.extend(node),
-            None => self.items.push((key, node.into_iter().collect())),
+    fn add(&mut self, at: (usize, String), node: Option<String>, said: String) {
+        match self.items.iter_mut().find(|i| i.at == at && i.said == said) {
+            Some(i) => i.nodes.extend(node.filter(|n| !i.nodes.contains(n))),
+            None => self.items.push(Said { at, said, nodes: node.into_iter().collect() }),
         }
     }
 
-    fn write(&self, o: &mut String, heading: &str) {
+    /// Each item on a line: where, on which nodes (of the `all` there are), what was said.
+    fn write(&self, o: &mut String, heading: &str, all: usize) {
         if self.items.is_empty() {
             return;
         }
         w!(o, "\n{heading}");
-        for ((at, said), nodes) in &self.items {
-            let on = if nodes.is_empty() { String::new() } else { format!(" on {}", nodes.join(", ")) };
+        for Said { at: (_, at), said, nodes } in &self.items {
+            let on = match nodes.len() {
+                0 => String::new(),
+                n if n == all && n > NODES_NAMED => format!(" on every node ({n})"),
+                n if n > NODES_NAMED => {
+                    format!(" on {} and {} more", nodes[..NODES_NAMED - 1].join(", "), n - (NODES_NAMED - 1))
+                }
+                _ => format!(" on {}", nodes.join(", ")),
+            };
             w!(o, "  {at}{on}: {said}");
         }
     }

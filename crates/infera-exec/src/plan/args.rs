@@ -82,7 +82,18 @@ pub enum ArgsError {
     #[error("{flag} {value}: a {what} that large is no count of GPUs or sequences; the engine would fail only after it starts")]
     #[refuse(code = "arg-out-of-range", exit = Refused, hint = "give the size you mean, or leave it out for the launcher's default")]
     TooLarge { flag: String, value: String, what: &'static str },
+    #[error("{layout}: more GPUs than a deployment has (at most {MAX_WORLD}: {} a node × {MAX_NODES} nodes); the engine would fail only after it starts", infera_facts::node::MAX_GPUS)]
+    #[refuse(code = "arg-out-of-range", exit = Refused, hint = "give the sizes you mean (TP × PP is the GPUs of one replica), or leave them out for the launcher's default")]
+    LayoutTooLarge { layout: String },
 }
+
+/// The most nodes a group of one model spans (a LeaderWorkerSet group, a Ray cluster): sizes
+/// past it, or past [`MAX_WORLD`] GPUs, are no deployment's, and are refused before any
+/// arithmetic on them.
+pub const MAX_NODES: u64 = 1024;
+/// The most GPUs a layout names: a node's most ([`infera_facts::node::MAX_GPUS`]) on each of
+/// [`MAX_NODES`] nodes.
+pub const MAX_WORLD: u64 = infera_facts::node::MAX_GPUS as u64 * MAX_NODES;
 
 pub struct Ctx<'a> {
     pub req: &'a Request,
@@ -476,6 +487,23 @@ fn missing(
 /// refused too when the release lies between recorded ones, or when it is a typo of a
 /// recorded option or the other engine's spelling (wrong on every release); any other is a
 /// warning judged with the nearest list: a newer release may have added it.
+/// `--help`/`-h`, argparse's own: said (the wrapper prints its help and exits 0), not judged.
+fn help(e: Engine, raw: &[u8], i: usize, findings: &mut Vec<Finding>) -> bool {
+    if raw != b"--help" && raw != b"-h" {
+        return false;
+    }
+    findings.push(Finding::warn(
+        "engine-help",
+        format!(
+            "`{}` (arg {}): {}'s parser prints its help and exits 0: the engine does not start",
+            String::from_utf8_lossy(raw),
+            i + 1,
+            e.info().module
+        ),
+    ));
+    true
+}
+
 pub fn unknown_options(
     e: Engine,
     version: Option<&str>,
@@ -494,14 +522,15 @@ pub fn unknown_options(
     let (mut shown, mut more) = (0usize, Vec::new());
     for (i, a) in args.iter().enumerate().take_while(|(_, a)| a.as_bytes() != b"--") {
         let raw = a.as_bytes();
-        if !raw.starts_with(b"--") || raw.len() < 3 {
+        if help(e, raw, i, findings) || !raw.starts_with(b"--") || raw.len() < 3 {
             continue;
         }
         let name = dialect::normalise(e, raw.split(|b| *b == b'=').next().unwrap_or_default());
         // vLLM's `--json-option.key` forms are judged by their head (the wrapper refuses them
-        // on its own grounds).
+        // on its own grounds). An option the launcher has a spelling of is held to the list
+        // too: the release's parser is what refuses it.
         let head = name.split('.').next().unwrap_or_default();
-        if is_prefix_of_one(list.names(), head) || e.spelling_of(head).is_some() {
+        if is_prefix_of_one(list.names(), head) {
             continue; // the option, or a prefix the abbreviation checks judge
         }
         let other = other_engines(e, head);
@@ -780,6 +809,17 @@ impl Ints {
         let pp = get(Opt::PipelineParallelSize, "pipeline parallel size")?;
         let nnodes = get(Opt::Nnodes, "node count")?;
         let max_seqs = get(Opt::MaxSeqs, "number of concurrent sequences")?;
+        // Sizes a deployment can have: products of them are taken below, and by the rules.
+        let sizes = [(Opt::TensorParallelSize, tp), (Opt::PipelineParallelSize, pp), (Opt::DataParallelSize, dp)];
+        let world = sizes.iter().filter_map(|(_, v)| *v).try_fold(1u64, u64::checked_mul);
+        if world.is_none_or(|w| w > MAX_WORLD) || nnodes.is_some_and(|n| n > MAX_NODES) {
+            let said: Vec<String> = sizes
+                .iter()
+                .chain([(Opt::Nnodes, nnodes)].iter())
+                .filter_map(|(o, v)| v.map(|v| format!("{} {v}", e.flag(*o))))
+                .collect();
+            return Err(ArgsError::LayoutTooLarge { layout: said.join(" × ") });
+        }
         Ok(Ints { tp, pp, dp, nnodes, max_seqs })
     }
 }

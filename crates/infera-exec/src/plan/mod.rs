@@ -211,7 +211,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let (args, unreadable) = engine_args(inp, engine, wrapped, p)?;
     // After the args: a misspelt option is the pod's own error, said first.
     if let Some(e) = wrapped {
-        select::wrapper_parser(e, facts, python)?;
+        select::wrapper_parser(e, facts, python, &mut p.findings)?;
     }
     if let Some(Ok(r)) = inp.router {
         args::tokenizer(req, facts, inp.models, r, &mut p.findings)?;
@@ -245,7 +245,9 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let describes_a_pod =
         req.role == crate::choices::Role::Worker || (req.role == crate::choices::Role::Check && !req.args.is_empty());
     // (a `--config` file that could not be read may give it: nothing refused on a guess)
-    if let Some(e) = wrapped.filter(|_| describes_a_pod && st.args.defaults) {
+    // (`--help` is answered before any of them: the parser prints it and exits 0.)
+    let help = req.args.iter().take_while(|a| *a != "--").any(|a| a == "--help" || a == "-h");
+    if let Some(e) = wrapped.filter(|_| describes_a_pod && st.args.defaults && !help) {
         args::required(e, &st.args.parsed)?;
     }
     exec_spec(&st, &copies, added, p)?;

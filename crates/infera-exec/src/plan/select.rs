@@ -405,9 +405,28 @@ fn unknown_version(engine: Engine, inst: &infera_facts::site::EngineInstall, spe
 /// infera's wrapper builds the engine's parser on a plain argparse parser: refused where the
 /// image's engine passes argparse what the image's CPython cannot take (the recorded lists
 /// say which releases do; the image's own files say whether this one does).
-pub fn wrapper_parser(engine: Engine, facts: &Facts, python: &Python) -> Result<(), SelectError> {
-    let Some(inst) = facts.engine(engine) else { return Ok(()) };
-    let Some(at) = inst.argparse_deprecated.as_ref().filter(|_| python.minor < (3, 13)) else { return Ok(()) };
+pub fn wrapper_parser(
+    engine: Engine,
+    facts: &Facts,
+    python: &Python,
+    findings: &mut Vec<Finding>,
+) -> Result<(), SelectError> {
+    let Some(inst) = facts.engine(engine).filter(|_| python.minor < (3, 13)) else { return Ok(()) };
+    if let (None, Some(why)) = (&inst.argparse_deprecated, &inst.argparse_unread) {
+        // Unreadable is not harmless: the rule could not look.
+        findings.push(Finding::warn(
+            "wrapper-parser-unread",
+            format!(
+                "{why}: whether {} passes argparse `deprecated=`, which infera's wrapper cannot build on CPython {}.{} \
+                 (it raises TypeError before {} starts), is not judged",
+                engine.name(),
+                python.minor.0,
+                python.minor.1,
+                engine.name()
+            ),
+        ));
+    }
+    let Some(at) = inst.argparse_deprecated.as_ref() else { return Ok(()) };
     let lists = (engine.info().options)();
     let deprecated =
         |l: &&infera_facts::engines::OptionList| l.wrapper_fails.is_some_and(|w| w.contains("deprecated="));

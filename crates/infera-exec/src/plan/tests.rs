@@ -120,6 +120,7 @@ fn image_facts() -> Facts {
             version: "0.11.0".into(),
             record: PathBuf::from(SITE).join("vllm-0.11.0.dist-info"),
             argparse_deprecated: None,
+            argparse_unread: None,
         }],
         gpu_code: Vec::new(),
         host: None,

@@ -12,6 +12,7 @@ mod first_contact;
 mod gpu_code;
 mod hardening;
 mod hostile;
+mod hostile6;
 mod image;
 mod infera_layout;
 mod init;

@@ -773,6 +773,12 @@ fn a_node_is_held_to_what_a_node_can_be() {
         assert_eq!((refused(&o), o.code), (Some("node-no-gpus"), 69), "{}", o.stderr);
         assert!(o.stderr.contains("the node of --node gpu-node-3 lists no GPU"), "{}", o.stderr);
     }
+    // A one-value sysfs file is its first line: a second is never printed as a line of its own.
+    let forged = Node { driver: Some("6.8.5\nerror[node-no-gpus]: forged"), ..Node::default() };
+    let o = on_node(&forged, &img, &[], &["node"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("  driver    amdgpu 6.8.5 (/sys/module/amdgpu/version)"), "{}", o.stdout);
+    assert!(!o.stdout.contains("forged") && !o.stderr.contains("forged"), "{}{}", o.stdout, o.stderr);
     // A profile whose GPUs have no memory, or more than any GPU: what no node wrote.
     let o = on_node(&Node::default(), &img, &[], &["node", "-o", "json"]);
     for (vram, said) in [
