@@ -99,7 +99,7 @@ fn form_command() -> clap::Command {
 fn one_plan_output(a: clap::Arg) -> clap::Arg {
     use clap::builder::{PossibleValuesParser, TypedValueParser};
     let values = Output::value_variants().iter().filter_map(ValueEnum::to_possible_value);
-    let values = values.map(|v| if v.get_name() == "junit" { v.hide(true) } else { v });
+    let values = values.map(|v| if matches!(v.get_name(), "junit" | "affinity") { v.hide(true) } else { v });
     a.value_parser(PossibleValuesParser::new(values).map(|v| Output::from_str(&v, true).unwrap_or(Output::Text)))
 }
 
@@ -229,6 +229,9 @@ pub enum Output {
     Yaml,
     /// JUnit XML (`check` only): a suite per image, a case per family, for CI reports.
     Junit,
+    /// The node affinity that admits the node types every check passed on (`check` of one
+    /// image with `--node`), as a kustomize Component of patches.
+    Affinity,
 }
 
 /// `node`'s output.
@@ -924,6 +927,7 @@ pub fn wants_output(argv: &[OsString], env: &infera_facts::envvars::Env) -> Outp
         b"json" => Output::Json,
         b"yaml" => Output::Yaml,
         b"junit" => Output::Junit,
+        b"affinity" => Output::Affinity,
         _ => Output::Text,
     };
     match out {

@@ -163,7 +163,7 @@ fn print_error_as(r: &Refusal, output: Output) {
         Output::Json => format!("{:#}\n", serde_json::json!({ "error": r })),
         Output::Yaml => report::yaml(&serde_json::json!({ "error": r }).to_string()).unwrap_or_default(),
         Output::Junit => matrix::render::junit_error(r),
-        Output::Text => return,
+        Output::Text | Output::Affinity => return,
     };
     let _ = std::io::stdout().write_all(text.as_bytes());
 }
@@ -212,9 +212,6 @@ fn refuse(r: &Refusal, env: &Env) -> i32 {
 /// engine args (read once) → the model → selection (once) → the tree's facts → plan → print
 /// or exec. Each stage takes the values of the ones before it; only the last acts.
 pub fn launch(req: &Request, env: &Env) -> i32 {
-    if matrix::wanted(req) {
-        return matrix::run(req, env);
-    }
     if req.init.is_some() && !req.dry_run {
         init::block_signals();
     }
@@ -222,7 +219,13 @@ pub fn launch(req: &Request, env: &Env) -> i32 {
         Ok(g) => g,
         Err(r) => return refuse_in(&r, req.output, env),
     };
-    let mut g = match Gathered::read(req, env, req.image.image.first().map(OsString::as_os_str), &given) {
+    if matrix::wanted(req) || (req.role == Role::Check && given.nodes.len() > 1) {
+        return matrix::run(req, env, given);
+    }
+    if given.nodes.len() > 1 {
+        return refuse_in(&Refusal::from(error::UsageError::NodeMany), req.output, env);
+    }
+    let mut g = match Gathered::read(req, env, req.image.image.first().map(OsString::as_os_str), &given.nodes) {
         Ok(g) => g,
         Err(r) => return refuse_in(&r, req.output, env),
     };
@@ -266,14 +269,32 @@ pub(crate) struct Node {
     gpus: Result<infera_facts::Gpus, infera_facts::GpuError>,
 }
 
-/// `--node` given, each read once (a part, or a profile file), with the worker's pod
-/// (`--shm-size`, `--memory`) in place of any pod a profile names; none given, none.
-pub(crate) fn given_nodes(req: &Request) -> Result<Vec<std::sync::Arc<infera_facts::node::NodeFacts>>, Refusal> {
+/// What `--node` gives, each read once: the node types (a part, a profile, or a Kubernetes
+/// file's node types), each with the worker's pod (`--shm-size`, `--memory`) in place of any
+/// pod a profile names; and the nodes of a Kubernetes file no type holds. None given, none.
+pub(crate) struct GivenNodes {
+    pub nodes: Vec<std::sync::Arc<infera_facts::node::NodeFacts>>,
+    pub unjudged: Vec<infera_facts::node::Unjudged>,
+}
+
+/// The largest `--node` file read: a cluster's `kubectl get nodes -o json` (with each node's
+/// image list) is a few tens of MB.
+const NODE_FILE_LIMIT: u64 = 256 << 20;
+
+pub(crate) fn given_nodes(req: &Request) -> Result<GivenNodes, Refusal> {
     use infera_facts::node::SpecProblem;
-    // A regular file only, opened without blocking (a FIFO is said, not waited on).
-    let read = |p: &std::path::Path| infera_core::rootfs::read_bounded(p, 1 << 20);
-    let one = |s: &String| {
-        let mut n = infera_facts::node::from_spec(s, read).map_err(|e| {
+    // A regular file only, opened without blocking (a FIFO is said, not waited on); `-`: stdin.
+    let read = |p: &std::path::Path| {
+        if p == std::path::Path::new("-") {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(std::io::stdin(), NODE_FILE_LIMIT), &mut v)?;
+            return Ok(v);
+        }
+        infera_core::rootfs::read_bounded(p, NODE_FILE_LIMIT)
+    };
+    let mut given = GivenNodes { nodes: Vec::new(), unjudged: Vec::new() };
+    for s in &req.node {
+        let g = infera_facts::fleet::from_spec(s, read).map_err(|e| {
             let (spec, why) = (e.spec, e.why);
             Refusal::from(match e.kind {
                 SpecProblem::Unknown => error::UsageError::NodeUnknown { spec, why },
@@ -281,10 +302,13 @@ pub(crate) fn given_nodes(req: &Request) -> Result<Vec<std::sync::Arc<infera_fac
                 SpecProblem::Invalid => error::UsageError::NodeProfile { spec, why },
             })
         })?;
-        n.pod = req.worker_pod.clone();
-        Ok(std::sync::Arc::new(n))
-    };
-    req.node.iter().map(one).collect()
+        for mut n in g.nodes {
+            n.pod = req.worker_pod.clone();
+            given.nodes.push(std::sync::Arc::new(n));
+        }
+        given.unjudged.extend(g.unjudged);
+    }
+    Ok(given)
 }
 
 /// The nodes a plan of this image is judged against: those given, else this node at root `/`.
@@ -566,7 +590,7 @@ fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
             }
         }
         // JUnit is the matrix's (`matrix::wanted`): a single plan is never asked for in it.
-        Output::Text | Output::Junit => {
+        Output::Text | Output::Junit | Output::Affinity => {
             // Where stdout and stderr go to one place (a terminal, `> log 2>&1`, one pipe) the
             // refusal is said once, on stderr with its hint.
             term::safe(&report::text(plan, req.role == Role::Check, !term::one_place())).into_owned()

@@ -43,6 +43,7 @@ pub fn all() -> Vec<Doc> {
         infera_facts::router_args::RouterArgsError::REFUSALS,
         crate::plan::select::SelectError::REFUSALS,
         crate::matrix::MatrixError::REFUSALS,
+        crate::matrix::affinity::AffinityError::REFUSALS,
         crate::plan::safety::SafetyError::REFUSALS,
         crate::plan::caps::CapError::REFUSALS,
         crate::plan::node::NodeError::REFUSALS,

@@ -488,10 +488,11 @@ fn check_only(role: Role, o: &Options) -> Result<(), UsageError> {
     if o.common.family.as_deref() == Some(crate::cli::ALL_FAMILIES) {
         return Err(UsageError::CheckOnly { said: o.said("family"), value: crate::cli::ALL_FAMILIES.into() });
     }
-    if o.common.output == crate::cli::Output::Junit {
-        return Err(UsageError::CheckOnly { said: o.said("output"), value: "junit".into() });
+    match o.common.output {
+        crate::cli::Output::Junit => Err(UsageError::CheckOnly { said: o.said("output"), value: "junit".into() }),
+        crate::cli::Output::Affinity => Err(UsageError::CheckOnly { said: o.said("output"), value: "affinity".into() }),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Is `program` a CPython interpreter (`python`, `python3`, `python3.12`, a path to one)?

@@ -5,6 +5,7 @@
 //! reads it back), or made for a named AMD Instinct part (`--node mi300x:8`), so the node's
 //! checks run in CI exactly as in the pod.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -63,6 +64,12 @@ pub struct NodeFacts {
     /// What a report names it by: its name, else the part and its count (never a file path).
     #[serde(skip)]
     pub label: String,
+    /// A node type of Kubernetes nodes: the labeller's labels it was formed from.
+    #[serde(skip)]
+    pub labelled: Option<Labelled>,
+    /// A named part's name (`--node mi300x`): every variant of the part.
+    #[serde(skip)]
+    pub part: Option<&'static str>,
 }
 
 /// A pod's /dev/shm and memory: of the pod the launcher runs in, or of the worker's spec as
@@ -125,6 +132,8 @@ pub fn gather(root: &Root, name: Option<String>) -> Option<NodeFacts> {
         findings,
         live: true,
         label: String::new(),
+        labelled: None,
+        part: None,
     };
     node.label = label_of(&node);
     Some(node)
@@ -303,6 +312,8 @@ pub fn part(p: &Part, count: Option<u32>) -> NodeFacts {
         findings: Vec::new(),
         live: false,
         label: if count.is_some() { format!("{}:{n}", p.name) } else { p.name.to_string() },
+        labelled: None,
+        part: Some(p.name),
     }
 }
 
@@ -325,8 +336,51 @@ pub enum SpecProblem {
     Missing,
 }
 
-/// `--node PART[:N]` or `--node FILE` (a profile `infera-exec node -o json` wrote).
-pub fn from_spec(spec: &str, read: impl Fn(&Path) -> std::io::Result<Vec<u8>>) -> Result<NodeFacts, NodeSpecError> {
+/// A node the labels do not describe, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unjudged {
+    pub node: String,
+    pub why: String,
+}
+
+/// The labeller's labels a node type was formed from: what a node affinity selects it by, and
+/// the names of its nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labelled {
+    /// Device id → GPUs of it (the multi-value form's counts; the single form: the node's).
+    pub device_ids: BTreeMap<String, u32>,
+    pub vram: Option<String>,
+    pub partition: Option<String>,
+    pub driver: Option<String>,
+    pub nodes: Vec<String>,
+}
+
+/// A `--node` that is neither a part nor a readable file: a misspelt part (with the part
+/// meant), a file not there (66), or one that cannot be read (65).
+pub(crate) fn unreadable(spec: &str, e: &std::io::Error) -> NodeSpecError {
+    let name = spec.split(':').next().unwrap_or(spec);
+    let parts: Vec<&str> = PARTS.iter().map(|p| p.name).collect();
+    let guess = if spec.contains('/') || spec.ends_with(".json") || spec.ends_with(".yaml") {
+        String::new()
+    } else {
+        crate::suggest::did_you_mean(&name.to_ascii_lowercase(), parts.iter().copied())
+            .map_or(String::new(), |d| format!("; {d}"))
+    };
+    let kind = match (e.kind(), guess.is_empty()) {
+        (_, false) => SpecProblem::Unknown,
+        (std::io::ErrorKind::NotFound, true) => SpecProblem::Missing,
+        _ => SpecProblem::Invalid,
+    };
+    let why = format!(
+        "not a part ({}) and not a readable profile: {}{guess}",
+        parts.join(", "),
+        infera_core::rootfs::io_reason(e)
+    );
+    NodeSpecError { spec: spec.to_string(), why, kind }
+}
+
+/// One node: a part, or a profile file.
+pub(crate) fn one_of(spec: &str, read: impl Fn(&Path) -> std::io::Result<Vec<u8>>) -> Result<NodeFacts, NodeSpecError> {
     let err = |kind, why: String| NodeSpecError { spec: spec.to_string(), why, kind };
     let (name, count) = spec.split_once(':').map_or((spec, None), |(n, c)| (n, Some(c)));
     if let Some(p) = PARTS.iter().find(|p| p.name.eq_ignore_ascii_case(name)) {
@@ -346,28 +400,7 @@ pub fn from_spec(spec: &str, read: impl Fn(&Path) -> std::io::Result<Vec<u8>>) -
         };
         return Ok(part(p, count));
     }
-    let bytes = read(Path::new(spec)).map_err(|e| {
-        let parts: Vec<&str> = PARTS.iter().map(|p| p.name).collect();
-        let guess = if spec.contains('/') || spec.ends_with(".json") {
-            String::new()
-        } else {
-            crate::suggest::did_you_mean(&name.to_ascii_lowercase(), parts.iter().copied())
-                .map_or(String::new(), |d| format!("; {d}"))
-        };
-        let kind = match (e.kind(), guess.is_empty()) {
-            (_, false) => SpecProblem::Unknown,
-            (std::io::ErrorKind::NotFound, true) => SpecProblem::Missing,
-            _ => SpecProblem::Invalid,
-        };
-        err(
-            kind,
-            format!(
-                "not a part ({}) and not a readable profile: {}{guess}",
-                parts.join(", "),
-                infera_core::rootfs::io_reason(&e)
-            ),
-        )
-    })?;
+    let bytes = read(Path::new(spec)).map_err(|e| unreadable(spec, &e))?;
     let mut node = read_profile(&bytes).map_err(|why| err(SpecProblem::Invalid, why))?;
     node.label = label_of(&node);
     node.source = format!("{spec} ({})", node.source);
@@ -466,31 +499,36 @@ fn bounded(node: &NodeFacts) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// The one node a part or a profile gives.
+    fn one(spec: &str, read: impl Fn(&Path) -> std::io::Result<Vec<u8>>) -> Result<NodeFacts, NodeSpecError> {
+        one_of(spec, read)
+    }
+
     fn none(_: &Path) -> std::io::Result<Vec<u8>> {
         Err(std::io::Error::from(std::io::ErrorKind::NotFound))
     }
 
     #[test]
     fn parts_by_name_with_a_count_up_to_a_nodes() {
-        let n = from_spec("MI355X:4", none).unwrap();
+        let n = one("MI355X:4", none).unwrap();
         assert_eq!(n.gpus.len(), 4);
         assert!(n.gpus.iter().all(|g| g.gfx.as_deref() == Some("gfx950") && g.vram == Some(288 << 30)));
         assert!(n.source.starts_with("mi355x:4 (AMD Instinct MI355X, gfx950; "), "{}", n.source);
         assert_eq!((n.label.as_str(), n.product.as_deref()), ("mi355x:4", Some("AMD Instinct MI355X")));
-        assert_eq!(from_spec("mi300x", none).unwrap().gpus.len(), 8);
-        assert_eq!(from_spec("mi300x", none).unwrap().label, "mi300x");
-        assert_eq!(from_spec("mi300a", none).unwrap().gpus[0].vram, None, "an APU has no VRAM bank");
+        assert_eq!(one("mi300x", none).unwrap().gpus.len(), 8);
+        assert_eq!(one("mi300x", none).unwrap().label, "mi300x");
+        assert_eq!(one("mi300a", none).unwrap().gpus[0].vram, None, "an APU has no VRAM bank");
         for bad in ["mi300x:0", "mi300x:9", "mi300x:16", "mi300x:x", "mi300a:8"] {
-            let e = from_spec(bad, none).unwrap_err();
+            let e = one(bad, none).unwrap_err();
             assert!(e.why.contains("node has 1 to"), "{bad}: {}", e.why);
             assert_eq!(e.kind, SpecProblem::Unknown, "{bad}");
         }
-        let e = from_spec("mi300", none).unwrap_err();
+        let e = one("mi300", none).unwrap_err();
         assert!(e.why.ends_with("did you mean `mi300x`?"), "{}", e.why);
         assert_eq!(e.kind, SpecProblem::Unknown);
-        let e = from_spec("mi400x", none).unwrap_err();
+        let e = one("mi400x", none).unwrap_err();
         assert!(e.why.starts_with("not a part (mi100, mi210, mi250x, mi300x, mi300a, mi308x, mi325x"), "{}", e.why);
-        let e = from_spec("profiles/gpu-17.json", none).unwrap_err();
+        let e = one("profiles/gpu-17.json", none).unwrap_err();
         assert_eq!(e.kind, SpecProblem::Missing, "{}", e.why);
     }
 
@@ -507,16 +545,16 @@ mod tests {
         let mut n = part(&PARTS[3], Some(2));
         n.pod = Pod { shm: Some(Shm { size: 64 << 20, available: 64 << 20 }), memory: None, source: "x".into() };
         let json = serde_json::to_vec(&n).unwrap();
-        let back = from_spec("node.json", |_| Ok(json.clone())).unwrap();
+        let back = one("node.json", |_| Ok(json.clone())).unwrap();
         assert_eq!(back.gpus, n.gpus);
         assert_eq!(back.pod, n.pod, "the profiler's pod, kept as written");
         assert_eq!(back.source, format!("node.json ({})", n.source));
         assert_eq!(back.label, "MI300X ×2", "a profile without a name is named by its GPUs, not its file");
         let named = serde_json::to_vec(&NodeFacts { name: Some("gpu-node-17".into()), ..n.clone() }).unwrap();
-        assert_eq!(from_spec("a.json", |_| Ok(named.clone())).unwrap().label, "gpu-node-17");
+        assert_eq!(one("a.json", |_| Ok(named.clone())).unwrap().label, "gpu-node-17");
         let old = serde_json::to_vec(&NodeFacts { schema_version: 9, ..n.clone() }).unwrap();
-        assert!(from_spec("old.json", |_| Ok(old.clone())).unwrap_err().why.starts_with("schema_version 9"));
-        let e = from_spec("x.json", |_| Ok(b"{\"gpus\": 3}".to_vec())).unwrap_err();
+        assert!(one("old.json", |_| Ok(old.clone())).unwrap_err().why.starts_with("schema_version 9"));
+        let e = one("x.json", |_| Ok(b"{\"gpus\": 3}".to_vec())).unwrap_err();
         assert!(e.why.starts_with("not a node profile"), "{}", e.why);
         assert_eq!(e.kind, SpecProblem::Invalid);
     }
@@ -529,7 +567,7 @@ mod tests {
             "shm": {"size": 67108864, "available": 67108864},
             "memory": {"limit": 67108864, "usage": 1, "host_available": 2, "source": "m"}, "rdma_devices": [],
             "written_by_a_later_launcher": {"a": 1}}"#;
-        let n = from_spec("v1.json", |_| Ok(v1.to_vec())).unwrap();
+        let n = one("v1.json", |_| Ok(v1.to_vec())).unwrap();
         assert_eq!(n.pod.shm.map(|s| s.size), Some(64 << 20));
         assert_eq!(n.pod.memory.and_then(|m| m.limit), Some(64 << 20));
         assert_eq!(n.label, "gfx942 ×1");
@@ -541,7 +579,7 @@ mod tests {
             let mut n = part(&PARTS[3], Some(1));
             n.gpus = (0..count).map(|i| Gpu { node: i, vram, ..n.gpus[0].clone() }).collect();
             let json = serde_json::to_vec(&n).unwrap();
-            from_spec("p.json", |_| Ok(json.clone()))
+            one("p.json", |_| Ok(json.clone()))
         };
         let e = with(Some(0), 8).unwrap_err();
         assert!(e.why.contains("has 0 bytes of memory"), "{}", e.why);
@@ -556,7 +594,7 @@ mod tests {
         let named = |name: &str, source: &str| {
             let n = NodeFacts { name: Some(name.into()), source: source.into(), ..part(&PARTS[3], None) };
             let json = serde_json::to_vec(&n).unwrap();
-            from_spec("p.json", |_| Ok(json.clone()))
+            one("p.json", |_| Ok(json.clone()))
         };
         assert!(named("gpu-node-17.example", "this node (/)").is_ok());
         let e = named("node\nerror[forged]: x", "s").unwrap_err();

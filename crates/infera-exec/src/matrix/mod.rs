@@ -8,6 +8,7 @@
 //! an image cannot be read; 1 when an applicable cell is refused (or, with `--fail-on warn`,
 //! warned), or an image has no applicable tree at all; else 0.
 
+pub(crate) mod affinity;
 pub(crate) mod render;
 
 use serde_json::Value;
@@ -32,7 +33,7 @@ pub fn wanted(req: &Request) -> bool {
         && (req.image.image.len() > 1
             || req.node.len() > 1
             || req.family.as_deref() == Some(ALL_FAMILIES)
-            || req.output == Output::Junit)
+            || matches!(req.output, Output::Junit | Output::Affinity))
 }
 
 /// A column: the tree a cell is planned with, on the node (`--node`'s, in order; none given:
@@ -163,6 +164,10 @@ pub struct Shape {
     pub trees: usize,
     /// The nodes' labels and where each was read from, in `--node`'s order.
     pub node_sources: Vec<(String, String)>,
+    /// The nodes of a Kubernetes `--node` file no node type holds: (name, why).
+    pub unjudged: Vec<(String, String)>,
+    /// What a node affinity selects each node by (its labeller's labels), or why it cannot.
+    pub selectors: Vec<Result<infera_facts::kube::Selector, String>>,
 }
 
 impl Shape {
@@ -173,22 +178,19 @@ impl Shape {
 }
 
 /// Judge every image with every column, print the matrix, and exit as the module says.
-pub fn run(req: &Request, env: &Env) -> i32 {
+pub(crate) fn run(req: &Request, env: &Env, given: crate::GivenNodes) -> i32 {
     let (overlay, opts) = crate::load_overlay(req);
-    let given = match crate::given_nodes(req) {
-        Ok(g) => g,
-        Err(r) => return crate::refuse_in(&r, req.output, env),
-    };
-    let shape = match shape(req, &overlay, &given) {
+    let mut shape = match shape(req, &overlay, &given.nodes) {
         Ok(c) => c,
         Err(r) => return crate::refuse_in(&r, req.output, env),
     };
+    shape.unjudged = given.unjudged.iter().map(|u| (u.node.clone(), u.why.clone())).collect();
     let sources: Vec<Option<&std::ffi::OsStr>> = match req.image.image.as_slice() {
         [] => vec![None],
         refs => refs.iter().map(|r| Some(r.as_os_str())).collect(),
     };
     let keep_plans = matches!(req.output, Output::Json | Output::Yaml);
-    let judge = Judge { req, env, overlay: &overlay, opts: &opts, given: &given, keep_plans };
+    let judge = Judge { req, env, overlay: &overlay, opts: &opts, given: &given.nodes, keep_plans };
     let rows: Vec<Row> = sources.into_iter().map(|s| judge.row(s, &shape.columns)).collect();
     let code = exit(&rows, &shape, req.fail_on);
     let width = crate::term::columns(env);
@@ -197,7 +199,17 @@ pub fn run(req: &Request, env: &Env) -> i32 {
         Output::Json => render::json(&rows, &shape, code, req.fail_on),
         Output::Yaml => crate::report::yaml(&render::json(&rows, &shape, code, req.fail_on)).unwrap_or_default(),
         Output::Junit => render::junit(&rows, &shape, req.fail_on),
+        Output::Affinity => match affinity::render(&rows, &shape, req.fail_on) {
+            Ok(text) => text,
+            Err(r) => return crate::refuse(&r, env),
+        },
     };
+    if req.output == Output::Affinity {
+        return match crate::emit(&out) {
+            Ok(()) => Exit::Ok.code(),
+            Err(c) => c,
+        };
+    }
     if let Err(c) = crate::emit(&out) {
         return c;
     }
@@ -239,7 +251,8 @@ fn shape(
     };
     let columns = nodes.iter().flat_map(|n| trees.iter().map(|t| Column::new(t.clone(), n.clone()))).collect();
     let node_sources = labels.into_iter().zip(given).map(|(l, n)| (l, n.source.clone())).collect();
-    Ok(Shape { columns, nodes: nodes.len(), trees: trees.len(), node_sources })
+    let selectors = given.iter().map(|n| infera_facts::kube::selector(n)).collect();
+    Ok(Shape { columns, nodes: nodes.len(), trees: trees.len(), node_sources, unjudged: Vec::new(), selectors })
 }
 
 /// What every row is judged with.
@@ -355,7 +368,8 @@ fn exit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> i32 {
     if let Some(e) = rows.iter().find_map(|r| r.error.as_ref()) {
         return e.exit.code();
     }
-    if counts(rows, shape, fail_on).0 > 0 {
+    // A node not judged is a warning of the fleet's: `--fail-on warn` fails on it.
+    if counts(rows, shape, fail_on).0 > 0 || (fail_on == FailOn::Warn && !shape.unjudged.is_empty()) {
         return CELL_REFUSED;
     }
     Exit::Ok.code()
@@ -396,7 +410,7 @@ mod tests {
         let columns = (0..nodes.max(1))
             .flat_map(|n| (0..trees).map(move |t| Column::new(TreeChoice::Judged(format!("t{t}")), node(n))))
             .collect();
-        Shape { columns, nodes: nodes.max(1), trees, node_sources: vec![] }
+        Shape { columns, nodes: nodes.max(1), trees, node_sources: vec![], unjudged: vec![], selectors: vec![] }
     }
 
     #[test]

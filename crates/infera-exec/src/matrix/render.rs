@@ -14,7 +14,7 @@ use crate::error::Refusal;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The tool that wrote a report, as `infera-exec --version` says it.
-fn tool() -> String {
+pub(crate) fn tool() -> String {
     format!("infera-exec {} ({})", env!("CARGO_PKG_VERSION"), env!("INFERA_COMMIT"))
 }
 
@@ -69,6 +69,13 @@ pub fn text(rows: &[Row], shape: &Shape, fail_on: FailOn, width: usize) -> Strin
         w!(o, "\nnodes:");
         for (label, source) in &shape.node_sources {
             w!(o, "  {}: {}", safe(label), safe(source));
+        }
+    }
+    if !shape.unjudged.is_empty() {
+        let fails = if fail_on == FailOn::Warn { " (failing: --fail-on warn)" } else { "" };
+        w!(o, "\nnodes not judged{fails}: no node type holds them, no cell says they pass");
+        for (name, why) in &shape.unjudged {
+            w!(o, "  {}: {}", safe(name), safe(why));
         }
     }
     w!(o, "\nimages:");
@@ -315,6 +322,7 @@ pub fn json(rows: &[Row], shape: &Shape, exit: i32, fail_on: FailOn) -> String {
         "fail_on": fail_on,
         "columns": columns,
         "nodes": nodes,
+        "unjudged_nodes": shape.unjudged.iter().map(|(n, why)| json!({ "node": n, "why": why })).collect::<Vec<_>>(),
         "trees": trees,
         "images": images,
         "exit_code": exit,
@@ -379,9 +387,11 @@ fn json_row(r: &Row, columns: &[Column], fail_on: FailOn) -> Value {
 /// `<system-out>`.
 pub fn junit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> String {
     let columns = &shape.columns;
-    let failed: usize = rows.iter().map(|r| suite_failures(r, fail_on)).sum();
+    let unjudged = shape.unjudged.len();
+    let failed: usize = rows.iter().map(|r| suite_failures(r, fail_on)).sum::<usize>()
+        + if fail_on == FailOn::Warn { unjudged } else { 0 };
     let errors = rows.iter().filter(|r| r.error.is_some()).count() * columns.len();
-    let tests: usize = rows.iter().map(|r| columns.len() + usize::from(r.none_applies())).sum();
+    let tests: usize = rows.iter().map(|r| columns.len() + usize::from(r.none_applies())).sum::<usize>() + unjudged;
     let time: f64 = rows.iter().map(|r| r.seconds).sum();
     let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     w!(
@@ -391,8 +401,31 @@ pub fn junit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> String {
     for r in rows {
         suite(&mut o, r, shape, fail_on);
     }
+    unjudged_suite(&mut o, shape, fail_on);
     w!(o, "</testsuites>");
     o
+}
+
+/// The nodes no node type holds: a case each, skipped (a failure under `--fail-on warn`).
+fn unjudged_suite(o: &mut String, shape: &Shape, fail_on: FailOn) {
+    let n = shape.unjudged.len();
+    if n == 0 {
+        return;
+    }
+    let (failures, skipped) = if fail_on == FailOn::Warn { (n, 0) } else { (0, n) };
+    w!(
+        o,
+        "  <testsuite name=\"nodes not judged\" tests=\"{n}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"0.000\">"
+    );
+    for (name, why) in &shape.unjudged {
+        w!(o, "    <testcase classname=\"nodes not judged\" name=\"{}\" time=\"0.000\">", xml(name));
+        match fail_on {
+            FailOn::Warn => w!(o, "      <failure type=\"node-not-judged\" message=\"{}\"/>", xml(why)),
+            FailOn::Refusal => w!(o, "      <skipped message=\"not judged: {}\"/>", xml(why)),
+        }
+        w!(o, "    </testcase>");
+    }
+    w!(o, "  </testsuite>");
 }
 
 fn suite_failures(r: &Row, fail_on: FailOn) -> usize {
@@ -577,7 +610,7 @@ mod tests {
         };
         let columns = on.iter().flat_map(|n| trees.iter().map(|t| Column::new(t.clone(), n.clone()))).collect();
         let node_sources = nodes.iter().map(|l| (l.to_string(), format!("{l}:8 (a part)"))).collect();
-        Shape { columns, nodes: on.len(), trees: 2, node_sources }
+        Shape { columns, nodes: on.len(), trees: 2, node_sources, unjudged: vec![], selectors: vec![] }
     }
 
     fn row(image: &str, identity: Option<infera_core::image::Identity>, facts: Value, cells: Vec<Cell>) -> Row {

@@ -9,6 +9,7 @@ mod containers;
 mod detect;
 mod exec;
 mod first_contact;
+mod fleet;
 mod gpu_code;
 mod hardening;
 mod hostile;

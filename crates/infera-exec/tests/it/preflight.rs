@@ -14,7 +14,7 @@ use crate::support::*;
 const KIMI: &str = include_str!("../../../../examples/models/kimi-k3/config.json");
 const HOST: &str = "host-x86_64-unknown-linux-gnu-";
 /// An MI300X's memory bank (KFD `size_in_bytes`).
-const MI300X: u64 = 206141652992;
+pub(crate) const MI300X: u64 = 206141652992;
 
 fn id(gfx: &str) -> String {
     format!("hipv4-amdgcn-amd-amdhsa--{gfx}")
@@ -74,19 +74,19 @@ pub fn hip_library(dir: &Path, name: &str, bundles: &[Vec<u8>]) -> PathBuf {
 
 /// The node: GPUs of one processor (`gfx_target_version`), their memory, partitions,
 /// NUMA balancing and /dev/shm's size.
-struct Node {
-    gfx: u64,
-    gpus: u32,
-    vram: u64,
-    partition: Option<(&'static str, &'static str)>,
-    numa_balancing: Option<&'static str>,
-    shm: &'static str,
+pub(crate) struct Node {
+    pub(crate) gfx: u64,
+    pub(crate) gpus: u32,
+    pub(crate) vram: u64,
+    pub(crate) partition: Option<(&'static str, &'static str)>,
+    pub(crate) numa_balancing: Option<&'static str>,
+    pub(crate) shm: &'static str,
     /// `/sys/module/amdgpu/version` (a DKMS driver).
-    driver: Option<&'static str>,
+    pub(crate) driver: Option<&'static str>,
     /// The model directory served by FUSE (fuse-overlayfs over the image's /models).
-    fuse_models: bool,
+    pub(crate) fuse_models: bool,
     /// A memory cgroup (v1) with this limit around the launcher.
-    memory_limit: Option<u64>,
+    pub(crate) memory_limit: Option<u64>,
 }
 
 impl Default for Node {
@@ -107,7 +107,7 @@ impl Default for Node {
 
 /// The vLLM 0.28 image with Kimi-K3's config (and, when given, its checkpoint size), torch's
 /// and vLLM's HIP libraries as given.
-fn image_with(torch: &Path, vllm: Option<&Path>, checkpoint: Option<u64>) -> Fx {
+pub(crate) fn image_with(torch: &Path, vllm: Option<&Path>, checkpoint: Option<u64>) -> Fx {
     let img = image("vllm-0.28");
     img.file("/models/kimi-k3/config.json", KIMI);
     if let Some(bytes) = checkpoint {
@@ -129,7 +129,7 @@ fn image_with(torch: &Path, vllm: Option<&Path>, checkpoint: Option<u64>) -> Fx 
 }
 
 /// Run the launcher on `node` with the image as its root, as root in a chroot.
-fn on_node(node: &Node, img: &Fx, env: &[&str], args: &[&str]) -> Out {
+pub(crate) fn on_node(node: &Node, img: &Fx, env: &[&str], args: &[&str]) -> Out {
     let ov = shipped_overlay();
     let cp = Command::new("cp").arg("-a").arg(ov.overlay()).arg(img.p("/opt/infera")).status().unwrap();
     assert!(cp.success());
