@@ -11,7 +11,9 @@ not. It keeps the real engines' contract where the wrappers and the launcher dep
   /health, /v1/models, /v1/chat/completions, /v1/completions (streaming too) and /metrics
   with the series the wrappers read; replies are deterministic and name how it was started;
 * a follower joins the leader at the rendezvous address it was given and dies when the
-  leader goes away; a group whose ranks disagree on the layout fails on every rank.
+  leader goes away (and the leader when a follower does, or when a peer is silent for
+  STANDIN_PEER_TIMEOUT seconds: cut off from the network); a group whose ranks disagree on
+  the layout fails on every rank.
 
 Standard library only: the images it goes into have no packages of their own.
 """
@@ -196,12 +198,32 @@ def follower_join(engine: str, host: str, port: int, rank: int, layout: dict, ti
 
 
 def _die_on_close(engine: str, conn: socket.socket, who: str) -> None:
-    try:
-        while conn.recv(1):
+    """Keep the link to a peer: a byte each second each way. The peer's process gone (its
+    socket closed) or the peer silent for STANDIN_PEER_TIMEOUT seconds (cut off from the
+    network: default 600, torch.distributed's NCCL process-group timeout, after which the
+    watchdog tears the rank down) ends this rank with 1, as the real engine's collectives
+    would."""
+    timeout = float(os.environ.get("STANDIN_PEER_TIMEOUT", "600"))
+
+    def beat() -> None:
+        try:
+            while True:
+                conn.sendall(b"\n")
+                time.sleep(1)
+        except OSError:
             pass
+
+    threading.Thread(target=beat, daemon=True).start()
+    conn.settimeout(timeout)
+    why = "went away"
+    try:
+        while conn.recv(64):
+            pass
+    except socket.timeout:
+        why = f"was silent for {timeout:g} s (the collective timed out)"
     except OSError:
         pass
-    log(engine, f"{who} went away: exiting")
+    log(engine, f"{who} {why}: exiting")
     os._exit(1)
 
 

@@ -311,9 +311,13 @@ impl Source {
         let entries: Vec<DockerEntry> = self.json("the manifest", "manifest.json")?;
         let found: Vec<&DockerEntry> = entries
             .iter()
-            .filter(|e| match &self.tag {
-                Some(t) => e.repo_tags.iter().flatten().any(|r| r == t || r.ends_with(&format!(":{t}"))),
-                None => true,
+            .filter(|e| match (&self.tag, &self.digest) {
+                // A docker-archive has no manifest: its image is named by its ID, the config's digest.
+                (_, Some(d)) => {
+                    Path::new(&e.config).file_stem().is_some_and(|h| format!("sha256:{}", h.to_string_lossy()) == *d)
+                }
+                (Some(t), None) => e.repo_tags.iter().flatten().any(|r| r == t || r.ends_with(&format!(":{t}"))),
+                (None, None) => true,
             })
             .collect();
         let e = match found.as_slice() {
@@ -324,7 +328,17 @@ impl Source {
                 let has = if tags.is_empty() { "no tags".to_string() } else { tags.join(", ") };
                 return Err(self.format(format!("no image in it is named {}; it has {has}", self.wanted())));
             }
-            _ => return Err(self.format(format!("it holds {} images: name one (PATH:TAG)", found.len()))),
+            _ => {
+                let names: Vec<String> = found
+                    .iter()
+                    .map(|e| e.repo_tags.iter().flatten().next().cloned().unwrap_or_else(|| e.config.clone()))
+                    .collect();
+                return Err(self.format(format!(
+                    "it holds {} images: name one (PATH:NAME or PATH@sha256:ID): {}",
+                    found.len(),
+                    names.join(", ")
+                )));
+            }
         };
         let config = self.small("the config", &e.config)?;
         let layers = e.layers.iter().map(|l| LayerBlob { name: l.clone(), digest: None, size: None }).collect();
@@ -342,27 +356,31 @@ impl Source {
 }
 
 /// `PATH`, `PATH:TAG`, `PATH@sha256:HEX` (a path in any bytes; a tag or digest is text): a
-/// path that exists is taken whole.
+/// path that exists is taken whole; else the longest part before a `:` or `@` that exists is
+/// the path, and what follows names the image in it — a tag, or a whole name with its own `:`
+/// as `docker save` records it (`images.tar:localhost/vllm:v1`).
 fn split(reference: &std::ffi::OsStr) -> (PathBuf, Option<String>, Option<String>) {
     use std::os::unix::ffi::OsStrExt;
     let b = reference.as_bytes();
-    if Path::new(reference).symlink_metadata().is_ok() {
+    let exists = |p: &[u8]| Path::new(std::ffi::OsStr::from_bytes(p)).symlink_metadata().is_ok();
+    if exists(b) {
         return (reference.into(), None, None);
     }
     let cut = |at: usize| -> (PathBuf, Option<String>) {
         let rest = std::str::from_utf8(&b[at + 1..]).ok().map(str::to_string);
         (std::ffi::OsStr::from_bytes(&b[..at]).into(), rest)
     };
-    if let Some(at) = b.iter().rposition(|c| *c == b'@') {
-        let (p, d) = cut(at);
-        return (p, None, d);
-    }
-    match b.iter().rposition(|c| *c == b':') {
-        Some(at) if !b[at + 1..].contains(&b'/') => {
+    let found = (0..b.len()).rev().find(|&at| matches!(b[at], b':' | b'@') && exists(&b[..at]));
+    match found {
+        Some(at) if b[at] == b'@' => {
+            let (p, d) = cut(at);
+            (p, None, d)
+        }
+        Some(at) => {
             let (p, t) = cut(at);
             (p, t, None)
         }
-        _ => (reference.into(), None, None),
+        None => (reference.into(), None, None),
     }
 }
 

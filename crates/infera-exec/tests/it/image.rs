@@ -85,7 +85,7 @@ fn listing_of_dir(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-fn listing_of_image(img: &image::Image) -> BTreeMap<String, String> {
+pub(crate) fn listing_of_image(img: &image::Image) -> BTreeMap<String, String> {
     img.tree
         .paths()
         .filter(|(p, _)| *p != Path::new("/"))

@@ -7,6 +7,7 @@ mod bad_inputs;
 mod command;
 mod containers;
 mod detect;
+mod docker;
 mod exec;
 mod first_contact;
 mod fleet;
