@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::devices::Gpu;
-use super::node::{part_of_device, Labelled, NodeFacts, Part, Pod, Unjudged, SCHEMA_VERSION};
+use super::node::{part_of_device, Labelled, NodeFacts, Part, Unjudged};
 
 /// The most nodes a list may hold (a cluster of 5,000 nodes reads in well under a second).
 pub const MAX_NODES: usize = 100_000;
@@ -193,28 +193,14 @@ impl Description {
         let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
         let more = names.len().saturating_sub(5);
         let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let source = format!(
+            "{spec}: {} node{} ({}{more})",
+            names.len(),
+            if names.len() == 1 { "" } else { "s" },
+            shown.join(", ")
+        );
         NodeFacts {
-            schema_version: SCHEMA_VERSION,
-            source: format!(
-                "{spec}: {} node{} ({}{more})",
-                names.len(),
-                if names.len() == 1 { "" } else { "s" },
-                shown.join(", ")
-            ),
-            name: None,
-            product,
-            gpus,
-            driver_loaded: true,
             driver: self.driver.clone(),
-            kernel: None,
-            numa_balancing: None,
-            host_memory: None,
-            rdma_devices: Vec::new(),
-            pod: Pod::default(),
-            findings: Vec::new(),
-            live: false,
-            label,
-            part: None,
             labelled: Some(Labelled {
                 device_ids: self.ids,
                 vram: self.vram,
@@ -222,6 +208,7 @@ impl Description {
                 driver: self.driver,
                 nodes: names,
             }),
+            ..NodeFacts::of_description(source, product, gpus, label)
         }
     }
 }

@@ -296,24 +296,34 @@ pub fn part(p: &Part, count: Option<u32>) -> NodeFacts {
             memory_partition: None,
         })
         .collect();
-    NodeFacts {
-        schema_version: SCHEMA_VERSION,
-        source: format!("{}:{n} ({}, {}; {})", p.name, p.model, p.gfx, p.cited),
-        name: None,
-        product: Some(p.model.to_string()),
-        gpus,
-        driver_loaded: true,
-        driver: None,
-        kernel: None,
-        numa_balancing: None,
-        host_memory: None,
-        rdma_devices: Vec::new(),
-        pod: Pod::default(),
-        findings: Vec::new(),
-        live: false,
-        label: if count.is_some() { format!("{}:{n}", p.name) } else { p.name.to_string() },
-        labelled: None,
-        part: Some(p.name),
+    let source = format!("{}:{n} ({}, {}; {})", p.name, p.model, p.gfx, p.cited);
+    let label = if count.is_some() { format!("{}:{n}", p.name) } else { p.name.to_string() };
+    NodeFacts { part: Some(p.name), ..NodeFacts::of_description(source, Some(p.model.to_string()), gpus, label) }
+}
+
+impl NodeFacts {
+    /// A node as a description gives it (a part, Kubernetes' labels): its GPUs, with a loaded
+    /// driver, and nothing of its host or of a pod.
+    pub fn of_description(source: String, product: Option<String>, gpus: Vec<Gpu>, label: String) -> NodeFacts {
+        NodeFacts {
+            schema_version: SCHEMA_VERSION,
+            source,
+            name: None,
+            product,
+            gpus,
+            driver_loaded: true,
+            driver: None,
+            kernel: None,
+            numa_balancing: None,
+            host_memory: None,
+            rdma_devices: Vec::new(),
+            pod: Pod::default(),
+            findings: Vec::new(),
+            live: false,
+            label,
+            labelled: None,
+            part: None,
+        }
     }
 }
 

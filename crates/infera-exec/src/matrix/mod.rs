@@ -164,6 +164,8 @@ pub struct Shape {
     pub trees: usize,
     /// The nodes' labels and where each was read from, in `--node`'s order.
     pub node_sources: Vec<(String, String)>,
+    /// What each node's GPUs are (their count, gfx, memory, device ids), in the same order.
+    pub node_gpus: Vec<GpuSummary>,
     /// The nodes of a Kubernetes `--node` file no node type holds: (name, why).
     pub unjudged: Vec<(String, String)>,
     /// What a node affinity selects each node by (its labeller's labels), or why it cannot.
@@ -251,8 +253,35 @@ fn shape(
     };
     let columns = nodes.iter().flat_map(|n| trees.iter().map(|t| Column::new(t.clone(), n.clone()))).collect();
     let node_sources = labels.into_iter().zip(given).map(|(l, n)| (l, n.source.clone())).collect();
+    let node_gpus = given.iter().map(|n| GpuSummary::of(n)).collect();
     let selectors = given.iter().map(|n| infera_facts::kube::selector(n)).collect();
-    Ok(Shape { columns, nodes: nodes.len(), trees: trees.len(), node_sources, unjudged: Vec::new(), selectors })
+    let (nodes, trees) = (nodes.len(), trees.len());
+    Ok(Shape { columns, nodes, trees, node_sources, node_gpus, unjudged: Vec::new(), selectors })
+}
+
+/// A node's GPUs as the matrix's JSON says them: how many, and each distinct gfx target,
+/// memory size and PCI device id among them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GpuSummary {
+    pub count: usize,
+    pub gfx: Vec<String>,
+    pub vram: Vec<u64>,
+    pub device_ids: Vec<String>,
+}
+
+impl GpuSummary {
+    pub(crate) fn of(node: &infera_facts::node::NodeFacts) -> GpuSummary {
+        fn distinct<T: Ord + Clone>(v: impl Iterator<Item = T>) -> Vec<T> {
+            v.collect::<std::collections::BTreeSet<T>>().into_iter().collect()
+        }
+        let g = &node.gpus;
+        GpuSummary {
+            count: g.len(),
+            gfx: distinct(g.iter().filter_map(|g| g.gfx.clone())),
+            vram: distinct(g.iter().filter_map(|g| g.vram)),
+            device_ids: distinct(g.iter().filter_map(|g| g.device_id.clone())),
+        }
+    }
 }
 
 /// What every row is judged with.
@@ -410,7 +439,16 @@ mod tests {
         let columns = (0..nodes.max(1))
             .flat_map(|n| (0..trees).map(move |t| Column::new(TreeChoice::Judged(format!("t{t}")), node(n))))
             .collect();
-        Shape { columns, nodes: nodes.max(1), trees, node_sources: vec![], unjudged: vec![], selectors: vec![] }
+        let node_gpus = vec![];
+        Shape {
+            columns,
+            nodes: nodes.max(1),
+            trees,
+            node_sources: vec![],
+            node_gpus,
+            unjudged: vec![],
+            selectors: vec![],
+        }
     }
 
     #[test]

@@ -312,7 +312,12 @@ fn about(r: &Row) -> String {
 pub fn json(rows: &[Row], shape: &Shape, exit: i32, fail_on: FailOn) -> String {
     let images: Vec<Value> = rows.iter().map(|r| json_row(r, &shape.columns, fail_on)).collect();
     let columns: Vec<&str> = shape.columns.iter().map(Column::name).collect();
-    let nodes: Vec<Value> = shape.node_sources.iter().map(|(l, s)| json!({ "label": l, "source": s })).collect();
+    let nodes: Vec<Value> = shape
+        .node_sources
+        .iter()
+        .zip(&shape.node_gpus)
+        .map(|((l, s), g)| json!({ "label": l, "source": s, "gpus": g }))
+        .collect();
     let mut trees: Vec<&str> = shape.columns.iter().map(|c| super::tree_name(&c.tree)).collect();
     trees.dedup();
     let fail_on = if fail_on == FailOn::Warn { "warn" } else { "refusal" };
@@ -610,7 +615,12 @@ mod tests {
         };
         let columns = on.iter().flat_map(|n| trees.iter().map(|t| Column::new(t.clone(), n.clone()))).collect();
         let node_sources = nodes.iter().map(|l| (l.to_string(), format!("{l}:8 (a part)"))).collect();
-        Shape { columns, nodes: on.len(), trees: 2, node_sources, unjudged: vec![], selectors: vec![] }
+        let missing = |_: &std::path::Path| Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        let part = |l: &&str| {
+            infera_facts::fleet::from_spec(l, missing).ok().map(|g| crate::matrix::GpuSummary::of(&g.nodes[0]))
+        };
+        let node_gpus = nodes.iter().map(|l| part(l).unwrap_or_default()).collect();
+        Shape { columns, nodes: on.len(), trees: 2, node_sources, node_gpus, unjudged: vec![], selectors: vec![] }
     }
 
     fn row(image: &str, identity: Option<infera_core::image::Identity>, facts: Value, cells: Vec<Cell>) -> Row {
@@ -785,7 +795,8 @@ mod tests {
         let nodes: Value =
             serde_json::from_str(&json(&rows_again(), &super::tests::shape(&["mi300x", "b", "c"]), 1, FailOn::Warn))
                 .unwrap();
-        assert_eq!(nodes["nodes"][0], json!({ "label": "mi300x", "source": "mi300x:8 (a part)" }));
+        let gpus = json!({ "count": 8, "gfx": ["gfx942"], "vram": [206_141_652_992_u64], "device_ids": ["74a1"] });
+        assert_eq!(nodes["nodes"][0], json!({ "label": "mi300x", "source": "mi300x:8 (a part)", "gpus": gpus }));
         assert_eq!(nodes["images"][0]["families"][0]["column"], "rocm7-py312 on mi300x");
         assert_eq!(nodes["images"][0]["families"][0]["node"], "mi300x");
     }

@@ -81,9 +81,22 @@ fn kubernetes_nodes_are_judged_per_node_type() {
     assert_eq!(by("MI210 ×8")["error"]["code"], "weights-exceed-vram");
     assert_eq!(by("MI300X ×8")["error"]["code"], "kv-cache-no-room");
     assert_eq!(by("MI355X ×8")["verdict"], "ok");
-    // Each type's GPUs as its labels and the part table say.
-    let plan_node = |c: &serde_json::Value| c["plan"]["exec"].clone();
-    let _ = plan_node;
+    // Each type's GPUs as its labels and the part table say: the device id's gfx; the VRAM
+    // label's GiB, or the part's exact bytes where the label is the part's rounded (MI300X's
+    // KFD bytes); the smallest of several VRAM labels for every GPU of a mixed node;
+    // allocatable's count.
+    let (gib, mi300x) = (1u64 << 30, 206_141_652_992u64);
+    let gpus: Vec<serde_json::Value> = j["nodes"].as_array().unwrap().iter().map(|n| n["gpus"].clone()).collect();
+    assert_eq!(
+        gpus,
+        [
+            serde_json::json!({"count": 8, "gfx": ["gfx90a"], "vram": [64 * gib], "device_ids": ["740f"]}),
+            serde_json::json!({"count": 8, "gfx": ["gfx942"], "vram": [mi300x], "device_ids": ["74a1"]}),
+            serde_json::json!({"count": 8, "gfx": ["gfx950"], "vram": [288 * gib], "device_ids": ["75a3"]}),
+            serde_json::json!({"count": 8, "gfx": ["gfx942"], "vram": [mi300x, 192 * gib], "device_ids": ["74a1", "74a5"]}),
+        ],
+        "{j}"
+    );
     let text = check(&img, &ov.overlay(), &[nodes.to_str().unwrap()], &[]);
     assert!(
         text.stdout.contains(
@@ -107,13 +120,15 @@ fn kubernetes_nodes_are_judged_per_node_type() {
     assert_eq!(as_ci_tools_read(&strict.stdout).split(", ").next(), Some("cases 5"));
     // The same nodes as YAML (`kubectl get nodes -o yaml`).
     let yaml = t.path().join("nodes.yaml");
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&nodes).unwrap()).unwrap();
     let py = "import json, sys, yaml; yaml.safe_dump(json.load(open(sys.argv[1])), open(sys.argv[2], 'w'))";
     let st = Command::new("python3").args(["-c", py]).arg(&nodes).arg(&yaml).status().unwrap();
     assert!(st.success());
-    let _ = doc;
     let y = check(&img, &ov.overlay(), &[yaml.to_str().unwrap()], &["-o", "json"]);
-    assert_eq!(y.json()["nodes"].as_array().map(Vec::len), Some(4), "{}", y.stderr);
+    let without_source = |j: &serde_json::Value| -> Vec<(serde_json::Value, serde_json::Value)> {
+        j["nodes"].as_array().unwrap().iter().map(|n| (n["label"].clone(), n["gpus"].clone())).collect()
+    };
+    assert_eq!(without_source(&y.json()), without_source(&j), "{}", y.stderr);
+    assert_eq!(y.json()["unjudged_nodes"], j["unjudged_nodes"]);
 }
 
 /// Bad Kubernetes input, each said with its exit code; 5,000 nodes read as their types.

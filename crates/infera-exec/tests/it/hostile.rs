@@ -155,19 +155,8 @@ fn sparse_members_are_read_as_the_files_they_are() {
         ("posix", &["--sparse-version=0.1"][..]),
         ("posix", &["--sparse-version=1.0"][..]),
     ] {
-        let tarball = t.path().join("layer.tar");
-        let st = std::process::Command::new("tar")
-            .args(["--sparse", &format!("--format={format}")])
-            .args(extra)
-            .arg("-C")
-            .arg(&src)
-            .arg("-cf")
-            .arg(&tarball)
-            .arg("usr")
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let layer = std::fs::read(&tarball).unwrap();
+        let format_option = format!("--format={format}");
+        let layer = sparse_tar(&src, &[&[format_option.as_str()][..], extra].concat());
         let l = tempfile::tempdir().unwrap();
         let img = infera_core::image::read(
             &layout(l.path(), &layer, None),
@@ -431,4 +420,21 @@ fn a_weight_index_of_a_million_names_is_bounded() {
     let j = out.json();
     assert!(j["exec"]["prefetch"].is_null(), "{}", j["exec"]["prefetch"]);
     assert!(j["findings"].to_string().contains("lists more than 65536 files"), "{}", j["findings"]);
+}
+
+/// `usr` under `src` as GNU tar writes it with `--sparse` and `options` (its holes as holes).
+pub(crate) fn sparse_tar(src: &Path, options: &[&str]) -> Vec<u8> {
+    let tarball = src.with_extension("tar");
+    let st = std::process::Command::new("tar")
+        .arg("--sparse")
+        .args(options)
+        .arg("-C")
+        .arg(src)
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("usr")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::read(&tarball).unwrap()
 }

@@ -620,13 +620,7 @@ fn refused(o: &Out) -> Option<&str> {
 
 /// `check` of the image as CI runs it: `--root` (no node of its own), with `--node`s.
 fn in_ci(img: &Fx, nodes: &[&str], extra: &[&str]) -> Out {
-    let mut args: Vec<String> = vec!["check".into()];
-    for n in nodes {
-        args.extend(["--node".to_string(), n.to_string()]);
-    }
-    args.extend(["--", "--model", "/models/kimi-k3"].map(String::from));
-    args.extend(extra.iter().map(|s| s.to_string()));
-    infera(&[]).root(img).overlay(&shipped_overlay().overlay()).args(args).run()
+    in_ci_with(img, nodes, &[], extra)
 }
 
 /// `infera-exec node -o json` as the DaemonSet runs it (its node's name from the downward API)
