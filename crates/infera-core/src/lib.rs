@@ -7,6 +7,7 @@
 pub mod at;
 pub mod error;
 pub mod exe;
+pub mod filekind;
 pub mod image;
 pub mod names;
 pub mod nofollow;

@@ -43,7 +43,7 @@ pub fn regular(f: File) -> io::Result<File> {
     if m.is_file() {
         return Ok(f);
     }
-    let what = crate::rootfs::Kind::of(&m).describe();
+    let what = crate::filekind::Kind::of(&m).describe();
     Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {what}, not a regular file")))
 }
 
@@ -78,7 +78,7 @@ fn walk(dir: BorrowedFd<'_>, path: &Path, flags: OFlags, mode: Mode) -> io::Resu
         let next = rustix::fs::openat(at, part, step, Mode::empty()).map_err(|e| {
             // O_NOFOLLOW with O_DIRECTORY says ENOTDIR for a link: the kernel's ELOOP instead.
             let link = rustix::fs::statat(at, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| crate::rootfs::Kind::of_mode(st.st_mode) == crate::rootfs::Kind::Link);
+                .is_ok_and(|st| crate::filekind::Kind::of_mode(st.st_mode) == crate::filekind::Kind::Link);
             if link {
                 rustix::io::Errno::LOOP
             } else {

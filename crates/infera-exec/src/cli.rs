@@ -213,6 +213,7 @@ impl EngineChoice {
         }
     }
 
+    #[cfg(test)]
     pub fn of(e: Engine) -> EngineChoice {
         match e {
             Engine::Vllm => EngineChoice::Vllm,

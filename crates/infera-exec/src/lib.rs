@@ -1,35 +1,41 @@
-//! infera-exec: Request + Facts + Manifests → Plan → exec.
+//! infera-exec: Request + Facts + Manifests → Plan → exec. The crate root only dispatches: the
+//! command line to its command (`commands/`), each of which reads what it needs (`gather`),
+//! plans (`plan/`) and answers (`answer`), or execs.
 
-pub mod choices;
-pub mod cli;
-pub mod error;
-pub mod exec;
-pub mod execve;
-pub mod exits;
-pub mod imageenv;
-pub mod init;
-pub mod leader;
-pub mod logging;
-pub mod matrix;
-pub mod plan;
-pub mod prefetch;
-pub mod privs;
-pub mod procs;
-pub mod refusals;
-pub mod report;
-pub mod request;
-pub mod rules;
-pub mod spec;
+mod answer;
+mod choices;
+mod cli;
+mod commands;
+mod error;
+mod exec;
+mod execve;
+mod exits;
+mod gather;
+mod imageenv;
+mod init;
+mod leader;
+mod logging;
+mod plan;
+mod prefetch;
+mod privs;
+mod procs;
+#[cfg(test)]
+mod refusals;
+mod report;
+mod request;
+mod rules;
+mod spec;
 pub mod support;
-pub mod term;
-pub mod termination;
+mod term;
+mod termination;
 
 use std::ffi::OsString;
 use std::io::Write;
 
-use cli::{Invocation, Output};
+use answer::{emit, print_error_as, refuse_in};
+use cli::Invocation;
 use error::{Exit, Refusal};
-use request::{Request, Role, Verify};
+use request::Request;
 
 use infera_facts::envvars::Env;
 
@@ -72,16 +78,16 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
         }
     };
     let outcome = match invocation {
-        Invocation::Version => Ok(Done::Print(version_text(&env))),
+        Invocation::Version => Ok(Done::Print(commands::version::version_text(&env))),
         Invocation::Program { options, command } => {
-            Request::from_command(options, command, &env).map_err(Refusal::from).map(|r| Done::Exit(launch(&r, &env)))
+            Request::from_command(options, command, &env).map_err(Refusal::from).map(|r| Done::Exit(commands::run::launch(&r, &env)))
         }
         Invocation::Role { role, options, args } => {
-            Request::resolve(role, options, args, &env).map_err(Refusal::from).map(|r| Done::Exit(launch(&r, &env)))
+            Request::resolve(role, options, args, &env).map_err(Refusal::from).map(|r| Done::Exit(commands::run::launch(&r, &env)))
         }
         Invocation::Manifest(m) => infera_overlay::manifest_cmd::run(&m.into()).map(Done::Print),
         Invocation::Install { dest, from } => infera_overlay::install::run(&dest, from).map(Done::Print),
-        Invocation::Node { output, name } => Ok(Done::Exit(node_profile(output, name, &env))),
+        Invocation::Node { output, name } => Ok(Done::Exit(commands::node::node_profile(output, name, &env))),
         Invocation::Prefetch(a) => Ok(Done::Exit(prefetch::main(&a))),
         Invocation::Completion(shell) => Ok(Done::Print(cli::completion(shell))),
     };
@@ -96,78 +102,6 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
     }
 }
 
-/// `node`: this node's profile (root `/`), as JSON or YAML with its findings, or as text
-/// with what in it would fail an engine; exit 69 (`node-no-gpus`) where no GPU engine can
-/// run, the profile printed all the same.
-fn node_profile(output: cli::NodeOutput, name: Option<String>, env: &Env) -> i32 {
-    let root = infera_core::rootfs::Root::new(std::path::Path::new("/"));
-    let name = name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty());
-    if let Some(n) = name.as_ref().filter(|n| !infera_facts::node::is_node_name(n)) {
-        return refuse(&Refusal::from(error::UsageError::NodeName { name: term::escape_all(n).into_owned() }), env);
-    }
-    let Some(mut node) = infera_facts::node::gather(&root, name) else {
-        return refuse(&error::internal("the node at root `/` cannot be read"), env);
-    };
-    let (findings, refusal) = plan::node_findings(&node);
-    node.findings.extend(findings);
-    let text = if output == cli::NodeOutput::Text {
-        let mut o = format!(
-            "infera-exec node ({}{})\n",
-            node.source,
-            node.name.as_ref().map_or(String::new(), |n| format!(", {n}"))
-        );
-        report::node_section(&mut o, &node);
-        for f in &node.findings {
-            report::finding_line(&mut o, f);
-        }
-        o
-    } else {
-        let mut json = serde_json::to_value(&node).unwrap_or_default();
-        if let (Some(r), Some(o)) = (&refusal, json.as_object_mut()) {
-            o.insert("error".into(), serde_json::to_value(r).unwrap_or_default());
-        }
-        report::structured(format!("{json:#}\n"), output == cli::NodeOutput::Yaml).unwrap_or_default()
-    };
-    if let Err(code) = emit(&text) {
-        return code;
-    }
-    match refusal {
-        Some(r) => refuse(&r, env),
-        None => Exit::Ok.code(),
-    }
-}
-
-/// `--version`: the launcher, the commit it was built from, and the overlay it would use
-/// with the families (ABI trees) that overlay carries.
-fn version_text(env: &Env) -> String {
-    let dir = infera_facts::envvars::get_nonempty(env, infera_facts::envvars::INFERA_OVERLAY)
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| infera_overlay::overlay::discover(std::env::current_exe().ok().as_deref()));
-    let head = format!("infera-exec {} (commit {})\n", env!("CARGO_PKG_VERSION"), env!("INFERA_COMMIT"));
-    match infera_overlay::overlay::load(&dir, &infera_overlay::overlay::LoadOptions::default()) {
-        Ok(ov) => {
-            let trees: Vec<_> = ov.trees.iter().map(|t| &t.manifest).collect();
-            let none = if trees.is_empty() { " no trees" } else { "" };
-            format!("{head}overlay {}:{none}\n{}", dir.display(), support::text(&trees))
-        }
-        Err(e) => {
-            format!("{head}overlay {}: none ({})\n{}", dir.display(), Refusal::from(e).message, support::text(&[]))
-        }
-    }
-}
-
-/// A refusal before any plan, on stdout as the answer in the format asked for (text: none,
-/// stderr says it).
-fn print_error_as(r: &Refusal, output: Output) {
-    let text = match output {
-        Output::Json => format!("{:#}\n", serde_json::json!({ "error": r })),
-        Output::Yaml => report::yaml(&serde_json::json!({ "error": r }).to_string()).unwrap_or_default(),
-        Output::Junit => matrix::render::junit_error(r),
-        Output::Text | Output::Affinity => return,
-    };
-    let _ = std::io::stdout().write_all(text.as_bytes());
-}
-
 enum Done {
     /// Text for stdout, exit 0.
     Print(String),
@@ -175,477 +109,3 @@ enum Done {
     Exit(i32),
 }
 
-/// Write an answer to stdout, flushed. A write error (a full disk, a closed pipe) is said on
-/// stderr and is exit 74.
-fn emit(text: &str) -> Result<(), i32> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::io::stderr()
-                .write_all(format!("error[output-failed]: cannot write the answer to stdout: {e}\n").as_bytes());
-            Err(Exit::Output.code())
-        }
-    }
-}
-
-/// A refusal before there is a plan to print: in JSON or JUnit, the answer on stdout first
-/// (every JSON answer carries an `error`; CI gets a report even then), then [`refuse`].
-fn refuse_in(r: &Refusal, output: Output, env: &Env) -> i32 {
-    print_error_as(r, output);
-    refuse(r, env)
-}
-
-/// The one place a refusal is printed (and written where Kubernetes shows it).
-fn refuse(r: &Refusal, env: &Env) -> i32 {
-    // With JSON logs the refusal is one more JSON line: a log collector most needs this one.
-    let text = match logging::format(env) {
-        Ok(logging::Format::Json) => logging::refusal_line(r),
-        _ => r.render(),
-    };
-    let _ = std::io::stderr().write_all(text.as_bytes());
-    termination::write(r, env);
-    r.exit.code()
-}
-
-/// The launch, in the order data flows: request → image facts → engine (decided once) →
-/// engine args (read once) → the model → selection (once) → the tree's facts → plan → print
-/// or exec. Each stage takes the values of the ones before it; only the last acts.
-pub fn launch(req: &Request, env: &Env) -> i32 {
-    if req.init.is_some() && !req.dry_run {
-        init::block_signals();
-    }
-    let given = match given_nodes(req) {
-        Ok(g) => g,
-        Err(r) => return refuse_in(&r, req.output, env),
-    };
-    if matrix::wanted(req) || (req.role == Role::Check && given.nodes.len() > 1) {
-        return matrix::run(req, env, given);
-    }
-    if given.nodes.len() > 1 {
-        return refuse_in(&Refusal::from(error::UsageError::NodeMany), req.output, env);
-    }
-    let mut g = match Gathered::read(req, env, req.image.image.first().map(OsString::as_os_str), &given.nodes) {
-        Ok(g) => g,
-        Err(r) => return refuse_in(&r, req.output, env),
-    };
-    if let Some(code) = wait_for_model(req, &g.root, g.model()) {
-        return code;
-    }
-    g.read_models(req);
-    let (overlay, opts) = load_overlay(req);
-    let Some(node) = g.nodes.first() else {
-        return refuse_in(&error::internal("no node to plan for"), req.output, env);
-    };
-    let choice = plan::TreeChoice::of(req.family.as_deref());
-    g.with_plan(req, &choice, node, &overlay, &opts, |plan| {
-        if req.dry_run {
-            return print_plan(plan, req, &g.env);
-        }
-        run_plan(plan, req, &g.env)
-    })
-}
-
-/// What is read about one image before a tree is chosen: the environment its containers
-/// start with, its root, its facts, the engine and its args (or the router's), the model.
-pub(crate) struct Gathered {
-    env: Env,
-    root: infera_core::rootfs::Root,
-    facts: infera_facts::Facts,
-    engine: Result<Option<infera_facts::engines::Engine>, Refusal>,
-    args: Option<infera_facts::engine_args::EngineArgs>,
-    router: Option<Result<infera_facts::router_args::RouterArgs, infera_facts::router_args::RouterArgsError>>,
-    models: std::collections::BTreeMap<OsString, infera_facts::model::ModelFacts>,
-    /// The nodes judged against (`--node`, or this node at root `/`, or none), in order.
-    nodes: Vec<Node>,
-    /// What reading said that every plan of this image carries (this shell's variables left
-    /// out of the pod's environment).
-    notes: Vec<infera_facts::finding::Finding>,
-}
-
-/// A node a plan is judged against, with the GPUs a run on it may use.
-pub(crate) struct Node {
-    facts: Option<std::sync::Arc<infera_facts::node::NodeFacts>>,
-    gpus: Result<infera_facts::Gpus, infera_facts::GpuError>,
-}
-
-/// What `--node` gives, each read once: the node types (a part, a profile, or a Kubernetes
-/// file's node types), each with the worker's pod (`--shm-size`, `--memory`) in place of any
-/// pod a profile names; and the nodes of a Kubernetes file no type holds. None given, none.
-pub(crate) struct GivenNodes {
-    pub nodes: Vec<std::sync::Arc<infera_facts::node::NodeFacts>>,
-    pub unjudged: Vec<infera_facts::node::Unjudged>,
-}
-
-/// The largest `--node` file read: a cluster's `kubectl get nodes -o json` (with each node's
-/// image list) is a few tens of MB.
-const NODE_FILE_LIMIT: u64 = 256 << 20;
-
-pub(crate) fn given_nodes(req: &Request) -> Result<GivenNodes, Refusal> {
-    use infera_facts::node::SpecProblem;
-    // A regular file only, opened without blocking (a FIFO is said, not waited on); `-`: stdin.
-    let read = |p: &std::path::Path| {
-        if p == std::path::Path::new("-") {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::Read::take(std::io::stdin(), NODE_FILE_LIMIT), &mut v)?;
-            return Ok(v);
-        }
-        infera_core::rootfs::read_bounded(p, NODE_FILE_LIMIT)
-    };
-    let mut given = GivenNodes { nodes: Vec::new(), unjudged: Vec::new() };
-    for s in &req.node {
-        let g = infera_facts::fleet::from_spec(s, read).map_err(|e| {
-            let (spec, why) = (e.spec, e.why);
-            Refusal::from(match e.kind {
-                SpecProblem::Unknown => error::UsageError::NodeUnknown { spec, why },
-                SpecProblem::Missing => error::UsageError::NodeProfileMissing { spec, why },
-                SpecProblem::Invalid => error::UsageError::NodeProfile { spec, why },
-            })
-        })?;
-        for mut n in g.nodes {
-            n.pod = req.worker_pod.clone();
-            given.nodes.push(std::sync::Arc::new(n));
-        }
-        given.unjudged.extend(g.unjudged);
-    }
-    Ok(given)
-}
-
-/// The nodes a plan of this image is judged against: those given, else this node at root `/`.
-fn nodes(
-    root: &infera_core::rootfs::Root,
-    env: &Env,
-    given: &[std::sync::Arc<infera_facts::node::NodeFacts>],
-) -> Vec<Node> {
-    let found: Vec<Option<std::sync::Arc<infera_facts::node::NodeFacts>>> = if given.is_empty() {
-        vec![infera_facts::node::gather(root, None).map(std::sync::Arc::new)]
-    } else {
-        given.iter().cloned().map(Some).collect()
-    };
-    let node = |facts: Option<std::sync::Arc<infera_facts::node::NodeFacts>>| Node {
-        gpus: infera_facts::gpus::detect(root, env, facts.as_deref()),
-        facts,
-    };
-    found.into_iter().map(node).collect()
-}
-
-impl Gathered {
-    /// The image (`--root`, or the archive `image` names) and what the request reads of it;
-    /// the model's facts are left for [`model_facts`], after any wait for the model.
-    fn read(
-        req: &Request,
-        env: &Env,
-        image: Option<&std::ffi::OsStr>,
-        given: &[std::sync::Arc<infera_facts::node::NodeFacts>],
-    ) -> Result<Gathered, Refusal> {
-        let (env, root, note) = prepare(req, env, image)?;
-        let facts = infera_facts::Facts::gather(&root, &env, &wanted(req, &env));
-        let engine = plan::decide_engine(req, &facts).map_err(Refusal::from);
-        let args = engine.as_ref().ok().copied().flatten().map(|e| {
-            let version = facts.engine(e).map(|i| i.version.as_str());
-            infera_facts::engine_args::EngineArgs::read(e, version, &req.args, &root, req.chdir.as_deref())
-        });
-        let router =
-            (req.role == request::Role::Server).then(|| infera_facts::router_args::RouterArgs::read(&req.args));
-        let models = Default::default();
-        let nodes = nodes(&root, &env, given);
-        Ok(Gathered { env, root, facts, engine, args, router, models, nodes, notes: note.into_iter().collect() })
-    }
-
-    /// The facts of the model the run reads (after any wait for it); its storage is probed
-    /// where `--prefetch auto` may read ahead for an engine (see `infera_facts::storage::probe`).
-    fn read_models(&mut self, req: &Request) {
-        let probe = req.role.runs_engine() && req.prefetch == choices::Prefetch::Auto;
-        self.models = model_facts(&self.root, &self.env, self.model(), probe);
-    }
-
-    /// The model the run reads: the worker's, or the router's tokenizer path.
-    fn model(&self) -> Option<&OsString> {
-        match &self.router {
-            Some(r) => r.as_ref().ok().and_then(|r| r.tokenizer_path()),
-            None => self.args.as_ref().and_then(|a| a.model()),
-        }
-    }
-
-    /// The plan for this image with the tree the request selects (the selection and the
-    /// tree's facts are read here, once), given to `then`.
-    fn with_plan<R>(
-        &self,
-        req: &Request,
-        choice: &plan::TreeChoice,
-        node: &Node,
-        overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
-        opts: &infera_overlay::overlay::LoadOptions,
-        then: impl FnOnce(&plan::Plan) -> R,
-    ) -> R {
-        let selected = select(req, choice, &self.facts, overlay, opts, &self.root);
-        let inputs = plan::Inputs {
-            req,
-            facts: &self.facts,
-            engine: &self.engine,
-            args: self.args.as_ref(),
-            router: self.router.as_ref(),
-            models: &self.models,
-            overlay,
-            selected: selected.as_ref(),
-            env: &self.env,
-            node: node.facts.as_deref(),
-            gpus: &node.gpus,
-        };
-        let mut plan = plan::plan(&inputs);
-        plan.findings.splice(0..0, self.notes.iter().cloned());
-        then(&plan)
-    }
-
-    /// A cell of `check`'s matrix: the plan as JSON, its refusal, and the tree it used.
-    fn judge(
-        &self,
-        req: &Request,
-        choice: &plan::TreeChoice,
-        node: &Node,
-        overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
-        opts: &infera_overlay::overlay::LoadOptions,
-    ) -> (serde_json::Value, Option<Refusal>, Option<String>) {
-        self.with_plan(req, choice, node, overlay, opts, |p| match serde_json::to_value(p) {
-            Ok(json) => (json, p.error.clone(), p.family.clone()),
-            Err(e) => {
-                let r = error::internal(&format!("the plan cannot be written as JSON: {e}"));
-                (serde_json::Value::Null, Some(r), p.family.clone())
-            }
-        })
-    }
-}
-
-/// The environment the plan is made with, and the image's root, checked readable: `--root`,
-/// or the archive `image` names. With `--image` (its config's `Env`), or `--env`/`--env-file`
-/// given, it is the image's and the pod's, over the launcher's own settings only; else this
-/// shell's with `--image-env` over it. The finding names this shell's variables left out.
-fn prepare(
-    req: &Request,
-    env: &Env,
-    image: Option<&std::ffi::OsStr>,
-) -> Result<(Env, infera_core::rootfs::Root, Option<infera_facts::finding::Finding>), Refusal> {
-    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
-    let pod = imageenv::resolve_pod(&req.pod_env, &req.root, image.is_some())?;
-    let (mut out, dropped) =
-        if image.is_some() || !pod.is_empty() { imageenv::launcher_only(env) } else { (env.clone(), Vec::new()) };
-    let root = match image {
-        Some(reference) => {
-            let (image_env, root) = image_root(reference, &req.image.platform, !req.image.no_verify)?;
-            out.extend(image_env);
-            root.with_image_volumes(volumes)
-        }
-        None => {
-            out.extend(imageenv::resolve(&req.image_env, &req.root, &req.image_env_said)?);
-            infera_core::rootfs::Root::with_volumes(abs(&req.root), volumes)
-        }
-    };
-    root.check()?;
-    out.extend(pod);
-    Ok((out, root, imageenv::dropped_finding(&dropped)))
-}
-
-/// `check --image`: the image read from its archive, and its config's `Env` (what
-/// `--image-env` gives for a directory).
-fn image_root(
-    reference: &std::ffi::OsStr,
-    platform: &infera_core::image::Platform,
-    verify: bool,
-) -> Result<(Vec<(OsString, OsString)>, infera_core::rootfs::Root), Refusal> {
-    let started = std::time::Instant::now();
-    let shown = reference.to_string_lossy();
-    let shown = shown.as_ref();
-    let reference_said = shown;
-    let (done, read) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicU64::new(0));
-    // On stderr (the answer is stdout's) as each layer ends, and as a long one goes on; the
-    // layers are read in parallel, so the rate is of all the bytes ended so far.
-    let progress = |s: &infera_core::image::Step| {
-        use std::sync::atomic::Ordering::Relaxed;
-        let (i, n, secs) = (s.layer, s.layers, started.elapsed().as_secs_f64());
-        if !s.done {
-            // Of a compressed layer only the blob's size is known beforehand: the share read.
-            let of = s.blob_size.filter(|b| *b > 0).map_or(String::new(), |b| {
-                format!(" ({} % of its {} MiB blob)", s.blob_read.min(b) * 100 / b, b >> 20)
-            });
-            tracing::info!(
-                code = "image-layer",
-                "{reference_said}: layer {i} of {n}: {} MiB so far{of} at {secs:.1} s",
-                s.bytes >> 20
-            );
-            return;
-        }
-        let (k, total) = (done.fetch_add(1, Relaxed) + 1, read.fetch_add(s.bytes, Relaxed) + s.bytes);
-        let rate = total as f64 / secs.max(1e-3) / 1e6;
-        tracing::info!(
-            code = "image-layer",
-            "{reference_said}: layer {i} of {n} read ({} MiB); {k} of {n} layers, {} MiB in {secs:.1} s ({rate:.0} MB/s)",
-            s.bytes >> 20,
-            total >> 20
-        );
-    };
-    let img =
-        infera_core::image::read_with_progress(reference, platform, &infera_facts::image_keep, verify, &progress)?;
-    let (kept, dropped) = imageenv::config_env(img.config.env.as_deref().unwrap_or_default());
-    if !dropped.is_empty() {
-        tracing::warn!(
-            code = "image-env-dropped",
-            "{shown}: the image config's Env entries that no process can be given (not KEY=VALUE, or with a NUL or a line break) are left out: {}",
-            dropped.join(", ")
-        );
-    }
-    Ok((kept, infera_core::rootfs::Root::of_image(img.tree, img.identity)))
-}
-
-/// What the request wants read about the image besides what every run needs.
-fn wanted<'a>(req: &'a Request, env: &Env) -> infera_facts::Wanted<'a> {
-    infera_facts::Wanted {
-        interpreter: req.interpreter(),
-        program: match &req.target {
-            request::Target::Program { program } => Some(program.as_os_str()),
-            _ => None,
-        },
-        chdir: req.chdir.as_deref(),
-        engine: req.engine,
-        network: req.group.as_ref().is_some_and(|g| g.size > 1)
-            || [infera_facts::envvars::GLOO_SOCKET_IFNAME, infera_facts::envvars::NCCL_SOCKET_IFNAME]
-                .iter()
-                .any(|k| infera_facts::envvars::get(env, k).is_some()),
-        infiniband: infera_facts::envvars::get(env, infera_facts::envvars::MC_GID_INDEX).is_some()
-            || req.args.iter().any(|a| a.as_encoded_bytes().starts_with(b"--disaggregation-ib-device")),
-        gpu_code: req.role.runs_engine(),
-    }
-}
-
-/// A model volume the download Job is still filling: a real run in the pod waits for it (the
-/// worker for its model, the router for its tokenizer path).
-fn wait_for_model(req: &Request, root: &infera_core::rootfs::Root, model: Option<&OsString>) -> Option<i32> {
-    let w = req.wait_model.as_ref().filter(|_| !req.dry_run && root.is_host_root())?;
-    exec::await_models(std::slice::from_ref(model?), w.seconds, &w.said)
-}
-
-/// The facts of the model the args name (its config.json: a local directory, or a repo
-/// in the Hugging Face cache).
-fn model_facts(
-    root: &infera_core::rootfs::Root,
-    env: &Env,
-    model: Option<&OsString>,
-    probe: bool,
-) -> std::collections::BTreeMap<OsString, infera_facts::model::ModelFacts> {
-    let s = |k: &str| infera_facts::envvars::get(env, k).and_then(|v| v.to_str());
-    let hf = infera_facts::model::HfEnv {
-        hub_cache: s(infera_facts::envvars::HF_HUB_CACHE),
-        hf_home: s(infera_facts::envvars::HF_HOME),
-        home: s(infera_facts::envvars::HOME),
-    };
-    model.map(|m| (m.clone(), infera_facts::model::detect(root, m, &hf, probe))).into_iter().collect()
-}
-
-/// The overlay's manifests and layout (the selected tree's files are read once it is known).
-fn load_overlay(
-    req: &Request,
-) -> (Result<infera_overlay::overlay::Overlay, Refusal>, infera_overlay::overlay::LoadOptions) {
-    let modules = match &req.target {
-        request::Target::Module { module, .. } => vec![module.clone()],
-        _ => Vec::new(),
-    };
-    let opts = infera_overlay::overlay::LoadOptions { check_writable: true, modules, lazy: true };
-    let dir = req
-        .overlay
-        .clone()
-        .unwrap_or_else(|| infera_overlay::overlay::discover(std::env::current_exe().ok().as_deref()));
-    (infera_overlay::overlay::load(&dir, &opts).map_err(Refusal::from), opts)
-}
-
-/// The tree the run uses, selected once, and what only that tree needs read: its files'
-/// walk, its facts and integrity check, the image's copies of its top-level modules.
-fn select(
-    req: &Request,
-    choice: &plan::TreeChoice,
-    facts: &infera_facts::Facts,
-    overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
-    opts: &infera_overlay::overlay::LoadOptions,
-    root: &infera_core::rootfs::Root,
-) -> Option<Result<plan::Selected, Refusal>> {
-    let (Ok(python), Ok(rocm), Ok(ov)) = (&facts.python, &facts.rocm, overlay) else { return None };
-    Some(plan::select_tree(choice, python, rocm, ov).map_err(Refusal::from).map(|s| {
-        let mut tree = infera_overlay::overlay::selected(s.tree, opts);
-        if req.verify != Verify::Off {
-            tree.facts.integrity = Some(infera_overlay::payload::integrity(&tree, req.verify == Verify::Digest));
-        }
-        let probe: std::collections::BTreeSet<String> =
-            tree.facts.top_modules.keys().chain(tree.facts.cap_modules.values().flatten()).cloned().collect();
-        let site = facts.site_of(root, &probe);
-        plan::Selected { tree, site, findings: s.findings }
-    }))
-}
-
-/// The dry run: the plan on stdout (text or JSON), then its refusal, if any, on stderr.
-fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
-    let text = match req.output {
-        Output::Json | Output::Yaml => {
-            match report::json(plan).and_then(|j| report::structured(j, req.output == Output::Yaml)) {
-                Ok(text) => text,
-                Err(e) => return refuse(&error::internal(&format!("the plan cannot be written as JSON: {e}")), env),
-            }
-        }
-        // JUnit is the matrix's (`matrix::wanted`): a single plan is never asked for in it.
-        Output::Text | Output::Junit | Output::Affinity => {
-            // Where stdout and stderr go to one place (a terminal, `> log 2>&1`, one pipe) the
-            // refusal is said once, on stderr with its hint.
-            term::safe(&report::text(plan, req.role == Role::Check, !term::one_place())).into_owned()
-        }
-    };
-    match (&plan.error, emit(&text)) {
-        (Some(e), _) => refuse(e, env),
-        (None, Err(code)) => code,
-        (None, Ok(())) => warned(plan, req),
-    }
-}
-
-/// `check --fail-on warn`: a plan with a warning fails the gate (exit 1, said on stderr).
-fn warned(plan: &plan::Plan, req: &Request) -> i32 {
-    let warnings = plan.findings.iter().filter(|f| f.warns()).count();
-    if req.role != Role::Check || req.fail_on != choices::FailOn::Warn || warnings == 0 {
-        return Exit::Ok.code();
-    }
-    let _ = std::io::stderr().write_all(
-        format!("check: {warnings} warning(s) and --fail-on warn (exit {})\n", matrix::CELL_REFUSED).as_bytes(),
-    );
-    matrix::CELL_REFUSED
-}
-
-/// The real run: the findings logged (the warnings each a line, the rest at debug), then
-/// the refusal, or the exec.
-fn run_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
-    for f in &plan.findings {
-        match f.level {
-            infera_facts::finding::Level::Warn if f.accepted.is_some() => {
-                tracing::info!(
-                    code = f.code.as_str(),
-                    "accepted ({}): {}",
-                    f.accepted.as_deref().unwrap_or(""),
-                    f.message
-                )
-            }
-            infera_facts::finding::Level::Warn => tracing::warn!(code = f.code.as_str(), "{}", f.message),
-            infera_facts::finding::Level::Info => tracing::debug!(code = f.code.as_str(), "{}", f.message),
-        }
-    }
-    if let Some(e) = &plan.error {
-        if matches!(req.output, Output::Json | Output::Yaml) {
-            if let Ok(text) = report::json(plan).and_then(|j| report::structured(j, req.output == Output::Yaml)) {
-                let _ = std::io::stdout().write_all(text.as_bytes());
-            }
-        }
-        return refuse(e, env);
-    }
-    let Some(x) = &plan.exec else {
-        return Exit::Ok.code();
-    };
-    let _ = std::io::stdout().flush();
-    match exec::run(x, &report::start_line(plan, x)) {
-        Ok(code) => code,
-        Err(r) => refuse(&r, env),
-    }
-}

@@ -53,9 +53,9 @@ pub fn unless_allowed<E>(
     code: &str,
     e: E,
     findings: &mut Vec<Finding>,
-) -> Result<(), crate::error::Refusal>
+) -> Result<(), infera_core::error::Refusal>
 where
-    E: std::fmt::Display + Into<crate::error::Refusal>,
+    E: std::fmt::Display + Into<infera_core::error::Refusal>,
 {
     if !allow.iter().any(|a| a == code) {
         return Err(e.into());

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::envvars as ev;
-use crate::Env;
+use crate::envvars::Env;
 use infera_core::rootfs::{self, Root};
 use infera_exec_derive::Refuse;
 

@@ -230,8 +230,8 @@ fn probe_versions(root: &Root, dir: &Path, wanted: impl Fn(Engine) -> bool) -> V
         let found = info.version_files.iter().find_map(|file| {
             let path = dir.join(file);
             let text = root.read_small_string(&path).ok()?;
-            let v = super::pyassign::literal(&text, "__version__")
-                .or_else(|| super::pyassign::literal(&text, "version"))?;
+            let v = infera_core::pyassign::literal(&text, "__version__")
+                .or_else(|| infera_core::pyassign::literal(&text, "version"))?;
             Some((v, path))
         });
         let Some((version, path)) = found else { continue };

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::pyassign::{self, Value};
+use infera_core::pyassign::{self, Value};
 use infera_core::rootfs::Root;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

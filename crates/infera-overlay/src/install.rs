@@ -210,7 +210,7 @@ fn earlier_parts(dir: &OwnedFd, dst: &Path) -> Result<Vec<String>, InstallError>
 
 fn planted(dir: &OwnedFd, path: &Path) -> InstallError {
     let st = rustix::fs::statat(dir, MARKER, AtFlags::SYMLINK_NOFOLLOW);
-    let what = st.map_or("not a file", |st| crate::rootfs::Kind::of_mode(st.st_mode).describe());
+    let what = st.map_or("not a file", |st| infera_core::filekind::Kind::of_mode(st.st_mode).describe());
     InstallError::Planted { path: path.to_path_buf(), what }
 }
 
@@ -230,7 +230,7 @@ fn write_marker(dir: &OwnedFd, dst: &Path, text: &[u8]) -> Result<(), InstallErr
 fn remove_part(at: BorrowedFd<'_>, dst: &Path, part: &str) -> Result<(), InstallError> {
     let path = dst.join(part);
     let Ok(st) = rustix::fs::statat(at, part, AtFlags::SYMLINK_NOFOLLOW) else { return Ok(()) };
-    if crate::rootfs::Kind::of_mode(st.st_mode) == crate::rootfs::Kind::Dir {
+    if infera_core::filekind::Kind::of_mode(st.st_mode) == infera_core::filekind::Kind::Dir {
         // Through our descriptor's /proc link: the directory held open, whatever its path.
         let held = PathBuf::from(format!("/proc/self/fd/{}/{part}", at.as_raw_fd()));
         let target = if held.exists() { held } else { path.clone() };

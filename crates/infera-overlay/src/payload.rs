@@ -144,7 +144,7 @@ fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
 }
 
 fn not_regular(m: &fs::Metadata) -> String {
-    format!("is {} where a file is recorded", crate::rootfs::Kind::of(m).describe())
+    format!("is {} where a file is recorded", infera_core::filekind::Kind::of(m).describe())
 }
 
 /// The integrity record of a tree: sizes and digests, hashed in parallel.

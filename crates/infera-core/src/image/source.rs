@@ -82,9 +82,9 @@ impl Source {
             Err(e) => return Err(fail(format!("`{}`: {}", path.display(), io::Error::from(e)))),
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| fail(format!("`{}`: {}", path.display(), io::Error::from(e))))?;
-        let kind = match crate::rootfs::Kind::of_mode(st.st_mode) {
-            crate::rootfs::Kind::Dir => Kind::Dir(fd),
-            crate::rootfs::Kind::File => {
+        let kind = match crate::filekind::Kind::of_mode(st.st_mode) {
+            crate::filekind::Kind::Dir => Kind::Dir(fd),
+            crate::filekind::Kind::File => {
                 let file = File::from(fd);
                 let (members, cut) =
                     index(&file).map_err(|e| match e.get_ref().and_then(|i| i.downcast_ref::<Truncated>()) {

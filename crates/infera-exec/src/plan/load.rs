@@ -161,19 +161,10 @@ pub fn plan(
     };
     // Where the engine has no read-ahead to choose, the decision is said all the same.
     if let (Some(storage), None) = (&storage, &decided) {
-        let what = match (choice, class) {
-            (Prefetch::Off, _) => "--prefetch off: the loader reads alone",
-            (Prefetch::On, _) => "--prefetch on: the launcher reads ahead of the engine's loader, whatever the storage",
-            (_, Some(Class::SlowBlock)) => {
-                "the launcher reads ahead of the engine's loader (no engine sees a block device as shared)"
-            }
-            _ if fs.is_some_and(unmeasured) => {
-                "its first weights file is under 64 MiB or could not be read, so it was not timed: taken as a disk \
-                 of this machine, nothing added"
-            }
-            _ => "the kernel's own read-ahead keeps up with the loader: nothing added",
-        };
-        findings.push(Finding::info("load-strategy", format!("model {} on {storage}; {what}", gib(w.bytes))));
+        findings.push(Finding::info(
+            "load-strategy",
+            format!("model {} on {storage}; {}", gib(w.bytes), undecided(choice, class, fs)),
+        ));
     }
     let own = parsed.is_set(engine_opt(engine));
     let run = match choice {
@@ -191,29 +182,7 @@ pub fn plan(
         findings.push(Finding::warn("prefetch-files", format!("the read-ahead of the weights: {why}")));
     }
     match (&prefetch, choice) {
-        (Some(p), _) => findings.push(Finding::info(
-            "prefetch",
-            format!(
-                "the launcher reads the {} file{} ({}) ahead of the engine's loader: at most {} ahead, up to {} \
-                 read{} at once as the storage keeps up, backing off where it is not ahead of the loader{}",
-                p.files.len(),
-                if p.files.len() == 1 { "" } else { "s" },
-                gib(p.bytes),
-                gib(p.lead_bytes),
-                p.ranges,
-                if p.ranges == 1 { "" } else { "s" },
-                if p.after_open {
-                    ", each file once the engine has opened it (FUSE drops the cache on open)"
-                } else {
-                    ""
-                },
-            ) + if p.with_loader {
-                "; from the loader's first open of a weight file (before, the engine reads its own files, from the \
-                 same device or from storage that keeps up by itself)"
-            } else {
-                ""
-            },
-        )),
+        (Some(p), _) => findings.push(Finding::info("prefetch", prefetch_text(p))),
         (None, Prefetch::On) => {
             findings.push(Finding::info("prefetch", "--prefetch on: the model has no *.safetensors file to read ahead"))
         }
@@ -227,6 +196,42 @@ pub fn plan(
 struct Decided {
     added: Vec<OsString>,
     engine_reads_ahead: bool,
+}
+
+/// What is said of the load where the engine has no read-ahead of its own to choose.
+fn undecided(choice: Prefetch, class: Option<Class>, fs: Option<&Filesystem>) -> &'static str {
+    match (choice, class) {
+        (Prefetch::Off, _) => "--prefetch off: the loader reads alone",
+        (Prefetch::On, _) => "--prefetch on: the launcher reads ahead of the engine's loader, whatever the storage",
+        (_, Some(Class::SlowBlock)) => {
+            "the launcher reads ahead of the engine's loader (no engine sees a block device as shared)"
+        }
+        _ if fs.is_some_and(unmeasured) => {
+            "its first weights file is under 64 MiB or could not be read, so it was not timed: taken as a disk \
+             of this machine, nothing added"
+        }
+        _ => "the kernel's own read-ahead keeps up with the loader: nothing added",
+    }
+}
+
+/// The read-ahead the launcher runs, said.
+fn prefetch_text(p: &PrefetchSpec) -> String {
+    format!(
+        "the launcher reads the {} file{} ({}) ahead of the engine's loader: at most {} ahead, up to {} \
+         read{} at once as the storage keeps up, backing off where it is not ahead of the loader{}",
+        p.files.len(),
+        if p.files.len() == 1 { "" } else { "s" },
+        gib(p.bytes),
+        gib(p.lead_bytes),
+        p.ranges,
+        if p.ranges == 1 { "" } else { "s" },
+        if p.after_open { ", each file once the engine has opened it (FUSE drops the cache on open)" } else { "" },
+    ) + if p.with_loader {
+        "; from the loader's first open of a weight file (before, the engine reads its own files, from the \
+         same device or from storage that keeps up by itself)"
+    } else {
+        ""
+    }
 }
 
 fn engine_opt(engine: Engine) -> Opt {

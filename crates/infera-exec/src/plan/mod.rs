@@ -29,10 +29,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-pub use caps::{CapRow, Copy, Import};
+pub use caps::{CapRow, Copy};
 use program::ProgramError;
 
-use crate::error::{Exit, Refusal};
+use crate::error::Refusal;
 use crate::request::{Request, UsageError};
 use crate::spec::ExecSpec;
 use infera_facts::envvars::Env;
@@ -75,12 +75,6 @@ pub struct GroupView {
     pub rank: u32,
     pub leader: Option<String>,
     pub source: String,
-}
-
-impl Plan<'_> {
-    pub fn exit(&self) -> Exit {
-        self.error.as_ref().map_or(Exit::Ok, |e| e.exit)
-    }
 }
 
 /// Everything the plan is made of, read before it: it reads no file.

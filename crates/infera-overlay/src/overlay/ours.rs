@@ -17,7 +17,11 @@ pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> R
     // `stat`; only a link (or a filesystem that does not record types) is looked up.
     let mut names: Vec<String> = Vec::new();
     rootfs::each_entry(&trees_dir, |n, t| {
-        let dir = if t == rootfs::Kind::Link { trees_dir.join(n).is_dir() } else { t == rootfs::Kind::Dir };
+        let dir = if t == infera_core::filekind::Kind::Link {
+            trees_dir.join(n).is_dir()
+        } else {
+            t == infera_core::filekind::Kind::Dir
+        };
         if dir {
             names.push(n.to_string_lossy().into_owned());
         }

@@ -49,7 +49,7 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
             path: path.to_path_buf(),
             reason: e.to_string(),
         };
-        let mut names: Vec<(std::ffi::OsString, crate::rootfs::Kind)> = Vec::new();
+        let mut names: Vec<(std::ffi::OsString, infera_core::filekind::Kind)> = Vec::new();
         crate::rootfs::each_entry(&dir, |n, t| names.push((n.to_os_string(), t))).map_err(|e| unreadable(&dir, e))?;
         for (name, t) in names {
             let path = dir.join(&name);
@@ -85,8 +85,8 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
 }
 
 impl Kind {
-    fn of(t: crate::rootfs::Kind) -> Kind {
-        use crate::rootfs::Kind as K;
+    fn of(t: infera_core::filekind::Kind) -> Kind {
+        use infera_core::filekind::Kind as K;
         match t {
             K::Link => Kind::Link,
             K::Dir => Kind::Dir,

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::{Column, Row, Shape, Verdict};
 use crate::choices::FailOn;
+use crate::answer::xml;
 use crate::error::Refusal;
 
 /// The version of the JSON report's shape (and of the JUnit report's properties): a field
@@ -544,51 +545,11 @@ fn case(
     w!(o, "    </testcase>");
 }
 
-/// The report of a refusal before any image was judged (no overlay, a usage error): one
-/// case, in error, so that CI still gets a report.
-pub fn junit_error(e: &Refusal) -> String {
-    let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    w!(o, "<testsuites name=\"infera-exec check\" tests=\"1\" failures=\"0\" errors=\"1\">");
-    w!(o, "  <testsuite name=\"infera-exec check\" tests=\"1\" failures=\"0\" errors=\"1\">");
-    w!(o, "    <testcase classname=\"infera-exec\" name=\"check\">");
-    let body = format!("exit code {}\n{}", e.exit.code(), e.hint.as_deref().unwrap_or(""));
-    w!(o, "      <error type=\"{}\" message=\"{}\">{}</error>", xml(&e.code), xml(&e.message), xml(&body));
-    w!(o, "    </testcase>");
-    w!(o, "  </testsuite>");
-    w!(o, "</testsuites>");
-    o
-}
-
-/// Text as XML 1.0 character data or an attribute value: the five markup characters as
-/// entities, tab, newline and carriage return as character references (an attribute's would
-/// read back as spaces), and the characters XML 1.0 cannot carry at all (the other C0
-/// controls, U+FFFE/U+FFFF) as `\u{…}` so that nothing is dropped silently.
-fn xml(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' => out.push_str("&#9;"),
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::Exit;
-    use crate::matrix::Cell;
+    use crate::commands::check::Cell;
     use crate::plan::TreeChoice;
 
     fn refusal(code: &str, exit: Exit) -> Refusal {
@@ -617,7 +578,7 @@ mod tests {
         let node_sources = nodes.iter().map(|l| (l.to_string(), format!("{l}:8 (a part)"))).collect();
         let missing = |_: &std::path::Path| Err(std::io::Error::from(std::io::ErrorKind::NotFound));
         let part = |l: &&str| {
-            infera_facts::fleet::from_spec(l, missing).ok().map(|g| crate::matrix::GpuSummary::of(&g.nodes[0]))
+            infera_facts::fleet::from_spec(l, missing).ok().map(|g| crate::commands::check::GpuSummary::of(&g.nodes[0]))
         };
         let node_gpus = nodes.iter().map(|l| part(l).unwrap_or_default()).collect();
         Shape { columns, nodes: on.len(), trees: 2, node_sources, node_gpus, unjudged: vec![], selectors: vec![] }

@@ -18,7 +18,9 @@ use crate::cli::{Output, ALL_FAMILIES};
 use crate::error::{Exit, Refusal};
 use crate::plan::TreeChoice;
 use crate::request::{Request, Role};
-use crate::{Env, Gathered};
+use crate::answer::{emit, refuse, refuse_in};
+use crate::gather::{load_overlay, Gathered, GivenNodes};
+use infera_facts::envvars::Env;
 
 /// The row's facts name no GPU count: each cell's plan has its own (its node's).
 static NO_GPUS: Result<infera_facts::Gpus, infera_facts::GpuError> =
@@ -180,11 +182,11 @@ impl Shape {
 }
 
 /// Judge every image with every column, print the matrix, and exit as the module says.
-pub(crate) fn run(req: &Request, env: &Env, given: crate::GivenNodes) -> i32 {
-    let (overlay, opts) = crate::load_overlay(req);
+pub(crate) fn run(req: &Request, env: &Env, given: GivenNodes) -> i32 {
+    let (overlay, opts) = load_overlay(req);
     let mut shape = match shape(req, &overlay, &given.nodes) {
         Ok(c) => c,
-        Err(r) => return crate::refuse_in(&r, req.output, env),
+        Err(r) => return refuse_in(&r, req.output, env),
     };
     shape.unjudged = given.unjudged.iter().map(|u| (u.node.clone(), u.why.clone())).collect();
     let sources: Vec<Option<&std::ffi::OsStr>> = match req.image.image.as_slice() {
@@ -203,16 +205,16 @@ pub(crate) fn run(req: &Request, env: &Env, given: crate::GivenNodes) -> i32 {
         Output::Junit => render::junit(&rows, &shape, req.fail_on),
         Output::Affinity => match affinity::render(&rows, &shape, req.fail_on) {
             Ok(text) => text,
-            Err(r) => return crate::refuse(&r, env),
+            Err(r) => return refuse(&r, env),
         },
     };
     if req.output == Output::Affinity {
-        return match crate::emit(&out) {
+        return match emit(&out) {
             Ok(()) => Exit::Ok.code(),
             Err(c) => c,
         };
     }
-    if let Err(c) = crate::emit(&out) {
+    if let Err(c) = emit(&out) {
         return c;
     }
     if code != 0 {
