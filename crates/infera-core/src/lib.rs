@@ -4,6 +4,9 @@
 
 #![forbid(unsafe_code)]
 
+// The `Refuse` derive names its items by their one path, `::infera_core::error::…`, here too.
+extern crate self as infera_core;
+
 pub mod at;
 pub mod error;
 pub mod exe;

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! - `code`: a string literal, or a field holding the code (`code = code`).
-//! - `exit`: a variant of `crate::error::Exit`.
+//! - `exit`: a variant of `::infera_core::error::Exit`.
 //! - `hint`: a format string over the variant's fields (`{name}` captures a field), or any
 //!   expression over them that gives a `String`; `hint_opt`: an expression giving
 //!   `Option<String>`. No hint attribute: no hint.
@@ -183,14 +183,14 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
                 Hint::Format(s) => quote!(Some(#s)),
                 Hint::Expr(_) | Hint::OptExpr(_) => quote!(Some("(depends on the case)")),
             };
-            docs.push(quote!(crate::error::Doc { code: #code, exit: crate::error::Exit::#exit, message: #message, hint: #hint }));
+            docs.push(quote!(::infera_core::error::Doc { code: #code, exit: ::infera_core::error::Exit::#exit, message: #message, hint: #hint }));
         }
         codes.push(match m.code {
             Code::Lit(s) => quote!(#pat => #s),
             Code::Field(f) => quote!(#pat => #f),
         });
         let exit = m.exit;
-        exits.push(quote!(#pat => crate::error::Exit::#exit));
+        exits.push(quote!(#pat => ::infera_core::error::Exit::#exit));
         hints.push(match m.hint {
             Hint::None => quote!(#pat => None),
             Hint::Format(s) => quote!(#pat => Some(format!(#s))),
@@ -201,14 +201,14 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     Ok(quote! {
         impl #name {
             /// What each refusal of this kind is, for the catalogue (docs/refusals.md).
-            pub const REFUSALS: &'static [crate::error::Doc] = &[#(#docs),*];
+            pub const REFUSALS: &'static [::infera_core::error::Doc] = &[#(#docs),*];
         }
         #[allow(unused_variables, clippy::match_same_arms)]
-        impl crate::error::Refuse for #name {
+        impl ::infera_core::error::Refuse for #name {
             fn code(&self) -> &str {
                 match self { #(#codes,)* }
             }
-            fn exit(&self) -> crate::error::Exit {
+            fn exit(&self) -> ::infera_core::error::Exit {
                 match self { #(#exits,)* }
             }
             fn hint(&self) -> Option<String> {

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 
 use crate::cli::Output;
-use crate::error::{Exit, Refusal};
 use crate::{logging, report, termination};
+use infera_core::error::{Exit, Refusal};
 use infera_facts::envvars::Env;
 
 /// A line of text into a String.

@@ -4,7 +4,7 @@
 
 /// What the run is (each subcommand's; the command form's from its program).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Worker,
     Server,
     Check,
@@ -14,7 +14,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Role::Worker => "worker",
             Role::Server => "server",
@@ -23,14 +23,14 @@ impl Role {
         }
     }
     /// `check` plans the worker.
-    pub fn runs_engine(self) -> bool {
+    pub(crate) fn runs_engine(self) -> bool {
         matches!(self, Role::Worker | Role::Check)
     }
 }
 
 /// `--prefetch`: the launcher's read-ahead of the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prefetch {
+pub(crate) enum Prefetch {
     /// Decided by the storage under the model (plan/load.rs).
     Auto,
     On,
@@ -39,7 +39,7 @@ pub enum Prefetch {
 
 /// `check --fail-on`: what fails the gate, a refusal only or a warning too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FailOn {
+pub(crate) enum FailOn {
     #[default]
     Refusal,
     Warn,

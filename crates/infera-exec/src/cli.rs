@@ -36,7 +36,7 @@ macro_rules! common_environment {
 }
 
 /// The variables of the roles that run an engine (`worker`, `check`).
-pub const ENVIRONMENT: &str = concat!(
+pub(crate) const ENVIRONMENT: &str = concat!(
     "Environment (besides each option's [env: ...]):\n  \
     INFERA_GPUS=N               GPUs this container may use (default: HIP/CUDA/ROCR_VISIBLE_DEVICES, then /dev/dri)\n  \
     INFERA_DEFAULT_KV_FP8=0     do not add --kv-cache-dtype fp8_e4m3 to non-MLA models\n",
@@ -59,7 +59,7 @@ const PROGRAM_FORM: &str = "PROGRAM [ARGS]: the command form of the pod specs, e
 
 /// The subcommands' parser, each help ending with its environment and its own exit codes
 /// (`crate::exits`).
-pub fn cli_command() -> clap::Command {
+pub(crate) fn cli_command() -> clap::Command {
     use crate::exits::{help, Cmd};
     let each = "Each command's exit codes: `infera-exec COMMAND --help`. The command form's:";
     let mut cli = Cli::command().after_help(format!("{PROGRAM_FORM}\n\n{each} {}", help(Cmd::Run)));
@@ -83,7 +83,7 @@ pub fn cli_command() -> clap::Command {
 }
 
 /// A completion script of the subcommands and their options for `shell`.
-pub fn completion(shell: clap_complete::Shell) -> String {
+pub(crate) fn completion(shell: clap_complete::Shell) -> String {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cli_command(), "infera-exec", &mut out);
     String::from_utf8_lossy(&out).into_owned()
@@ -111,7 +111,7 @@ fn one_plan_output(a: clap::Arg) -> clap::Arg {
     arg_required_else_help = true,
     override_usage = "infera-exec [OPTIONS] PROGRAM [ARGS]...\n       infera-exec <COMMAND> [OPTIONS] [-- ARGS...]",
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Print the version, the commit it was built from and the support matrix: the overlay's trees and what each runs, and the images this release was judged on.
     #[arg(short = 'V', long)]
     pub version: bool,
@@ -120,7 +120,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Exec the engine worker (`python -m <engine module> ENGINE_ARGS...`).
     Worker(WorkerArgs),
     /// Exec the router (`python -m infera.server ROUTER_ARGS...`).
@@ -197,7 +197,7 @@ impl From<ManifestCommand> for infera_overlay::manifest_cmd::Command {
 /// `--engine`: one of the engines of the table (`engines/`), or `auto`: the one the image
 /// has. (A unit test keeps the variants and the table the same.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum EngineChoice {
+pub(crate) enum EngineChoice {
     Auto,
     Vllm,
     Sglang,
@@ -205,7 +205,7 @@ pub enum EngineChoice {
 
 impl EngineChoice {
     /// The engine named; None for `auto`.
-    pub fn engine(self) -> Option<Engine> {
+    pub(crate) fn engine(self) -> Option<Engine> {
         match self {
             EngineChoice::Auto => None,
             EngineChoice::Vllm => Some(Engine::Vllm),
@@ -223,7 +223,7 @@ impl EngineChoice {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     Text,
     Json,
     /// The JSON answer as YAML (the same fields).
@@ -237,18 +237,18 @@ pub enum Output {
 
 /// `node`'s output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum NodeOutput {
+pub(crate) enum NodeOutput {
     Text,
     Json,
     Yaml,
 }
 
 /// `check --family all`: every tree of the overlay, a column each.
-pub const ALL_FAMILIES: &str = "all";
+pub(crate) const ALL_FAMILIES: &str = "all";
 
 /// The options every role takes.
 #[derive(Debug, Clone, Args)]
-pub struct CommonArgs {
+pub(crate) struct CommonArgs {
     /// The overlay directory (default: the overlay this binary is in, else /opt/infera).
     #[arg(long, env = ev::INFERA_OVERLAY, value_name = "DIR")]
     pub overlay: Option<PathBuf>,
@@ -326,7 +326,7 @@ pub struct CommonArgs {
 /// The options of a role that runs an engine (`worker`, `check`, the command form).
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Engine options")]
-pub struct EngineArgs {
+pub(crate) struct EngineArgs {
     /// The engine to run; `auto` picks the one installed in the image.
     #[arg(long, env = ev::INFERA_ENGINE, value_enum, default_value = "auto")]
     pub engine: EngineChoice,
@@ -356,7 +356,7 @@ pub struct EngineArgs {
 
 /// `--prefetch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PrefetchChoice {
+pub(crate) enum PrefetchChoice {
     Auto,
     On,
     Off,
@@ -391,7 +391,7 @@ impl Default for EngineArgs {
 /// The options of a role that execs (`worker`, `server`, the command form; `check` never does).
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Run options")]
-pub struct ExecArgs {
+pub(crate) struct ExecArgs {
     /// Print the plan the real run would exec, and exit with the code it would refuse with.
     #[arg(long, env = ev::INFERA_DRY_RUN, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub dry_run: bool,
@@ -415,7 +415,7 @@ pub struct ExecArgs {
 /// Everything a role may set, with the defaults of the options it does not take, and which
 /// values came from the environment (so that an error names the variable, not the flag).
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub common: CommonArgs,
     /// `check --image` (empty for the other roles).
     pub image: ImageArgs,
@@ -427,7 +427,7 @@ pub struct Options {
 
 impl Options {
     /// How the user set `long`: `INFERA_X` when the value came from the environment, else `--long`.
-    pub fn said(&self, long: &str) -> String {
+    pub(crate) fn said(&self, long: &str) -> String {
         match self.from_env.iter().find(|(l, _)| l == long) {
             Some((_, var)) => var.clone(),
             None => format!("--{long}"),
@@ -437,7 +437,7 @@ impl Options {
 
 /// `worker`: every option.
 #[derive(Debug, Args)]
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     #[command(flatten)]
@@ -451,7 +451,7 @@ pub struct WorkerArgs {
 
 /// `server`: no engine options (the router runs no engine).
 #[derive(Debug, Args)]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     #[command(flatten)]
@@ -463,7 +463,7 @@ pub struct ServerArgs {
 
 /// `check`: plans the worker and execs nothing, so no run options.
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     #[command(flatten)]
@@ -478,7 +478,7 @@ pub struct CheckArgs {
 /// `check --image`: an image read from its archive instead of a directory.
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Image options")]
-pub struct ImageArgs {
+pub(crate) struct ImageArgs {
     /// Read the image from its archive, nothing unpacked: an OCI image layout directory, an
     /// oci-archive or a docker-archive, as `PATH`, `PATH:TAG` or `PATH@sha256:…` (for CI:
     /// `skopeo copy docker://IMAGE oci:DIR:TAG`, then `--image DIR:TAG`). Repeatable: each
@@ -499,7 +499,7 @@ pub struct ImageArgs {
 
 /// A size as Kubernetes (`16Gi`, `16G`) or docker (`16g`, `64m`) writes it, or bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Size {
+pub(crate) struct Size {
     pub bytes: u64,
     /// As given.
     pub said: String,
@@ -508,7 +508,7 @@ pub struct Size {
 impl Size {
     /// `Ki`/`Mi`/`Gi`/`Ti` (Kubernetes) and docker's `k`/`m`/`g`/`t` (with or without `b`) are
     /// powers of 1024; Kubernetes' `k`/`M`/`G`/`T` powers of 1000.
-    pub fn parse(s: &str) -> Result<Size, String> {
+    pub(crate) fn parse(s: &str) -> Result<Size, String> {
         let t = s.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (digits, unit) = t.split_at(split);
@@ -538,7 +538,7 @@ impl Size {
 
 /// `--fail-on`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum FailOnChoice {
+pub(crate) enum FailOnChoice {
     #[default]
     Refusal,
     Warn,
@@ -573,7 +573,7 @@ struct CommandForm {
 
 /// What argv asked for.
 #[derive(Debug)]
-pub enum Invocation {
+pub(crate) enum Invocation {
     /// `--version`.
     Version,
     /// `worker`, `server`, `check`: the options, and the args after `--`.
@@ -602,7 +602,7 @@ pub enum Invocation {
 
 /// Find which form argv is and parse it. Errors are clap's, with a value that came from a
 /// variable named as that variable.
-pub fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
+pub(crate) fn parse(argv: Vec<OsString>) -> Result<Invocation, clap::Error> {
     let first = argv.get(1).map(|a| a.as_bytes());
     let subcommand_form = first.is_none_or(|a| {
         SUBCOMMANDS.iter().any(|s| s.as_bytes() == a) || [&b"-h"[..], b"--help", b"-V", b"--version"].contains(&a)
@@ -901,7 +901,7 @@ fn command_start(argv: &[OsString], cmd: &clap::Command) -> Option<usize> {
 /// Did the command line (or `INFERA_OUTPUT`) ask for JSON? Read from the raw argv, so that
 /// an error found while parsing it can still be printed as JSON: the launcher's options
 /// only (before `--` or the command form's program), the last `--output` wins.
-pub fn wants_output(argv: &[OsString], env: &infera_facts::envvars::Env) -> Output {
+pub(crate) fn wants_output(argv: &[OsString], env: &infera_facts::envvars::Env) -> Output {
     let cmd = form_command();
     let mut out: Option<&[u8]> = None;
     let mut i = 1;

@@ -1,16 +1,14 @@
-//! The usage errors of the request (values the argument parser accepted but that mean
-//! nothing), and the refusal types every crate shares (`infera_core::error`), re-exported
-//! so that `crate::error` names them here too (the Refuse derive's paths).
+//! The usage errors of the request: values the argument parser accepted but that mean
+//! nothing. (The refusal types every crate shares are `infera_core::error`'s.)
 
 use std::path::PathBuf;
 
-pub use infera_core::error::{internal, Doc, Exit, Refusal, Refuse};
 /// A day: longer grace periods are a typo, and would overflow time arithmetic.
-pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
+pub(crate) const MAX_GRACE_SECONDS: f64 = 86_400.0;
 
 /// Values the argument parser accepted but that do not mean anything.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, infera_exec_derive::Refuse)]
-pub enum UsageError {
+pub(crate) enum UsageError {
     #[error("{said} {value}: expected a number of seconds from 0 to {MAX_GRACE_SECONDS}")]
     #[refuse(code = "init-grace-invalid", exit = Usage)]
     InitGrace { said: String, value: String },

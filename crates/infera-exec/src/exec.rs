@@ -2,15 +2,14 @@
 //! privilege steps, then replace this process by the program with the planned argv, the
 //! complete environment and working directory (or, with `--init`, run it as a child).
 
+use crate::execve::{exec_error, file, ExecError, Prepared};
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::error::Refusal;
 use crate::spec::{ExecSpec, Step};
-
-pub use crate::execve::{exec_error, file, ExecError, Prepared};
+use infera_core::error::Refusal;
 
 /// Carry out the exec section, in its order: the steps, the privilege drop, the `start` log
 /// line (after it nothing refuses), then the exec (or the child, in init mode). Returns only
@@ -21,7 +20,7 @@ pub use crate::execve::{exec_error, file, ExecError, Prepared};
 /// between the steps and inside their waits: one that comes before the exec ends the launch
 /// with 128+n and nothing started, whether the launcher is PID 1 (which has no default
 /// action for them) or not. The exec empties the mask again.
-pub fn run(x: &ExecSpec, start: &str) -> Result<i32, Refusal> {
+pub(crate) fn run(x: &ExecSpec, start: &str) -> Result<i32, Refusal> {
     let prepared = Prepared::new(x).map_err(|e| exec_error(file(x), e))?;
     let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&stop_set()), None);
     if let Some(sig) = await_leader(x)? {
@@ -71,7 +70,7 @@ fn stopped(sig: i32, during: &str) -> i32 {
 /// so the rules see the model once it is there; after the wait an absent path is refused by
 /// the plan. SIGTERM and SIGINT are held from here on, as in `run`: Some(the exit code,
 /// 128+n) when one ended the wait.
-pub fn await_models(models: &[std::ffi::OsString], seconds: u64, said: &str) -> Option<i32> {
+pub(crate) fn await_models(models: &[std::ffi::OsString], seconds: u64, said: &str) -> Option<i32> {
     let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&stop_set()), None);
     let start = std::time::Instant::now();
     let limit = std::time::Duration::from_secs(seconds);

@@ -16,7 +16,7 @@ use infera_exec_derive::Refuse;
 use crate::spec::ExecSpec;
 
 #[derive(Debug, Error, Refuse)]
-pub enum ExecError {
+pub(crate) enum ExecError {
     #[error("execve `{}` failed: {cause}", program.display())]
     #[refuse(code = "exec-not-found", exit = NotFound)]
     NotFound { program: PathBuf, cause: io::Error },
@@ -43,7 +43,7 @@ pub enum ExecError {
     LeaderLoopback { host: String, ip: std::net::IpAddr },
 }
 
-pub fn exec_error(program: &Path, cause: io::Error) -> ExecError {
+pub(crate) fn exec_error(program: &Path, cause: io::Error) -> ExecError {
     let program = program.to_path_buf();
     match cause.kind() {
         io::ErrorKind::NotFound => ExecError::NotFound { program, cause },
@@ -52,7 +52,7 @@ pub fn exec_error(program: &Path, cause: io::Error) -> ExecError {
 }
 
 /// The file execve is given: the host file with `--root`, else the program itself.
-pub fn file(x: &ExecSpec) -> &Path {
+pub(crate) fn file(x: &ExecSpec) -> &Path {
     x.host_program.as_deref().unwrap_or(&x.program)
 }
 
@@ -62,7 +62,7 @@ pub fn file(x: &ExecSpec) -> &Path {
 ///
 /// execve itself, never `execvp`: glibc's execvp runs a file without a valid header
 /// through `/bin/sh` (ENOEXEC), and std's `Command` uses execvp.
-pub struct Prepared {
+pub(crate) struct Prepared {
     path: CString,
     cwd: Option<CString>,
     // The strings the pointer arrays point into: owned here, never changed.
@@ -85,7 +85,7 @@ fn nul_error() -> io::Error {
 }
 
 impl Prepared {
-    pub fn new(x: &ExecSpec) -> io::Result<Prepared> {
+    pub(crate) fn new(x: &ExecSpec) -> io::Result<Prepared> {
         let file = file(x);
         let path = cstring(file.as_os_str().as_bytes())?;
         let argv0 = x.host_argv0.as_deref().unwrap_or(file).as_os_str().as_bytes();
@@ -110,7 +110,7 @@ impl Prepared {
     /// not a mask inherited from whoever started the launcher, nor other ignored signals),
     /// change to the working directory, then execve. Returns only on failure.
     /// Async-signal-safe: it allocates nothing.
-    pub fn exec(&self) -> io::Error {
+    pub(crate) fn exec(&self) -> io::Error {
         use nix::libc;
         // SAFETY: signal/sigprocmask/chdir/execve with valid arguments: the sets are local,
         // the strings and NULL-terminated pointer arrays are owned by `self`.
@@ -137,7 +137,7 @@ impl Prepared {
 
     /// The child of `--init`: a fork whose only work is [`Prepared::exec`]; its failure
     /// comes back as the spawn error (std's CLOEXEC pipe).
-    pub fn command(self: &std::sync::Arc<Self>) -> Command {
+    pub(crate) fn command(self: &std::sync::Arc<Self>) -> Command {
         let p = std::sync::Arc::clone(self);
         let mut c = Command::new("/");
         // SAFETY: the closure runs between fork and exec and only calls `exec`, which is

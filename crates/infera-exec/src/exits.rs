@@ -5,7 +5,7 @@
 
 /// The commands, as far as their exit codes differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cmd {
+pub(crate) enum Cmd {
     /// `worker`, `server` and the command form: plan, then exec (or wait, or init).
     Run,
     Check,
@@ -15,7 +15,7 @@ pub enum Cmd {
     Manifest,
 }
 
-pub struct Code {
+pub(crate) struct Code {
     pub code: &'static str,
     /// As `--help` lists it.
     pub short: &'static str,
@@ -32,7 +32,7 @@ use Cmd::*;
 
 const ALL: &[Cmd] = &[Run, Check, Print, Install, Manifest];
 
-pub const CODES: &[Code] = &[
+pub(crate) const CODES: &[Code] = &[
     Code {
         code: "0",
         short: "ok",
@@ -127,7 +127,7 @@ pub const CODES: &[Code] = &[
 ];
 
 /// The `--help` line of `cmd`'s exit codes.
-pub fn help(cmd: Cmd) -> String {
+pub(crate) fn help(cmd: Cmd) -> String {
     let said = |c: &Code| match c.code.starts_with(|d: char| d.is_ascii_digit()) {
         true => format!("{} {}", c.code, c.short),
         false => c.short.to_string(),

@@ -4,9 +4,10 @@
 
 use std::ffi::OsString;
 
-use crate::error::{self, Refusal};
+use crate::error::{self};
 use crate::request::{self, Request, Verify};
 use crate::{choices, exec, imageenv, plan};
+use infera_core::error::Refusal;
 use infera_facts::envvars::Env;
 
 /// What is read about one image before a tree is chosen: the environment its containers
@@ -17,7 +18,8 @@ pub(crate) struct Gathered {
     pub(crate) facts: infera_facts::Facts,
     pub(crate) engine: Result<Option<infera_facts::engines::Engine>, Refusal>,
     pub(crate) args: Option<infera_facts::engine_args::EngineArgs>,
-    pub(crate) router: Option<Result<infera_facts::router_args::RouterArgs, infera_facts::router_args::RouterArgsError>>,
+    pub(crate) router:
+        Option<Result<infera_facts::router_args::RouterArgs, infera_facts::router_args::RouterArgsError>>,
     pub(crate) models: std::collections::BTreeMap<OsString, infera_facts::model::ModelFacts>,
     /// The nodes judged against (`--node`, or this node at root `/`, or none), in order.
     pub(crate) nodes: Vec<Node>,
@@ -29,7 +31,7 @@ pub(crate) struct Gathered {
 /// A node a plan is judged against, with the GPUs a run on it may use.
 pub(crate) struct Node {
     pub(crate) facts: Option<std::sync::Arc<infera_facts::node::NodeFacts>>,
-    pub(crate) gpus: Result<infera_facts::Gpus, infera_facts::GpuError>,
+    pub(crate) gpus: Result<infera_facts::gpus::Gpus, infera_facts::gpus::GpuError>,
 }
 
 /// What `--node` gives, each read once: the node types (a part, a profile, or a Kubernetes
@@ -103,13 +105,13 @@ impl Gathered {
     ) -> Result<Gathered, Refusal> {
         let (env, root, note) = prepare(req, env, image)?;
         let facts = infera_facts::Facts::gather(&root, &env, &wanted(req, &env));
-        let engine = plan::decide_engine(req, &facts).map_err(Refusal::from);
+        let engine = plan::select::engine(req, &facts).map_err(Refusal::from);
         let args = engine.as_ref().ok().copied().flatten().map(|e| {
             let version = facts.engine(e).map(|i| i.version.as_str());
             infera_facts::engine_args::EngineArgs::read(e, version, &req.args, &root, req.chdir.as_deref())
         });
         let router =
-            (req.role == request::Role::Server).then(|| infera_facts::router_args::RouterArgs::read(&req.args));
+            (req.role == choices::Role::Server).then(|| infera_facts::router_args::RouterArgs::read(&req.args));
         let models = Default::default();
         let nodes = nodes(&root, &env, given);
         Ok(Gathered { env, root, facts, engine, args, router, models, nodes, notes: note.into_iter().collect() })
@@ -135,7 +137,7 @@ impl Gathered {
     pub(crate) fn with_plan<R>(
         &self,
         req: &Request,
-        choice: &plan::TreeChoice,
+        choice: &plan::select::TreeChoice,
         node: &Node,
         overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
         opts: &infera_overlay::overlay::LoadOptions,
@@ -164,7 +166,7 @@ impl Gathered {
     pub(crate) fn judge(
         &self,
         req: &Request,
-        choice: &plan::TreeChoice,
+        choice: &plan::select::TreeChoice,
         node: &Node,
         overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
         opts: &infera_overlay::overlay::LoadOptions,
@@ -172,7 +174,7 @@ impl Gathered {
         self.with_plan(req, choice, node, overlay, opts, |p| match serde_json::to_value(p) {
             Ok(json) => (json, p.error.clone(), p.family.clone()),
             Err(e) => {
-                let r = error::internal(&format!("the plan cannot be written as JSON: {e}"));
+                let r = infera_core::error::internal(&format!("the plan cannot be written as JSON: {e}"));
                 (serde_json::Value::Null, Some(r), p.family.clone())
             }
         })
@@ -324,14 +326,14 @@ pub(crate) fn load_overlay(
 /// walk, its facts and integrity check, the image's copies of its top-level modules.
 fn select(
     req: &Request,
-    choice: &plan::TreeChoice,
+    choice: &plan::select::TreeChoice,
     facts: &infera_facts::Facts,
     overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
     opts: &infera_overlay::overlay::LoadOptions,
     root: &infera_core::rootfs::Root,
 ) -> Option<Result<plan::Selected, Refusal>> {
     let (Ok(python), Ok(rocm), Ok(ov)) = (&facts.python, &facts.rocm, overlay) else { return None };
-    Some(plan::select_tree(choice, python, rocm, ov).map_err(Refusal::from).map(|s| {
+    Some(plan::select::tree(choice, python, rocm, ov).map_err(Refusal::from).map(|s| {
         let mut tree = infera_overlay::overlay::selected(s.tree, opts);
         if req.verify != Verify::Off {
             tree.facts.integrity = Some(infera_overlay::payload::integrity(&tree, req.verify == Verify::Digest));
@@ -342,4 +344,3 @@ fn select(
         plan::Selected { tree, site, findings: s.findings }
     }))
 }
-

@@ -53,7 +53,7 @@ const READ_BY_ENGINES: &[&str] = &[
 
 /// This shell's environment as a pod's starts: only the launcher's own settings (`INFERA_*`),
 /// and the names of the variables left out that an engine or the plan reads.
-pub fn launcher_only(env: &Env) -> (Env, Vec<String>) {
+pub(crate) fn launcher_only(env: &Env) -> (Env, Vec<String>) {
     let ours = |k: &OsString| k.as_encoded_bytes().starts_with(b"INFERA_");
     let kept = env.iter().filter(|(k, _)| ours(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
     let dropped = env
@@ -68,7 +68,7 @@ pub fn launcher_only(env: &Env) -> (Env, Vec<String>) {
 /// What names this shell's variables left out of the pod's environment: information, not a
 /// warning, since they no longer change the verdict (a CI runner's own PYTHONUNBUFFERED must
 /// not fail a `--fail-on warn` gate).
-pub fn dropped_finding(dropped: &[String]) -> Option<infera_facts::finding::Finding> {
+pub(crate) fn dropped_finding(dropped: &[String]) -> Option<infera_facts::finding::Finding> {
     (!dropped.is_empty()).then(|| {
         infera_facts::finding::Finding::info(
             "host-env-left-out",
@@ -82,7 +82,7 @@ pub fn dropped_finding(dropped: &[String]) -> Option<infera_facts::finding::Find
 }
 
 /// The `(KEY, VALUE)` pairs the values give, in order.
-pub fn resolve(values: &[OsString], root: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {
+pub(crate) fn resolve(values: &[OsString], root: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {
     if values.is_empty() {
         return Ok(Vec::new());
     }
@@ -94,7 +94,11 @@ pub fn resolve(values: &[OsString], root: &Path, said: &str) -> Result<Vec<(OsSt
 
 /// `--env-file` and `--env` (as `resolve` reads each value): the pod's variables, for a dry
 /// run with `--root` or `--image` only (in the pod they already are its environment).
-pub fn resolve_pod(values: &[OsString], root: &Path, image: bool) -> Result<Vec<(OsString, OsString)>, UsageError> {
+pub(crate) fn resolve_pod(
+    values: &[OsString],
+    root: &Path,
+    image: bool,
+) -> Result<Vec<(OsString, OsString)>, UsageError> {
     if !values.is_empty() && root == Path::new("/") && !image {
         return Err(UsageError::PodEnvWithoutImage);
     }
@@ -115,7 +119,7 @@ fn pairs(values: &[OsString], said: &str) -> Result<Vec<(OsString, OsString)>, U
 /// An image config's `Env` entries as a process can be given them: `KEY=VALUE` with a variable
 /// name as KEY, and no NUL (which no process environment can hold) or newline; the others
 /// are returned apart, to be said.
-pub fn config_env(entries: &[String]) -> (Vec<(OsString, OsString)>, Vec<String>) {
+pub(crate) fn config_env(entries: &[String]) -> (Vec<(OsString, OsString)>, Vec<String>) {
     let (mut kept, mut dropped) = (Vec::new(), Vec::new());
     for e in entries {
         match pair(e.as_bytes()).filter(|_| !e.contains(['\0', '\n', '\r'])) {

@@ -9,8 +9,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
 
-use crate::error::Refusal;
 use crate::spec::{ExecSpec, InitSpec};
+use infera_core::error::Refusal;
 
 /// Signals an init must not block: the synchronous ones, and those that cannot be caught.
 const NOT_FORWARDED: [Signal; 8] = [
@@ -37,7 +37,7 @@ fn blocked_set() -> SigSet {
 /// while the launcher is still planning stays pending for init's loop instead of killing
 /// the process by its default action (SIGUSR1 would exit 138 and orphan the engine; PID 1
 /// would lose a SIGTERM). Called before anything else in an init-mode run.
-pub fn block_signals() {
+pub(crate) fn block_signals() {
     if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked_set()), None) {
         tracing::warn!(code = "init-sigmask", "cannot block signals ({e})");
     }
@@ -45,7 +45,11 @@ pub fn block_signals() {
 
 /// Returns the exit code the launcher must exit with, or the refusal when the child
 /// cannot be started (126/127).
-pub fn run(x: &ExecSpec, opts: &InitSpec, prepared: std::sync::Arc<crate::execve::Prepared>) -> Result<i32, Refusal> {
+pub(crate) fn run(
+    x: &ExecSpec,
+    opts: &InitSpec,
+    prepared: std::sync::Arc<crate::execve::Prepared>,
+) -> Result<i32, Refusal> {
     // Bounded when the request was resolved (0 ..= a day), so the conversion cannot fail.
     let grace = opts.grace_seconds.and_then(|g| Duration::try_from_secs_f64(g).ok());
     let pid1 = std::process::id() == 1;
@@ -194,7 +198,7 @@ fn reap_one() -> Reap {
 }
 
 /// sigtimedwait: the number of the next pending signal of `set`, or None on timeout.
-pub fn wait_signal(set: &SigSet, timeout: Duration) -> Option<i32> {
+pub(crate) fn wait_signal(set: &SigSet, timeout: Duration) -> Option<i32> {
     let ts = nix::libc::timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
     // SAFETY: a valid signal set and timespec; no info struct requested.
     let r = unsafe { nix::libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };

@@ -10,10 +10,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Waits up to the given time for a signal that ends the wait; its number, or None.
-pub type Stop<'a> = &'a dyn Fn(Duration) -> Option<i32>;
+pub(crate) type Stop<'a> = &'a dyn Fn(Duration) -> Option<i32>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unresolved {
+pub(crate) enum Unresolved {
     /// The deadline passed; the resolver's last answer.
     TimedOut(String),
     /// A signal that ends the wait arrived (its number).
@@ -24,7 +24,7 @@ pub enum Unresolved {
 /// checks it: labels of letters, digits, `-` and `_`, at most 63 bytes each and 253 in
 /// all), or None when it can. Said before anything waits on it: a port or junk would
 /// otherwise fail only once the leader wait is over.
-pub fn not_a_leader_address(address: &str) -> Option<String> {
+pub(crate) fn not_a_leader_address(address: &str) -> Option<String> {
     if address.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok() {
         return None;
     }
@@ -53,7 +53,7 @@ pub fn not_a_leader_address(address: &str) -> Option<String> {
 /// an address, then every 5 s. Between tries
 /// (each as long as the resolver's own timeouts) a pause of 250 ms, doubling to 2 s. Ok: the
 /// address (IPv4 first, as the engines connect) and how long it took.
-pub fn wait(name: &str, timeout: Duration, stop: Stop) -> Result<(IpAddr, Duration), Unresolved> {
+pub(crate) fn wait(name: &str, timeout: Duration, stop: Stop) -> Result<(IpAddr, Duration), Unresolved> {
     let start = Instant::now();
     let deadline = start + timeout;
     let (tx, rx) = mpsc::channel::<Result<Vec<IpAddr>, String>>();

@@ -34,7 +34,7 @@ use std::io::Write;
 
 use answer::{emit, print_error_as, refuse_in};
 use cli::Invocation;
-use error::{Exit, Refusal};
+use infera_core::error::{Exit, Refusal};
 use request::Request;
 
 use infera_facts::envvars::Env;
@@ -79,12 +79,12 @@ pub fn run(argv: Vec<OsString>, env: Env) -> i32 {
     };
     let outcome = match invocation {
         Invocation::Version => Ok(Done::Print(commands::version::version_text(&env))),
-        Invocation::Program { options, command } => {
-            Request::from_command(options, command, &env).map_err(Refusal::from).map(|r| Done::Exit(commands::run::launch(&r, &env)))
-        }
-        Invocation::Role { role, options, args } => {
-            Request::resolve(role, options, args, &env).map_err(Refusal::from).map(|r| Done::Exit(commands::run::launch(&r, &env)))
-        }
+        Invocation::Program { options, command } => Request::from_command(options, command, &env)
+            .map_err(Refusal::from)
+            .map(|r| Done::Exit(commands::run::launch(&r, &env))),
+        Invocation::Role { role, options, args } => Request::resolve(role, options, args, &env)
+            .map_err(Refusal::from)
+            .map(|r| Done::Exit(commands::run::launch(&r, &env))),
         Invocation::Manifest(m) => infera_overlay::manifest_cmd::run(&m.into()).map(Done::Print),
         Invocation::Install { dest, from } => infera_overlay::install::run(&dest, from).map(Done::Print),
         Invocation::Node { output, name } => Ok(Done::Exit(commands::node::node_profile(output, name, &env))),
@@ -108,4 +108,3 @@ enum Done {
     /// The launch already printed what it had to; exit with this code.
     Exit(i32),
 }
-

@@ -18,13 +18,13 @@ use tracing_subscriber::filter::{LevelFilter, Targets};
 use infera_facts::envvars::{self as ev, Env};
 
 /// What `INFERA_LOG` is when unset or empty.
-pub const DEFAULT_FILTER: &str = "info";
+pub(crate) const DEFAULT_FILTER: &str = "info";
 /// The launcher's events are all under this target (its module paths).
 const TARGET: &str = "infera_exec";
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum LogError {
+pub(crate) enum LogError {
     #[error("{}=`{value}`: {reason}", ev::INFERA_LOG)]
     #[refuse(
         code = "log-filter-invalid",
@@ -38,7 +38,7 @@ pub enum LogError {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     Text,
     Json,
 }
@@ -46,7 +46,7 @@ pub enum Format {
 /// `INFERA_LOG` checked and read. Each directive is a level, a target of the launcher's
 /// (`infera_exec` or one of its modules) or `target=level`; anything else is refused rather
 /// than read as a target that matches nothing and silences every log.
-pub fn filter(value: &str) -> Result<Targets, LogError> {
+pub(crate) fn filter(value: &str) -> Result<Targets, LogError> {
     let bad = |reason: String| LogError::Filter { value: value.to_string(), reason };
     let mut kept = Vec::new();
     for d in value.split(',').map(str::trim).filter(|d| !d.is_empty()) {
@@ -78,7 +78,7 @@ pub fn filter(value: &str) -> Result<Targets, LogError> {
     Targets::from_str(&text).map_err(|e| bad(e.to_string()))
 }
 
-pub fn format(env: &Env) -> Result<Format, LogError> {
+pub(crate) fn format(env: &Env) -> Result<Format, LogError> {
     match ev::get(env, ev::INFERA_LOG_FORMAT).map(|v| v.to_string_lossy()) {
         None => Ok(Format::Text),
         Some(v) if v.is_empty() || v.eq_ignore_ascii_case("text") => Ok(Format::Text),
@@ -89,7 +89,7 @@ pub fn format(env: &Env) -> Result<Format, LogError> {
 
 /// Install the logger. On a bad `INFERA_LOG`/`INFERA_LOG_FORMAT` the default logger is
 /// installed (so the refusal itself is logged as usual) and the error returned.
-pub fn init(env: &Env) -> Result<(), LogError> {
+pub(crate) fn init(env: &Env) -> Result<(), LogError> {
     let value = ev::get(env, ev::INFERA_LOG).map(|v| v.to_string_lossy().into_owned()).unwrap_or_default();
     let (targets, fmt) = match (filter(&value), format(env)) {
         (Ok(t), Ok(f)) => (Ok(t), f),
@@ -178,7 +178,7 @@ impl Lines {
             format!("{line}\n")
         } else {
             let mut s = String::with_capacity(f.code.len() + f.message.len() + 24);
-            let _ = writeln!(s, "{} infera-exec: [{}] {}", level.as_str(), f.code, crate::term::safe(&f.message));
+            let _ = writeln!(s, "{} infera-exec: [{}] {}", level.as_str(), f.code, infera_core::term::safe(&f.message));
             s
         }
     }
@@ -186,7 +186,7 @@ impl Lines {
 
 /// A refusal as a JSON log line: the fields of every line (level `error`, its code and
 /// message), with its hint and exit code.
-pub fn refusal_line(r: &crate::error::Refusal) -> String {
+pub(crate) fn refusal_line(r: &infera_core::error::Refusal) -> String {
     let line = serde_json::json!({
         "time": rfc3339(std::time::SystemTime::now()),
         "level": "error",
@@ -201,7 +201,7 @@ pub fn refusal_line(r: &crate::error::Refusal) -> String {
 
 /// `2026-12-03T10:41:07.123Z`. A clock outside 1970–9999 is said as the nearest of the two
 /// (humantime panics before the epoch and fails after year 9999).
-pub fn rfc3339(t: std::time::SystemTime) -> String {
+pub(crate) fn rfc3339(t: std::time::SystemTime) -> String {
     use std::time::{Duration, UNIX_EPOCH};
     let t = t.clamp(UNIX_EPOCH, UNIX_EPOCH + Duration::from_secs(253_402_300_799));
     humantime::format_rfc3339_millis(t).to_string()

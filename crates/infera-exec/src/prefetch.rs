@@ -60,7 +60,7 @@ const OPEN_AHEAD: usize = 512;
 
 /// Start the read-ahead beside this process; `linger` without `--init` (see the module doc).
 /// A failure to start is a warning: the engine loads without it.
-pub fn spawn(spec: &PrefetchSpec, linger: bool) {
+pub(crate) fn spawn(spec: &PrefetchSpec, linger: bool) {
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new("/proc/self/exe");
     cmd.arg0("infera-exec")
@@ -82,11 +82,11 @@ pub fn spawn(spec: &PrefetchSpec, linger: bool) {
 }
 
 /// The most reads at once (a network link is full well before).
-pub const MAX_RANGES: u32 = 64;
+pub(crate) const MAX_RANGES: u32 = 64;
 
 /// `infera-exec __prefetch`'s arguments, each bounded (it is a command anyone can run).
 #[derive(Debug, Clone, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The process whose descendants load the weights (the engine, or init).
     #[arg(long)]
     pub parent: i32,
@@ -108,14 +108,14 @@ pub struct Args {
 
 /// The read-ahead process: read, log what it read, then stay until the parent dies when
 /// asked to linger. Returns the exit code.
-pub fn main(a: &Args) -> i32 {
+pub(crate) fn main(a: &Args) -> i32 {
     if a.files.len() > infera_facts::model::MAX_FILES {
         eprintln!(
             "error[usage]: {} files: more than a checkpoint has ({} at most)",
             a.files.len(),
             infera_facts::model::MAX_FILES
         );
-        return crate::error::Exit::Usage.code();
+        return infera_core::error::Exit::Usage.code();
     }
     // The launcher blocks SIGTERM and SIGINT in init mode (to forward them), and a child
     // inherits its mask: unblocked here, so that they end this process as they end any.

@@ -9,7 +9,7 @@ use crate::spec::Privileges;
 use infera_exec_derive::Refuse;
 
 #[derive(Debug, Error, Refuse)]
-pub enum PrivError {
+pub(crate) enum PrivError {
     #[error("cannot drop capabilities ({what}): {cause}")]
     #[refuse(code = "drop-caps-failed", exit = CannotExec)]
     DropCaps { what: String, cause: caps::errors::CapsError },
@@ -19,7 +19,7 @@ pub enum PrivError {
 }
 
 /// Carry out the plan's privilege steps on this process.
-pub fn apply(p: &Privileges) -> Result<(), PrivError> {
+pub(crate) fn apply(p: &Privileges) -> Result<(), PrivError> {
     if let Some(keep) = &p.keep_caps {
         drop_all_but(&keep.iter().copied().collect())?;
     }

@@ -18,12 +18,12 @@ fn parents() -> Vec<(i32, i32)> {
 }
 
 /// The processes whose parent is `parent`.
-pub fn children_of(parent: i32) -> Vec<i32> {
+pub(crate) fn children_of(parent: i32) -> Vec<i32> {
     parents().into_iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| p).collect()
 }
 
 /// `root` and every process below it, leaving out `skip` (and what is below it).
-pub fn descendants(root: i32, skip: i32) -> Vec<i32> {
+pub(crate) fn descendants(root: i32, skip: i32) -> Vec<i32> {
     let all = parents();
     let mut out = vec![root];
     let mut i = 0;

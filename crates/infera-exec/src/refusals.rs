@@ -4,7 +4,7 @@
 //! in place. `docs/refusals.md` is generated from it, and a test keeps the two the same and
 //! every code in the source in it.
 
-use crate::error::{Doc, Exit};
+use infera_core::error::{Doc, Exit};
 
 /// Refusals made without an error enum: the command line's, and the launcher's own.
 const IN_PLACE: &[Doc] = &[

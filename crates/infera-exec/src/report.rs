@@ -18,18 +18,18 @@ macro_rules! w {
 
 /// The plan as JSON; Err: why it cannot be (a bug: every path and argument is rendered,
 /// UTF-8 or not).
-pub fn json(plan: &Plan) -> Result<String, String> {
+pub(crate) fn json(plan: &Plan) -> Result<String, String> {
     serde_json::to_string_pretty(plan).map_err(|e| e.to_string())
 }
 
 /// A JSON answer as YAML (`-o yaml`): the same document, JSON its one source.
-pub fn yaml(json: &str) -> Result<String, String> {
+pub(crate) fn yaml(json: &str) -> Result<String, String> {
     let v: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
     serde_saphyr::to_string(&v).map_err(|e| e.to_string())
 }
 
 /// A JSON answer in the format asked for: pretty JSON, or YAML.
-pub fn structured(json: String, as_yaml: bool) -> Result<String, String> {
+pub(crate) fn structured(json: String, as_yaml: bool) -> Result<String, String> {
     match as_yaml {
         true => yaml(&json),
         false => Ok(json + "\n"),
@@ -38,7 +38,7 @@ pub fn structured(json: String, as_yaml: bool) -> Result<String, String> {
 
 /// `refusal_row`: the refusal as the plan's last row (left out where stderr, which says it
 /// with its hint, goes to the same place).
-pub fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
+pub(crate) fn text(plan: &Plan, check: bool, refusal_row: bool) -> String {
     let mut o = String::new();
     let f = &plan.facts;
     w!(o, "infera-exec {} plan{}", plan.role, if plan.error.is_some() { " (refused)" } else { "" });
@@ -134,7 +134,7 @@ fn image_section(o: &mut String, f: &infera_facts::FactsView, gpus: bool) {
 }
 
 /// A finding as the plan's text shows it.
-pub fn finding_line(o: &mut String, fi: &infera_facts::finding::Finding) {
+pub(crate) fn finding_line(o: &mut String, fi: &infera_facts::finding::Finding) {
     let lvl = match (fi.level, &fi.accepted) {
         (Level::Warn, Some(_)) => "accepted",
         (Level::Info, _) => "info",
@@ -187,7 +187,7 @@ fn host_section(o: &mut String, h: &infera_facts::host::Host) {
 }
 
 /// The node judged against: its GPUs, driver, memory, /dev/shm, RDMA devices.
-pub fn node_section(o: &mut String, d: &infera_facts::node::NodeFacts) {
+pub(crate) fn node_section(o: &mut String, d: &infera_facts::node::NodeFacts) {
     if !d.live {
         w!(o, "  node      {}", d.source);
     }
@@ -246,7 +246,7 @@ pub fn node_section(o: &mut String, d: &infera_facts::node::NodeFacts) {
 }
 
 /// Each capability: requested, provided, usable, which copy the child imports, and why.
-fn capability_table(o: &mut String, rows: &[crate::plan::CapRow]) {
+fn capability_table(o: &mut String, rows: &[crate::plan::caps::CapRow]) {
     if rows.is_empty() {
         return; // a plan refused before its tree was read: no table to show
     }
@@ -265,8 +265,8 @@ fn capability_table(o: &mut String, rows: &[crate::plan::CapRow]) {
             .unwrap_or_default();
         // Which copy the child imports: the tree's, or the engine image's own.
         let copy = match c.import.as_ref().map(|i| i.copy) {
-            Some(crate::plan::Copy::Tree) => "tree",
-            Some(crate::plan::Copy::Base) => "image",
+            Some(crate::plan::caps::Copy::Tree) => "tree",
+            Some(crate::plan::caps::Copy::Base) => "image",
             None => "-",
         };
         w!(o, "    {:<12} {:<10} {:<9} {:<7} {:<6} {}", c.name, yn(c.requested), yn(c.provided), usable, copy, why);
@@ -276,7 +276,7 @@ fn capability_table(o: &mut String, rows: &[crate::plan::CapRow]) {
 /// The one line a start logs at the default level: what runs, from where, with which
 /// interpreter, and what the launcher added to the args and why (the findings that say
 /// `added ...`).
-pub fn start_line(plan: &Plan, x: &ExecSpec) -> String {
+pub(crate) fn start_line(plan: &Plan, x: &ExecSpec) -> String {
     let mut o = String::new();
     let _ = match &plan.engine {
         Some(e) => write!(o, "{} {} ({})", e.name, e.version.as_deref().unwrap_or("?"), e.module),

@@ -10,18 +10,19 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::choices::Prefetch;
+use crate::choices::Role;
 use crate::cli::{Options, Output};
+use crate::error::UsageError;
+use crate::error::MAX_GRACE_SECONDS;
 use crate::spec::{InitSpec, Privileges};
 use infera_core::rootfs::parse_minor;
 use infera_facts::engines::Engine;
 use infera_facts::envvars::{self as ev, Env};
 use infera_overlay::manifest::SERVER_MODULE;
 
-pub use crate::choices::Role;
-
 /// What the run execs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// The role's module of the selected tree, run by the image's interpreter (subcommands).
     RoleModule,
     /// `python … -m MODULE`, as the command wrote it.
@@ -32,7 +33,7 @@ pub enum Target {
 
 impl Target {
     /// The interpreter the command names (not for plain `python3`/`python`, which is the default search).
-    pub fn interpreter(&self) -> Option<&OsStr> {
+    pub(crate) fn interpreter(&self) -> Option<&OsStr> {
         match self {
             Target::Module { interpreter, .. } => Some(interpreter),
             _ => None,
@@ -42,14 +43,14 @@ impl Target {
 
 /// A capability the pod requires, and who requires it (for messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Required {
+pub(crate) struct Required {
     pub name: String,
     pub by: &'static str,
 }
 
 /// `INFERA_VERIFY`: check the selected tree against its integrity record before exec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verify {
+pub(crate) enum Verify {
     Off,
     Size,
     Digest,
@@ -58,7 +59,7 @@ pub enum Verify {
 /// This pod's place in a multi-node group (LeaderWorkerSet's variables, or the launcher's
 /// own options for clusters without it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Group {
+pub(crate) struct Group {
     /// Nodes (pods) in the group, the leader included.
     pub size: u32,
     /// This node's rank: 0 is the leader.
@@ -73,7 +74,7 @@ pub struct Group {
 
 /// What the pod asked for, resolved from argv and environment, every value validated.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub role: Role,
     pub target: Target,
     /// The engine asked for (`--engine`, or the command form's module); None: the one the image has.
@@ -147,22 +148,20 @@ fn worker_pod(shm: Option<crate::cli::Size>, memory: Option<crate::cli::Size>) -
 
 /// `--wait-model SECONDS` (> 0) and how the user set it, for messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelWait {
+pub(crate) struct ModelWait {
     pub seconds: u64,
     pub said: String,
 }
 
 /// Who requires a capability given with `--require`.
-pub const REQUIRE_FLAG: &str = "--require";
+pub(crate) const REQUIRE_FLAG: &str = "--require";
 
 /// `--allow engine-version`: run an engine version no tree is built for, knowingly.
-pub const ENGINE_VERSION: &str = "engine-version";
+pub(crate) const ENGINE_VERSION: &str = "engine-version";
 
 /// Refusals besides the rules' that `--allow` may override: judgements a user can know better
 /// (an engine version, a GPU override, memory arithmetic), never a missing file or device.
-pub const ALLOWABLE: &[&str] = &[ENGINE_VERSION, "gfx-override", "weights-exceed-vram", "kv-cache-no-room"];
-
-pub use crate::error::{UsageError, MAX_GRACE_SECONDS};
+pub(crate) const ALLOWABLE: &[&str] = &[ENGINE_VERSION, "gfx-override", "weights-exceed-vram", "kv-cache-no-room"];
 
 /// The group from the launcher's options, else LeaderWorkerSet's variables.
 fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
@@ -311,7 +310,7 @@ fn required(o: &Options) -> (Vec<Required>, bool) {
 }
 
 /// `net_bind_service,CAP_KILL` → the set, sorted; `none` (or empty) → keep nothing.
-pub fn parse_caps(list: &[String], said: &str) -> Result<Vec<caps::Capability>, UsageError> {
+pub(crate) fn parse_caps(list: &[String], said: &str) -> Result<Vec<caps::Capability>, UsageError> {
     use std::str::FromStr;
     let mut keep = Vec::new();
     for name in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none")) {
@@ -342,7 +341,7 @@ fn volumes(given: &[OsString], said: &str) -> Result<Vec<(PathBuf, PathBuf)>, Us
 }
 
 /// `INFERA_REQUIRE_NATIVE` as the Infera stack reads it: (names, everything?).
-pub fn parse_require_native(value: Option<&str>) -> (Vec<String>, bool) {
+pub(crate) fn parse_require_native(value: Option<&str>) -> (Vec<String>, bool) {
     let v = value.unwrap_or("").trim();
     match v.to_ascii_lowercase().as_str() {
         "" | "0" | "false" | "none" => (Vec::new(), false),
@@ -364,12 +363,12 @@ fn clean(v: Vec<String>) -> Vec<String> {
 
 impl Request {
     /// A subcommand (`worker`, `server`, `check`) and its `--` args.
-    pub fn resolve(role: Role, o: Options, args: Vec<OsString>, env: &Env) -> Result<Request, UsageError> {
+    pub(crate) fn resolve(role: Role, o: Options, args: Vec<OsString>, env: &Env) -> Result<Request, UsageError> {
         Request::build(role, Target::RoleModule, o.engine.engine.engine(), o, args, env)
     }
 
     /// The command form: PROGRAM ARGS as the pod spec wrote them.
-    pub fn from_command(o: Options, command: Vec<OsString>, env: &Env) -> Result<Request, UsageError> {
+    pub(crate) fn from_command(o: Options, command: Vec<OsString>, env: &Env) -> Result<Request, UsageError> {
         let mut words = command.into_iter();
         let program = words.next().unwrap_or_default();
         let rest: Vec<OsString> = words.collect();
@@ -469,7 +468,7 @@ impl Request {
 
     /// The interpreter to look for in the image: INFERA_PYTHON, else the one the command
     /// names (plain `python3` / `python` is the default search anyway).
-    pub fn interpreter(&self) -> Option<&OsStr> {
+    pub(crate) fn interpreter(&self) -> Option<&OsStr> {
         self.python.as_deref().or_else(|| self.target.interpreter().filter(|i| !matches!(i.as_bytes(), b"python3")))
     }
 }

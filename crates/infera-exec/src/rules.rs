@@ -3,7 +3,7 @@
 //! codes) and compiles in, so no start parses it. `plan::args` applies them.
 
 #[derive(Debug, Clone, Copy)]
-pub struct Rule {
+pub(crate) struct Rule {
     pub code: &'static str,
     /// The engines it applies to (empty: every engine).
     pub engines: &'static [&'static str],
@@ -14,7 +14,7 @@ pub struct Rule {
 
 /// Every condition given must hold (see `manifests/rules.toml`).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct When {
+pub(crate) struct When {
     pub model: Option<&'static [Trait]>,
     pub kv_cache_dtype: Option<&'static [&'static str]>,
     pub load_format: Option<&'static [&'static str]>,
@@ -26,7 +26,7 @@ pub struct When {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trait {
+pub(crate) enum Trait {
     Mla,
     Hybrid,
     #[expect(dead_code, reason = "in manifests/rules.toml's vocabulary; no rule names it today")]
@@ -34,7 +34,7 @@ pub enum Trait {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnOff {
+pub(crate) enum OnOff {
     On,
     Off,
 }
@@ -42,12 +42,12 @@ pub enum OnOff {
 include!(concat!(env!("OUT_DIR"), "/rules.rs"));
 
 /// The rules shipped in the binary.
-pub fn shipped() -> &'static [Rule] {
+pub(crate) fn shipped() -> &'static [Rule] {
     SHIPPED
 }
 
 /// The codes of the shipped rules (what `--allow` accepts).
-pub fn codes() -> Vec<&'static str> {
+pub(crate) fn codes() -> Vec<&'static str> {
     SHIPPED.iter().map(|r| r.code).collect()
 }
 

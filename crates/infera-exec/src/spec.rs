@@ -10,7 +10,7 @@ use infera_facts::ser::{os_json, ser_opt_path, ser_os_vec, ser_path, ser_paths};
 use serde::{Serialize, Serializer};
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ExecSpec {
+pub(crate) struct ExecSpec {
     /// The program, as a container path.
     #[serde(serialize_with = "ser_path")]
     pub program: PathBuf,
@@ -57,7 +57,7 @@ pub struct ExecSpec {
 /// loader's order, at most `lead_bytes` ahead of where the engine's loader reads, `ranges`
 /// reads at once. See `crate::prefetch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PrefetchSpec {
+pub(crate) struct PrefetchSpec {
     /// The files, as this launcher opens them (host paths: the container's at root `/`).
     #[serde(serialize_with = "ser_paths")]
     pub files: Vec<PathBuf>,
@@ -74,7 +74,7 @@ pub struct PrefetchSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct InitSpec {
+pub(crate) struct InitSpec {
     /// Forward signals to the child's process group instead of the child alone.
     pub group: bool,
     /// After a forwarded SIGTERM: SIGKILL what is left after this many seconds.
@@ -82,7 +82,7 @@ pub struct InitSpec {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Privileges {
+pub(crate) struct Privileges {
     /// `--drop-caps`: every Linux capability but these is dropped (None: unchanged).
     #[serde(serialize_with = "ser_caps")]
     pub keep_caps: Option<Vec<caps::Capability>>,
@@ -94,7 +94,7 @@ pub struct Privileges {
 /// other failure is logged as a warning and the run goes on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Step {
+pub(crate) enum Step {
     /// A rank > 0 waits until the leader's name resolves (the DNS name of a pod exists only
     /// once the pod has an IP; CoreDNS caches the NXDOMAIN a too early rank would get).
     /// (The standard library's resolver reads this process's /etc/hosts and
@@ -136,12 +136,12 @@ pub enum Step {
 }
 
 /// Variables whose values are not printed (tokens pasted into a bug report leak).
-pub fn is_secret(name: &str) -> bool {
+pub(crate) fn is_secret(name: &str) -> bool {
     let n = name.to_ascii_uppercase();
     ["TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "API_KEY", "ACCESS_KEY"].iter().any(|s| n.contains(s))
 }
 
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 fn ser_env<S: Serializer>(m: &BTreeMap<OsString, OsString>, s: S) -> Result<S::Ok, S::Error> {
     let mut out = serde_json::Map::new();

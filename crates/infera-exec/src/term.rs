@@ -1,15 +1,13 @@
 //! clap's usage errors made safe for a terminal (the rest of the terminal's rules are
 //! `infera_core::term`'s, re-exported here).
 
-pub use infera_core::term::{escape_all, safe};
-
 use std::ffi::OsStr;
 use std::fmt::Write;
 use std::os::unix::ffi::OsStrExt;
 
 /// clap's message for a usage error, with the values it echoes escaped (clap prints them
 /// as given: a newline in `--engine` would start a line of its own). Its own format kept.
-pub fn clap_error(e: &clap::Error) -> String {
+pub(crate) fn clap_error(e: &clap::Error) -> String {
     // One label for what to do, as every refusal says it: clap's `tip:` is our `hint:`.
     let mut text = e.render().to_string().replace("\n  tip: ", "\n  hint: ");
     // clap names no accepted spelling of a boolean: say them.
@@ -27,7 +25,7 @@ pub fn clap_error(e: &clap::Error) -> String {
             _ => Vec::new(),
         };
         for v in values.into_iter().filter(|v| v.chars().any(char::is_control)) {
-            text = text.replace(v, &escape_all(v));
+            text = text.replace(v, &infera_core::term::escape_all(v));
         }
     }
     text
@@ -35,7 +33,7 @@ pub fn clap_error(e: &clap::Error) -> String {
 
 /// Whether stdout and stderr are one place: one terminal, or the same file or pipe
 /// (`> log 2>&1`, `2>&1 | less`), where a text said on both would be read twice.
-pub fn one_place() -> bool {
+pub(crate) fn one_place() -> bool {
     match (rustix::fs::fstat(std::io::stdout()), rustix::fs::fstat(std::io::stderr())) {
         (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
         _ => false,
@@ -44,7 +42,7 @@ pub fn one_place() -> bool {
 
 /// The width a table is fitted to: `COLUMNS` where the shell exports it, else 100 (a report
 /// written to a file or a CI log is read in a window about that wide).
-pub fn columns(env: &infera_facts::envvars::Env) -> usize {
+pub(crate) fn columns(env: &infera_facts::envvars::Env) -> usize {
     infera_facts::envvars::get(env, infera_facts::envvars::COLUMNS)
         .and_then(|v| v.to_str()?.trim().parse::<usize>().ok())
         .filter(|w| (40..=1000).contains(w))
@@ -53,7 +51,7 @@ pub fn columns(env: &infera_facts::envvars::Env) -> usize {
 
 /// Quote for a POSIX shell so the printed command can be pasted; non-UTF-8 bytes use
 /// bash's `$'\xNN'` form so nothing is lost.
-pub fn shell_quote(s: &OsStr) -> String {
+pub(crate) fn shell_quote(s: &OsStr) -> String {
     let b = s.as_bytes();
     if !b.is_empty() && b.iter().all(|c| c.is_ascii_alphanumeric() || b"_-./=:,+@%^".contains(c)) {
         return String::from_utf8_lossy(b).into_owned();

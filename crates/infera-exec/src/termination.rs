@@ -7,19 +7,20 @@
 
 use std::io::Write;
 
-use crate::error::Refusal;
+use infera_core::error::Refusal;
 use infera_facts::envvars::{self as ev, Env};
 
-pub const DEFAULT_PATH: &str = "/dev/termination-log";
+pub(crate) const DEFAULT_PATH: &str = "/dev/termination-log";
 /// The kubelet keeps at most 4096 bytes of a container's message.
-pub const MAX_BYTES: usize = 4096;
+pub(crate) const MAX_BYTES: usize = 4096;
 
 /// The message: short and complete (code, exit code, what, what to do), within the kubelet's limit.
-pub fn message(r: &Refusal) -> String {
-    let mut s = format!("infera-exec refused [{}] (exit {}): {}", r.code, r.exit.code(), crate::term::safe(&r.message));
+pub(crate) fn message(r: &Refusal) -> String {
+    let mut s =
+        format!("infera-exec refused [{}] (exit {}): {}", r.code, r.exit.code(), infera_core::term::safe(&r.message));
     if let Some(h) = &r.hint {
         s.push_str("\nhint: ");
-        s.push_str(&crate::term::safe(h));
+        s.push_str(&infera_core::term::safe(h));
     }
     s.push('\n');
     if s.len() > MAX_BYTES {
@@ -34,7 +35,7 @@ pub fn message(r: &Refusal) -> String {
 }
 
 /// Write the refusal to the termination message file, if there is one to write.
-pub fn write(r: &Refusal, env: &Env) {
+pub(crate) fn write(r: &Refusal, env: &Env) {
     let path = match ev::get(env, ev::INFERA_TERMINATION_LOG) {
         Some(v) if v.is_empty() => return,
         Some(v) => std::path::PathBuf::from(v),
@@ -50,7 +51,7 @@ pub fn write(r: &Refusal, env: &Env) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Exit;
+    use infera_core::error::Exit;
 
     fn refusal(msg: &str) -> Refusal {
         Refusal {

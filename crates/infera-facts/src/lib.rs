@@ -4,8 +4,6 @@
 
 #![forbid(unsafe_code)]
 
-pub use infera_core::{error, exe, pyassign};
-
 pub mod blockdev;
 pub mod devices;
 pub mod dialect;
@@ -43,14 +41,17 @@ use serde::Serialize;
 
 use crate::envvars::{self as ev, get, Env};
 use crate::finding::Finding;
+use crate::gpus::GpuError;
+use crate::gpus::Gpus;
+use crate::python::Python;
+use crate::python::PythonError;
+use crate::rocm::Rocm;
+use crate::rocm::RocmError;
+use crate::site::EngineInstall;
+use crate::site::SiteIndex;
+use crate::torch::Torch;
+use infera_core::exe::{self, ExecFile};
 use infera_core::rootfs::{self, Place, Root};
-
-pub use exe::ExecFile;
-pub use gpus::{GpuError, GpuSource, Gpus};
-pub use python::{Python, PythonError};
-pub use rocm::{Rocm, RocmError};
-pub use site::{EngineInstall, SiteIndex};
-pub use torch::Torch;
 
 #[derive(Debug, Clone)]
 pub struct Facts {

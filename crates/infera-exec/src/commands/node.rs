@@ -2,8 +2,9 @@
 
 use crate::answer::{emit, refuse};
 use crate::cli;
-use crate::error::{self, Exit, Refusal};
-use crate::{plan, report, term};
+use crate::error::{self};
+use crate::{plan, report};
+use infera_core::error::{Exit, Refusal};
 use infera_facts::envvars::Env;
 
 /// `node`: this node's profile (root `/`), as JSON or YAML with its findings, or as text
@@ -13,10 +14,13 @@ pub(crate) fn node_profile(output: cli::NodeOutput, name: Option<String>, env: &
     let root = infera_core::rootfs::Root::new(std::path::Path::new("/"));
     let name = name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty());
     if let Some(n) = name.as_ref().filter(|n| !infera_facts::node::is_node_name(n)) {
-        return refuse(&Refusal::from(error::UsageError::NodeName { name: term::escape_all(n).into_owned() }), env);
+        return refuse(
+            &Refusal::from(error::UsageError::NodeName { name: infera_core::term::escape_all(n).into_owned() }),
+            env,
+        );
     }
     let Some(mut node) = infera_facts::node::gather(&root, name) else {
-        return refuse(&error::internal("the node at root `/` cannot be read"), env);
+        return refuse(&infera_core::error::internal("the node at root `/` cannot be read"), env);
     };
     let (findings, refusal) = plan::node_findings(&node);
     node.findings.extend(findings);
@@ -46,4 +50,3 @@ pub(crate) fn node_profile(output: cli::NodeOutput, name: Option<String>, env: &
         None => Exit::Ok.code(),
     }
 }
-

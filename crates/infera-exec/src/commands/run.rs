@@ -5,12 +5,14 @@ use std::ffi::OsString;
 use std::io::Write;
 
 use crate::answer::{emit, refuse, refuse_in};
+use crate::choices::Role;
 use crate::cli::Output;
 use crate::commands::check;
-use crate::error::{self, Exit};
+use crate::error::{self};
 use crate::gather::{given_nodes, load_overlay, wait_for_model, Gathered};
-use crate::request::{Request, Role};
+use crate::request::Request;
 use crate::{choices, exec, init, plan, report, term};
+use infera_core::error::Exit;
 use infera_facts::envvars::Env;
 
 /// The launch, in the order data flows: request → image facts → engine (decided once) →
@@ -28,7 +30,7 @@ pub(crate) fn launch(req: &Request, env: &Env) -> i32 {
         return check::run(req, env, given);
     }
     if given.nodes.len() > 1 {
-        return refuse_in(&error::Refusal::from(error::UsageError::NodeMany), req.output, env);
+        return refuse_in(&infera_core::error::Refusal::from(error::UsageError::NodeMany), req.output, env);
     }
     let mut g = match Gathered::read(req, env, req.image.image.first().map(OsString::as_os_str), &given.nodes) {
         Ok(g) => g,
@@ -40,9 +42,9 @@ pub(crate) fn launch(req: &Request, env: &Env) -> i32 {
     g.read_models(req);
     let (overlay, opts) = load_overlay(req);
     let Some(node) = g.nodes.first() else {
-        return refuse_in(&error::internal("no node to plan for"), req.output, env);
+        return refuse_in(&infera_core::error::internal("no node to plan for"), req.output, env);
     };
-    let choice = plan::TreeChoice::of(req.family.as_deref());
+    let choice = plan::select::TreeChoice::of(req.family.as_deref());
     g.with_plan(req, &choice, node, &overlay, &opts, |plan| {
         if req.dry_run {
             return print_plan(plan, req, &g.env);
@@ -57,14 +59,19 @@ fn print_plan(plan: &plan::Plan, req: &Request, env: &Env) -> i32 {
         Output::Json | Output::Yaml => {
             match report::json(plan).and_then(|j| report::structured(j, req.output == Output::Yaml)) {
                 Ok(text) => text,
-                Err(e) => return refuse(&error::internal(&format!("the plan cannot be written as JSON: {e}")), env),
+                Err(e) => {
+                    return refuse(
+                        &infera_core::error::internal(&format!("the plan cannot be written as JSON: {e}")),
+                        env,
+                    )
+                }
             }
         }
         // JUnit is the matrix's (`check::wanted`): a single plan is never asked for in it.
         Output::Text | Output::Junit | Output::Affinity => {
             // Where stdout and stderr go to one place (a terminal, `> log 2>&1`, one pipe) the
             // refusal is said once, on stderr with its hint.
-            term::safe(&report::text(plan, req.role == Role::Check, !term::one_place())).into_owned()
+            infera_core::term::safe(&report::text(plan, req.role == Role::Check, !term::one_place())).into_owned()
         }
     };
     match (&plan.error, emit(&text)) {

@@ -1,7 +1,7 @@
 //! `infera-exec --version`.
 
-use crate::error::Refusal;
 use crate::support;
+use infera_core::error::Refusal;
 use infera_facts::envvars::Env;
 
 /// `--version`: the launcher, the commit it was built from, and the overlay it would use
@@ -22,4 +22,3 @@ pub(crate) fn version_text(env: &Env) -> String {
         }
     }
 }
-

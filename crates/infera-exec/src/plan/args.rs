@@ -15,14 +15,14 @@ use infera_facts::dialect::{self, Parsed, Setting};
 use infera_facts::engines::{Engine, Opt};
 use infera_facts::envvars::{self as ev, Env};
 
-use crate::error::Refusal;
 use crate::rules::{OnOff, Trait, When};
+use infera_core::error::Refusal;
 use infera_facts::finding::Finding;
 use infera_facts::model::{Model, ModelFacts};
 use infera_facts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum ArgsError {
+pub(crate) enum ArgsError {
     /// A rule of `manifests/rules.toml` fired.
     #[error("{message}")]
     #[refuse(code = code, exit = Refused, hint = hint)]
@@ -90,16 +90,16 @@ pub enum ArgsError {
 /// The most nodes a group of one model spans (a LeaderWorkerSet group, a Ray cluster): sizes
 /// past it, or past [`MAX_WORLD`] GPUs, are no deployment's, and are refused before any
 /// arithmetic on them.
-pub const MAX_NODES: u64 = 1024;
+pub(crate) const MAX_NODES: u64 = 1024;
 /// The most GPUs a layout names: a node's most ([`infera_facts::node::MAX_GPUS`]) on each of
 /// [`MAX_NODES`] nodes.
-pub const MAX_WORLD: u64 = infera_facts::node::MAX_GPUS as u64 * MAX_NODES;
+pub(crate) const MAX_WORLD: u64 = infera_facts::node::MAX_GPUS as u64 * MAX_NODES;
 
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub req: &'a Request,
     pub facts: &'a Facts,
     /// The GPUs the run may use (the pod's environment, else the node).
-    pub gpus: &'a Result<infera_facts::Gpus, infera_facts::GpuError>,
+    pub gpus: &'a Result<infera_facts::gpus::Gpus, infera_facts::gpus::GpuError>,
     /// The model the args name, read from its config.json.
     pub models: &'a std::collections::BTreeMap<OsString, ModelFacts>,
     pub engine: Engine,
@@ -113,7 +113,7 @@ pub struct Ctx<'a> {
 
 /// The args as the defaults see them: an option an unknown arg may be meant as counts as set
 /// (to a value the launcher does not know), so no default is added beside it.
-pub fn with_unreadable(parsed: &Parsed, opts: &[Opt]) -> Parsed {
+pub(crate) fn with_unreadable(parsed: &Parsed, opts: &[Opt]) -> Parsed {
     let mut p = parsed.clone();
     for o in opts {
         p.opts.entry(*o).or_insert(dialect::Occurrence {
@@ -141,7 +141,7 @@ struct Effective<'a> {
 }
 
 /// What the engine will run with, as far as the node's checks need it.
-pub struct Applied<'a> {
+pub(crate) struct Applied<'a> {
     /// The args to append (in order) after the user's.
     pub added: Vec<OsString>,
     /// Tensor and pipeline parallel sizes (None: the engine's default, 1).
@@ -151,7 +151,7 @@ pub struct Applied<'a> {
 }
 
 /// The args to append after the user's and what they make the engine run with, or the refusal.
-pub fn apply<'a>(ctx: &Ctx<'a>, findings: &mut Vec<Finding>) -> Result<Applied<'a>, Refusal> {
+pub(crate) fn apply<'a>(ctx: &Ctx<'a>, findings: &mut Vec<Finding>) -> Result<Applied<'a>, Refusal> {
     let rules = crate::rules::shipped();
     let gpus = ctx.gpus.as_ref().map_err(Clone::clone)?.count;
     let ints = Ints::read(ctx, findings)?;
@@ -370,7 +370,7 @@ fn config_made_explicit(ctx: &Ctx, added: &mut Vec<OsString>, findings: &mut Vec
 
 /// Abbreviated options: ambiguous ones refused as the engine's parser refuses them; the
 /// others said, with whether the engine's full option list confirmed them.
-pub fn abbreviations(
+pub(crate) fn abbreviations(
     e: Engine,
     version: Option<&str>,
     list: Option<&infera_facts::engines::OptionList>,
@@ -416,7 +416,7 @@ fn volume_of(path: &std::path::Path) -> PathBuf {
 
 /// How the model wait went, for a model still missing: with --wait-model a real run refuses
 /// only once the wait is over.
-pub fn waited(req: &Request) -> String {
+pub(crate) fn waited(req: &Request) -> String {
     match &req.wait_model {
         None => String::new(),
         Some(w) if req.dry_run => format!(" (a real run waits up to {} s for it: {})", w.seconds, w.said),
@@ -425,7 +425,7 @@ pub fn waited(req: &Request) -> String {
 }
 
 /// What the engine's parser exits 2 without, given neither in the args nor their `--config`.
-pub fn required(e: Engine, parsed: &Parsed) -> Result<(), ArgsError> {
+pub(crate) fn required(e: Engine, parsed: &Parsed) -> Result<(), ArgsError> {
     for (opt, says) in e.info().requires {
         if parsed.get(*opt).is_none() {
             let option = (e.info().spell)(*opt).and_then(|s| s.names().next()).unwrap_or_default();
@@ -438,7 +438,7 @@ pub fn required(e: Engine, parsed: &Parsed) -> Result<(), ArgsError> {
 /// The router's tokenizer path, when it is one: missing at the image's root it is refused
 /// as a worker's model is (the router would try to download a path); under `--root` (a
 /// volume in the pod) it is a warning.
-pub fn tokenizer(
+pub(crate) fn tokenizer(
     req: &Request,
     facts: &Facts,
     models: &BTreeMap<OsString, ModelFacts>,
@@ -504,7 +504,7 @@ fn help(e: Engine, raw: &[u8], i: usize, findings: &mut Vec<Finding>) -> bool {
     true
 }
 
-pub fn unknown_options(
+pub(crate) fn unknown_options(
     e: Engine,
     version: Option<&str>,
     exact: Option<&infera_facts::engines::OptionList>,
@@ -674,7 +674,7 @@ fn closest(e: Engine, name: &str, names: &[&str]) -> Meant {
 /// not: an abbreviation (infera.engine.vllm: allow_abbrev=False), and for vLLM
 /// `--under_scores` and dotted `--json-option.key` (FlexibleArgumentParser forms). A
 /// `--config` file is read by the engine itself, so its keys keep the engine's dialect.
-pub fn wrapper_dialect(
+pub(crate) fn wrapper_dialect(
     e: Engine,
     module: &'static str,
     args: &[std::ffi::OsString],

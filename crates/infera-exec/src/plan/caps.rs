@@ -13,18 +13,19 @@ use infera_facts::dialect::Parsed;
 use infera_facts::engines::{Engine, Opt};
 use infera_facts::envvars::Env;
 
-use crate::error::Refusal;
 use crate::request::Request;
+use infera_core::error::Refusal;
 use infera_facts::finding::Finding;
-use infera_facts::SiteIndex;
-use infera_facts::{Facts, Rocm};
+use infera_facts::rocm::Rocm;
+use infera_facts::site::SiteIndex;
+use infera_facts::Facts;
 use infera_overlay::manifest::Prefer;
 use infera_overlay::overlay::{Dist, Overlay, Presence, Tree};
 
 /// Which copy of a capability's modules the child imports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Copy {
+pub(crate) enum Copy {
     /// The tree's (its own directory, when it has one, goes on PYTHONPATH).
     Tree,
     /// The engine image's own: the tree's, in its own directory, stays off the path.
@@ -33,7 +34,7 @@ pub enum Copy {
 
 /// Where the child imports a capability from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Import {
+pub(crate) struct Import {
     pub copy: Copy,
     /// The directory the child finds the capability's package in (container path).
     #[serde(serialize_with = "infera_facts::ser::ser_path")]
@@ -43,7 +44,7 @@ pub struct Import {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct CapRow {
+pub(crate) struct CapRow {
     pub name: String,
     pub requested: bool,
     /// Why it is requested: `--require`, or the engine flag that implies it.
@@ -58,7 +59,7 @@ pub struct CapRow {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum CapError {
+pub(crate) enum CapError {
     #[error("capability `{name}` (requested by {by}) cannot be supplied: {reason}; trees that provide it: {}", if providers.is_empty() { "none".to_string() } else { providers.join(", ") })]
     #[refuse(
         code = "capability-unavailable",
@@ -89,7 +90,7 @@ pub enum CapError {
 }
 
 /// The capabilities a set of engine args implies, with the flag that implies each.
-pub fn implied(
+pub(crate) fn implied(
     engine: Engine,
     args: &[std::ffi::OsString],
     parsed: &Parsed,
@@ -144,7 +145,7 @@ fn collect_connectors(v: &serde_json::Value, out: &mut Vec<String>) {
 
 /// One row per capability the tree declares or the pod requests; refuses the first
 /// requested one the tree cannot supply.
-pub fn rows(
+pub(crate) fn rows(
     req: &Request,
     overlay: &Overlay,
     tree: &Tree,
@@ -286,7 +287,7 @@ fn provided(
 
 /// Fill `usable` for the provided capabilities; refuse a requested one that cannot work
 /// here. The process judged is the engine's: after `--drop-caps`, not before.
-pub fn usability(
+pub(crate) fn usability(
     rows: &mut [CapRow],
     keep_caps: Option<&[caps::Capability]>,
     facts: &Facts,
@@ -324,9 +325,9 @@ pub fn usability(
 /// mooncake-transfer-engine-rocm: a tree that silently replaced it under the engine's own
 /// MooncakeConnector would run a build the engine was not tested with).
 /// Which copy of each capability module the child imports, by capability name.
-pub type Copies = BTreeMap<String, Import>;
+pub(crate) type Copies = BTreeMap<String, Import>;
 
-pub fn copies(tree: &Tree, site: &SiteIndex, findings: &mut Vec<Finding>) -> Copies {
+pub(crate) fn copies(tree: &Tree, site: &SiteIndex, findings: &mut Vec<Finding>) -> Copies {
     let mut out = BTreeMap::new();
     for (name, cap) in &tree.manifest.capabilities {
         let mut tops: Vec<&str> = cap.modules.iter().filter_map(|m| m.split('.').next()).collect();

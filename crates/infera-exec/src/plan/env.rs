@@ -9,7 +9,7 @@ use infera_facts::envvars::{self as ev, Env};
 use infera_facts::finding::Finding;
 use infera_overlay::overlay::Tree;
 
-pub struct ChildEnv {
+pub(super) struct ChildEnv {
     /// Complete: what the child's environment will be.
     pub env: BTreeMap<OsString, OsString>,
     /// The names the launcher set or changed, in the order it did.
@@ -17,7 +17,7 @@ pub struct ChildEnv {
 }
 
 impl ChildEnv {
-    pub fn put(&mut self, k: &str, v: OsString) {
+    pub(super) fn put(&mut self, k: &str, v: OsString) {
         self.env.insert(k.into(), v);
         if !self.set.iter().any(|x| x == k) {
             self.set.push(k.to_string());
@@ -38,7 +38,7 @@ fn prepend(dirs: &[PathBuf], old: Option<&OsString>) -> OsString {
 }
 
 /// `caps`: the capability directories the child imports from (the tree's copies).
-pub fn child_env(tree: &Tree, caps: &[PathBuf], env: &Env, findings: &mut Vec<Finding>) -> ChildEnv {
+pub(super) fn child_env(tree: &Tree, caps: &[PathBuf], env: &Env, findings: &mut Vec<Finding>) -> ChildEnv {
     let mut out = ChildEnv { env: env.clone(), set: Vec::new() };
     let p = &tree.paths;
     let site: Vec<PathBuf> = p.site.iter().chain(caps).cloned().collect();

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use thiserror::Error;
 
-use crate::error::Refusal;
+use infera_core::error::Refusal;
 use infera_exec_derive::Refuse;
 use infera_facts::devices::{gfx_name, Gpu};
 use infera_facts::engines::Engine;
@@ -18,7 +18,7 @@ use infera_facts::node::NodeFacts;
 use infera_facts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum GpuError {
+pub(crate) enum GpuError {
     #[error(
         "{package}'s `{path}` has GPU code for {has}{sampled} but this node's GPUs are {node}: \
          the engine would fail at its first kernel with `HIP error: invalid device function`"
@@ -55,7 +55,7 @@ pub enum GpuError {
 /// A node a GPU engine can run on lists a GPU. (At root `/` a machine without GPUs is still
 /// planned for, with `gpus-not-present` where the pod expects some: the tests' own machines
 /// have none.)
-pub fn present(n: &NodeFacts) -> Result<(), GpuError> {
+pub(crate) fn present(n: &NodeFacts) -> Result<(), GpuError> {
     if !n.gpus.is_empty() {
         return Ok(());
     }
@@ -78,19 +78,19 @@ const GENERIC: &[(&str, &[&str])] = &[
 /// Code built for `processor` runs on `gpu`: the same processor, or a generic one covering
 /// it. (The xnack/sramecc modes a target id may fix are not compared: the node's modes are
 /// not read, and a target without them runs in either.)
-pub fn runs_on(processor: &str, gpu: &str) -> bool {
+pub(crate) fn runs_on(processor: &str, gpu: &str) -> bool {
     processor == gpu || GENERIC.iter().any(|(g, covers)| *g == processor && covers.contains(&gpu))
 }
 
 /// The node's GPUs this run may use: on the node itself, those whose render node the
 /// container was given (sysfs lists every GPU of the node); a profile's, all of them.
-pub fn allocated<'a>(node: &'a NodeFacts, facts: &Facts) -> Vec<&'a Gpu> {
+pub(crate) fn allocated<'a>(node: &'a NodeFacts, facts: &Facts) -> Vec<&'a Gpu> {
     let present = facts.host.as_ref().filter(|_| node.live).map(|h| h.devices.render_minors()).unwrap_or_default();
     node.gpus.iter().filter(|g| present.is_empty() || g.render_minor.is_some_and(|m| present.contains(&m))).collect()
 }
 
 /// The allocated GPUs' processors.
-pub fn processors(gpus: &[&Gpu]) -> BTreeSet<String> {
+pub(crate) fn processors(gpus: &[&Gpu]) -> BTreeSet<String> {
     gpus.iter().filter_map(|g| g.gfx.clone()).collect()
 }
 
@@ -108,7 +108,7 @@ fn libs_of(facts: &Facts, engine: Engine) -> impl Iterator<Item = &GpuLib> {
     facts.gpu_code.iter().filter(move |l| l.package == engine.name() || !matches!(l.package, "vllm" | "sglang"))
 }
 
-pub fn check(
+pub(crate) fn check(
     facts: &Facts,
     on: Option<&NodeFacts>,
     engine: Engine,
@@ -263,7 +263,7 @@ fn library(
 }
 
 /// Node settings that shrink or hang GPUs, as warnings (the pod cannot change them).
-pub fn settings(d: &NodeFacts, node: &BTreeSet<String>, findings: &mut Vec<Finding>) {
+pub(crate) fn settings(d: &NodeFacts, node: &BTreeSet<String>, findings: &mut Vec<Finding>) {
     let split: Vec<String> = d
         .gpus
         .iter()

@@ -9,7 +9,7 @@ const MAX_HEADS: u64 = 1 << 16;
 /// of it, so that the hint does not lead into `kv-cache-no-room`), as a tensor parallel size
 /// the model's attention heads allow (one that divides them: a hint to 5 GPUs for 64 heads
 /// would only lead to `tp-does-not-divide-heads`); and what says so.
-pub fn need(bytes: u64, room: u64, heads: Option<u64>) -> (u64, String) {
+pub(super) fn need(bytes: u64, room: u64, heads: Option<u64>) -> (u64, String) {
     // The weights and at least a little KV cache: strictly more room than the bytes.
     let least = (bytes / room.max(1)).saturating_add(1);
     match heads.filter(|h| *h >= least && *h <= MAX_HEADS) {

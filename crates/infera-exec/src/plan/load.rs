@@ -24,7 +24,7 @@ use infera_facts::storage::{Filesystem, PodMemory};
 
 /// How the storage under the model is read by the engines' loaders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
+pub(crate) enum Class {
     /// A local disk (or memory): the kernel's own read-ahead keeps up with the loader.
     Local,
     /// A shared filesystem vLLM prefetches on by itself from this version.
@@ -40,7 +40,7 @@ pub enum Class {
 /// waits on: a disk of the machine answers a 4 KiB read in about 100 µs, storage over a
 /// network in 0.5 to 2 ms. A fast device misjudged costs little: the read-ahead backs off by
 /// itself where its reads are not ahead of the loader (`crate::prefetch`).
-pub const SLOW_MICROS: u64 = 400;
+pub(crate) const SLOW_MICROS: u64 = 400;
 /// Reads in flight this many times as fast as the loader's one at a time is storage a loader
 /// waits on, whatever its latency or its pace in order: a virtual disk backed by a host's
 /// file or a network volume answers one request in 100–300 µs, but many at once far faster
@@ -49,18 +49,18 @@ pub const SLOW_MICROS: u64 = 400;
 /// 3.0–7.5 s of load for 4 GiB and `--prefetch on` 2.9–3.9 s (BENCHMARKS.md); a disk
 /// misjudged costs nothing measurable (on the root's device the read-ahead starts with the
 /// loader, so the engine's imports do not queue behind it).
-pub const IN_FLIGHT_GAIN: f64 = 1.25;
+pub(crate) const IN_FLIGHT_GAIN: f64 = 1.25;
 /// A cold read answered faster than this came from memory, not from a device (pages another
 /// process keeps mapped are not dropped; a sparse file's holes are zeros): the probe says
 /// nothing about the storage, and the loader will find the same pages.
-pub const MEMORY_MICROS: u64 = 30;
+pub(crate) const MEMORY_MICROS: u64 = 30;
 /// A read cap on the pod's cgroup below these is storage a loader waits on (a local NVMe
 /// drive reads several GB/s and hundreds of thousands of requests a second).
-pub const SLOW_BPS: u64 = 1_000_000_000;
-pub const SLOW_IOPS: u64 = 20_000;
+pub(crate) const SLOW_BPS: u64 = 1_000_000_000;
+pub(crate) const SLOW_IOPS: u64 = 20_000;
 
 /// The storage's class and what says so.
-pub fn class(fs: &Filesystem) -> (Class, String) {
+pub(crate) fn class(fs: &Filesystem) -> (Class, String) {
     use infera_facts::blockdev::Medium;
     let said = |what: String| format!("{} ({}): {what}", fs.fstype, fs.mount_point.display());
     match fs.fstype.as_str() {
@@ -131,14 +131,14 @@ fn at_least(v: &Version, s: &str) -> bool {
 /// What the plan does for the weight load: the engine's flags to add, and the launcher's
 /// own read-ahead.
 #[derive(Debug, Default)]
-pub struct Load {
+pub(crate) struct Load {
     pub added: Vec<OsString>,
     pub prefetch: Option<PrefetchSpec>,
 }
 
 /// The engine's load flags and the launcher's read-ahead, with the findings that say why
 /// (or why nothing).
-pub fn plan(
+pub(crate) fn plan(
     engine: Engine,
     version: Option<&str>,
     parsed: &Parsed,

@@ -11,7 +11,7 @@ use thiserror::Error;
 
 use super::args::Applied;
 use super::share::Share;
-use crate::error::Refusal;
+use infera_core::error::Refusal;
 use infera_exec_derive::Refuse;
 use infera_facts::dialect::Parsed;
 use infera_facts::engines::{Engine, Opt};
@@ -20,13 +20,13 @@ use infera_facts::Facts;
 
 /// Below this, a group of more than one rank on the node is refused: Docker's and
 /// Kubernetes' 64 MiB default is the case it catches.
-pub const SHM_FLOOR: u64 = 256 << 20;
+pub(crate) const SHM_FLOOR: u64 = 256 << 20;
 /// What each local rank is given room for: vLLM's message queues and RCCL's buffers come to
 /// about 1 GiB at TP 8 with vLLM's defaults.
-pub const SHM_PER_RANK: u64 = 128 << 20;
+pub(crate) const SHM_PER_RANK: u64 = 128 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum MemoryError {
+pub(crate) enum MemoryError {
     #[error(
         "the weights of {model} are {bytes} ({from}); over TP {tp} × PP {pp} that is {per_gpu} per GPU, more \
          than a GPU's {vram} ({gpu}): the load would fail with a HIP out-of-memory error"
@@ -90,20 +90,20 @@ pub enum MemoryError {
     ShmTooSmall { size: String, pod: String, ranks: u64, estimate: String },
 }
 
-pub fn gib(b: u64) -> String {
+pub(crate) fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
 /// What the memory checks read of the plan: the engine (and its release), its args as
 /// parsed, and what the launcher applied.
-pub struct Run<'a> {
+pub(crate) struct Run<'a> {
     pub engine: Engine,
     pub version: Option<&'a str>,
     pub parsed: &'a Parsed,
     pub applied: &'a Applied<'a>,
 }
 
-pub fn check(
+pub(crate) fn check(
     facts: &Facts,
     on: Option<&infera_facts::node::NodeFacts>,
     run: &Run,
@@ -167,7 +167,7 @@ fn shm(node: &infera_facts::node::NodeFacts, local: u64, findings: &mut Vec<Find
     Ok(())
 }
 
-pub fn gib_or_mib(b: u64) -> String {
+pub(crate) fn gib_or_mib(b: u64) -> String {
     if b < 1 << 30 {
         format!("{} MiB", b >> 20)
     } else {

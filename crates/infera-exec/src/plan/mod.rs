@@ -10,9 +10,9 @@ mod layout;
 pub(crate) mod load;
 pub(crate) mod memory;
 pub(crate) mod node;
-pub mod pd;
+pub(crate) mod pd;
 pub(crate) mod program;
-pub mod ranks;
+pub(crate) mod ranks;
 pub(crate) mod safety;
 pub(crate) mod select;
 mod share;
@@ -29,12 +29,13 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-pub use caps::{CapRow, Copy};
 use program::ProgramError;
 
-use crate::error::Refusal;
-use crate::request::{Request, UsageError};
+use crate::error::UsageError;
+use crate::plan::caps::CapRow;
+use crate::request::Request;
 use crate::spec::ExecSpec;
+use infera_core::error::Refusal;
 use infera_facts::envvars::Env;
 use infera_facts::finding::Finding;
 use infera_facts::model::ModelFacts;
@@ -42,14 +43,14 @@ use infera_facts::{Facts, FactsView};
 use infera_overlay::overlay::Overlay;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct EngineView {
+pub(crate) struct EngineView {
     pub name: &'static str,
     pub version: Option<String>,
     pub module: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Plan<'a> {
+pub(crate) struct Plan<'a> {
     pub role: &'static str,
     pub family: Option<String>,
     #[serde(serialize_with = "infera_facts::ser::ser_opt_path")]
@@ -70,7 +71,7 @@ pub struct Plan<'a> {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct GroupView {
+pub(crate) struct GroupView {
     pub size: u32,
     pub rank: u32,
     pub leader: Option<String>,
@@ -78,7 +79,7 @@ pub struct GroupView {
 }
 
 /// Everything the plan is made of, read before it: it reads no file.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     pub req: &'a Request,
     pub facts: &'a Facts,
     /// The engine the run starts, decided once (None: the router, or another program).
@@ -97,25 +98,23 @@ pub struct Inputs<'a> {
     /// The node judged against: this one at root `/`, `--node`'s, or none (an image root).
     pub node: Option<&'a infera_facts::node::NodeFacts>,
     /// The GPUs the run may use: the pod's environment's count, else the node's.
-    pub gpus: &'a Result<infera_facts::Gpus, infera_facts::GpuError>,
+    pub gpus: &'a Result<infera_facts::gpus::Gpus, infera_facts::gpus::GpuError>,
 }
 
 /// The tree the run uses with its facts (its files' walk, its modules, its integrity
 /// check), the image's copies of the tree's top-level modules, and what the selection said.
 #[derive(Debug, Clone)]
-pub struct Selected {
+pub(crate) struct Selected {
     pub tree: infera_overlay::overlay::Tree,
-    pub site: infera_facts::SiteIndex,
+    pub site: infera_facts::site::SiteIndex,
     pub findings: Vec<Finding>,
 }
-
-pub use select::{engine as decide_engine, tree as select_tree, TreeChoice};
 
 /// What in a node would fail or slow any engine, judged without an image (`infera-exec
 /// node`): the refusal of a node no GPU engine can run on (no GPU listed), and the warnings:
 /// partitions, NUMA balancing, the driver. (The /dev/shm of the pod that ran it is that
 /// pod's, not a worker's: not judged here.)
-pub fn node_findings(node: &infera_facts::node::NodeFacts) -> (Vec<Finding>, Option<Refusal>) {
+pub(crate) fn node_findings(node: &infera_facts::node::NodeFacts) -> (Vec<Finding>, Option<Refusal>) {
     let mut f = Vec::new();
     if !node.driver_loaded {
         f.push(Finding::warn("node-no-driver", "no amdgpu driver is loaded (no /sys/module/amdgpu)"));
@@ -124,7 +123,7 @@ pub fn node_findings(node: &infera_facts::node::NodeFacts) -> (Vec<Finding>, Opt
     (f, gpu::present(node).err().map(Refusal::from))
 }
 
-pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
+pub(crate) fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
     let mut p = Plan {
         role: inp.req.role.name(),
         family: None,
@@ -157,7 +156,7 @@ pub fn plan<'a>(inp: &Inputs<'a>) -> Plan<'a> {
 }
 
 /// The warnings the pod accepts (`--allow`), marked with why: they stay in the plan.
-pub fn accept(findings: &mut [Finding], req: &Request) {
+pub(crate) fn accept(findings: &mut [Finding], req: &Request) {
     for f in findings.iter_mut().filter(|f| f.level == infera_facts::finding::Level::Warn) {
         if let Some(why) = req.allow_why.get(&f.code) {
             f.accepted = Some(why.clone());
@@ -168,7 +167,7 @@ pub fn accept(findings: &mut [Finding], req: &Request) {
 /// What the stages of a plan share once the tree and the target are known.
 struct Stage<'a> {
     inp: &'a Inputs<'a>,
-    python: &'a infera_facts::Python,
+    python: &'a infera_facts::python::Python,
     overlay: &'a Overlay,
     tree: &'a infera_overlay::overlay::Tree,
     run: select::Run<'a>,
@@ -188,7 +187,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let rocm = facts.rocm.as_ref().map_err(Clone::clone)?;
     let overlay = inp.overlay.as_ref().map_err(Clone::clone)?;
     let selected =
-        inp.selected.ok_or_else(|| crate::error::internal("no tree selected"))?.as_ref().map_err(Clone::clone)?;
+        inp.selected.ok_or_else(|| infera_core::error::internal("no tree selected"))?.as_ref().map_err(Clone::clone)?;
     p.findings.extend(selected.findings.iter().cloned());
     let (tree, site) = (&selected.tree, &selected.site);
     p.family = Some(tree.family.clone());
@@ -441,7 +440,7 @@ fn exec_spec(st: &Stage, copies: &caps::Copies, added: Vec<OsString>, p: &mut Pl
 /// in place) a real run execs the image's interpreter file from this host, resolved inside
 /// the root (a venv's link may be absolute and would point at the host's own python), with
 /// the name (a venv's python) as argv[0], where CPython looks for pyvenv.cfg.
-type Command<'a> = (PathBuf, Option<PathBuf>, Option<PathBuf>, Vec<OsString>, Option<&'a infera_facts::ExecFile>);
+type Command<'a> = (PathBuf, Option<PathBuf>, Option<PathBuf>, Vec<OsString>, Option<&'a infera_core::exe::ExecFile>);
 
 fn command<'a>(st: &Stage<'a>, p: &mut Plan) -> Command<'a> {
     let (req, facts, python) = (st.inp.req, st.inp.facts, st.python);
@@ -518,7 +517,11 @@ fn args_digest(e: infera_facts::engines::Engine, args: &[OsString], added: &[OsS
 
 /// GPUs allocated by the visible-devices variables but no device nodes: a warning, so
 /// CPU-only test machines keep working.
-fn gpu_presence(facts: &Facts, gpus: &Result<infera_facts::Gpus, infera_facts::GpuError>, findings: &mut Vec<Finding>) {
+fn gpu_presence(
+    facts: &Facts,
+    gpus: &Result<infera_facts::gpus::Gpus, infera_facts::gpus::GpuError>,
+    findings: &mut Vec<Finding>,
+) {
     let (Some(h), Ok(g)) = (facts.host.as_ref(), gpus.as_ref()) else { return };
     if g.source.from_env() && g.count.unwrap_or(0) > 0 && !h.kfd && h.render_nodes == 0 {
         findings.push(Finding::warn(

@@ -13,7 +13,7 @@ use infera_facts::net::Iface;
 use infera_facts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum NodeError {
+pub(crate) enum NodeError {
     #[error("VLLM_PORT=`{value}` is not a port number; vLLM refuses it when it starts")]
     #[refuse(
         code = "vllm-port-invalid",
@@ -44,7 +44,7 @@ pub enum NodeError {
 
 /// The engine needs read-write access to /dev/kfd and its GPUs' render nodes: a node present
 /// that this uid cannot open is refused now rather than as "no ROCm-capable device" later.
-pub fn devices(facts: &Facts) -> Result<(), NodeError> {
+pub(crate) fn devices(facts: &Facts) -> Result<(), NodeError> {
     let Some(h) = &facts.host else { return Ok(()) };
     let denied: Vec<_> = h.devices.denied().collect();
     let Some(first) = denied.first() else { return Ok(()) };
@@ -64,7 +64,12 @@ pub fn devices(facts: &Facts) -> Result<(), NodeError> {
 }
 
 /// `engine`: the one the request names; with `auto`, each engine the image has.
-pub fn check(engine: Option<Engine>, facts: &Facts, env: &Env, findings: &mut Vec<Finding>) -> Result<(), NodeError> {
+pub(crate) fn check(
+    engine: Option<Engine>,
+    facts: &Facts,
+    env: &Env,
+    findings: &mut Vec<Finding>,
+) -> Result<(), NodeError> {
     let var = |k: &str| ev::get(env, k).map(|v| v.to_string_lossy().into_owned());
     let engines: Vec<Engine> = match engine {
         Some(e) => vec![e],

@@ -17,7 +17,7 @@ use infera_facts::net::{unreachable_host, unusable_gid};
 use infera_facts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum PdError {
+pub(crate) enum PdError {
     #[error("{flag}: `{device}` is not an RDMA device of this node (under /sys/class/infiniband: {})", if have.is_empty() { "none".to_string() } else { have.join(", ") })]
     #[refuse(code = "ib-device-missing", exit = Refused, hint = "name a device of the node (`ibv_devices`), and give the pod /dev/infiniband (the RDMA device plugin)")]
     IbDevice { flag: String, device: String, have: Vec<String> },
@@ -42,7 +42,7 @@ pub enum PdError {
 /// `kv_producer`/`kv_consumer`; `kv_both` is a MIXED worker to the router).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Role {
+pub(crate) enum Role {
     Prefill,
     Decode,
 }
@@ -65,7 +65,7 @@ impl Role {
 /// wildcard or loopback address is refused for a disaggregated worker (as the wrapper does
 /// after its imports) and an info finding otherwise. Returns the published host.
 /// `defaults`: false when a `--config` file could not be read (it may set `host`).
-pub fn advertise(
+pub(crate) fn advertise(
     e: Engine,
     p: &Parsed,
     role: Option<Role>,
@@ -123,7 +123,7 @@ pub fn advertise(
 }
 
 /// The role infera's wrapper registers this worker with (None: MIXED).
-pub fn role(e: Engine, args: &[std::ffi::OsString], p: &Parsed) -> Option<Role> {
+pub(crate) fn role(e: Engine, args: &[std::ffi::OsString], p: &Parsed) -> Option<Role> {
     let r = e.info().pd_role;
     let json;
     let value = match r.json_key {
@@ -144,7 +144,7 @@ pub fn role(e: Engine, args: &[std::ffi::OsString], p: &Parsed) -> Option<Role> 
 
 /// What the router (and the operator) needs to know about a PD pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PdView {
+pub(crate) struct PdView {
     pub role: Role,
     /// The prefill's bootstrap server, `host:port` (host null when only the pod's IP would do
     /// and `POD_IP` is not set).
@@ -159,7 +159,7 @@ pub struct PdView {
 /// `advertised`: the address the wrapper publishes (`advertise`), None when this rank does
 /// not register.
 #[allow(clippy::too_many_arguments)]
-pub fn plan(
+pub(crate) fn plan(
     e: Engine,
     args: &[std::ffi::OsString],
     p: &Parsed,

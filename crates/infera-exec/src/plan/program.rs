@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use infera_core::exe::ExecFile;
 use infera_exec_derive::Refuse;
-use infera_facts::ExecFile;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum ProgramError {
+pub(crate) enum ProgramError {
     #[error("the {what} `{}` cannot be found: {reason}", program.display())]
     #[refuse(code = "exec-not-found", exit = NotFound, hint = "the image's {what} link points at nothing; fix the image or PATH")]
     NotFound { what: &'static str, program: PathBuf, reason: String },
@@ -55,14 +55,14 @@ pub enum ProgramError {
     NoWorkdir { dir: PathBuf, reason: String },
 }
 
-pub fn runnable(program: &std::path::Path, what: &'static str, file: &ExecFile) -> Result<(), ProgramError> {
+pub(crate) fn runnable(program: &std::path::Path, what: &'static str, file: &ExecFile) -> Result<(), ProgramError> {
     let program = program.to_path_buf();
     match file {
         ExecFile::Missing { reason } => Err(ProgramError::NotFound { what, program, reason: reason.clone() }),
         ExecFile::NotRegular { kind } => Err(ProgramError::NotAFile { what, program, kind }),
         ExecFile::NotExecutable { mode } => Err(ProgramError::NotExecutable { what, program, mode: *mode }),
         ExecFile::NoexecMount => Err(ProgramError::NoexecMount { what, program }),
-        ExecFile::Ok { header: infera_facts::exe::Header::Unknown(kind), .. } => {
+        ExecFile::Ok { header: infera_core::exe::Header::Unknown(kind), .. } => {
             Err(ProgramError::Format { what, program, kind })
         }
         ExecFile::Interpreter { interpreter, file } => Err(match runnable(interpreter.as_ref(), "interpreter", file) {

@@ -24,11 +24,11 @@ use infera_facts::finding::Finding;
 use infera_facts::net::unreachable_host;
 
 /// The flags whose values differ per rank: left out of the args digest.
-pub const RANK_OPTS: [Opt; 5] =
+pub(crate) const RANK_OPTS: [Opt; 5] =
     [Opt::NodeRank, Opt::Headless, Opt::Host, Opt::DataParallelStartRank, Opt::AdvertiseHost];
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum RankError {
+pub(crate) enum RankError {
     #[error("{flag} {given} in the engine args, but this pod is {want} of the group ({source_})")]
     #[refuse(
         code = "rank-flag-contradicts",
@@ -69,14 +69,14 @@ pub enum RankError {
 }
 
 /// The parallel sizes the engine will run with, for the rules.
-pub struct Sizes {
+pub(crate) struct Sizes {
     pub tp: Option<u64>,
     pub pp: Option<u64>,
     pub nnodes: u64,
 }
 
 /// What the user's args say about the integer options of a group.
-pub struct UserSizes {
+pub(crate) struct UserSizes {
     pub tp: Option<u64>,
     pub pp: Option<u64>,
     pub dp: Option<u64>,
@@ -109,7 +109,7 @@ impl Added<'_> {
 
 /// The rank flags and parallel sizes for rank `g.rank` of `g.size` nodes with `gpus` GPUs
 /// each, appended to `added`; refusals for what cannot work.
-pub fn plan(
+pub(crate) fn plan(
     e: Engine,
     p: &Parsed,
     g: &Group,

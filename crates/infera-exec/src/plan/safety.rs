@@ -7,15 +7,15 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 use super::caps::{Copy, Import};
-use crate::error::Refusal;
+use infera_core::error::Refusal;
 use infera_exec_derive::Refuse;
-use infera_facts::SiteIndex;
+use infera_facts::site::SiteIndex;
 use infera_overlay::manifest::Prefer;
 use infera_overlay::overlay::Problem;
 use infera_overlay::overlay::Tree;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum SafetyError {
+pub(crate) enum SafetyError {
     #[error("tree {family} does not match its integrity record:{}", problems.iter().map(|p| format!("\n  {p}")).collect::<String>())]
     #[refuse(code = "integrity", exit = Invalid, hint = "the overlay image is corrupted or was modified; pull or rebuild it")]
     Integrity { family: String, problems: Vec<Problem> },
@@ -43,7 +43,7 @@ pub enum SafetyError {
 }
 
 /// The integrity check gathered for the tree (INFERA_VERIFY), if it was asked for.
-pub fn integrity(tree: &Tree) -> Result<(), SafetyError> {
+pub(crate) fn integrity(tree: &Tree) -> Result<(), SafetyError> {
     match tree.facts.integrity.as_ref().map(|i| &i.result) {
         Some(Err(problems)) => Err(SafetyError::Integrity { family: tree.family.clone(), problems: problems.clone() }),
         _ => Ok(()),
@@ -51,7 +51,7 @@ pub fn integrity(tree: &Tree) -> Result<(), SafetyError> {
 }
 
 /// The walk of the tree's files (links, set-id, special files, ownership) refused it.
-pub fn walked(tree: &Tree) -> Result<(), Refusal> {
+pub(crate) fn walked(tree: &Tree) -> Result<(), Refusal> {
     match &tree.facts.walked {
         Some(Err(e)) => Err(e.clone().into()),
         _ => Ok(()),
@@ -59,7 +59,7 @@ pub fn walked(tree: &Tree) -> Result<(), Refusal> {
 }
 
 /// A tree with shared objects on a `noexec` mount cannot load them.
-pub fn noexec(tree: &Tree) -> Result<(), SafetyError> {
+pub(crate) fn noexec(tree: &Tree) -> Result<(), SafetyError> {
     if tree.facts.mount.noexec && tree.facts.shared_objects {
         return Err(SafetyError::Noexec { dir: tree.dir.clone() });
     }
@@ -68,7 +68,7 @@ pub fn noexec(tree: &Tree) -> Result<(), SafetyError> {
 
 /// Nothing the child imports from the tree may replace a package of the image, except what
 /// the manifest says may: a capability whose tree copy is preferred, or `allow_shadow`.
-pub fn shadowing(tree: &Tree, site: &SiteIndex, copies: &BTreeMap<String, Import>) -> Result<(), SafetyError> {
+pub(crate) fn shadowing(tree: &Tree, site: &SiteIndex, copies: &BTreeMap<String, Import>) -> Result<(), SafetyError> {
     // The site directories and the capability directories the child gets.
     let own = tree.facts.cap_modules.iter().filter(|(c, _)| copies.get(*c).is_some_and(|i| i.copy == Copy::Tree));
     let on_path = tree.facts.top_modules.keys().chain(own.flat_map(|(_, ms)| ms));

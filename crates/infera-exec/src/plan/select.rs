@@ -6,19 +6,23 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::request::{Request, Role, Target};
+use crate::choices::Role;
+use crate::request::{Request, Target};
 
 use super::program::ProgramError;
-use crate::error::Refusal;
+use infera_core::error::Refusal;
+use infera_core::exe::ExecFile;
 use infera_core::version::Spec;
 use infera_exec_derive::Refuse;
 use infera_facts::engines::Engine;
 use infera_facts::finding::Finding;
-use infera_facts::{ExecFile, Facts, Program, Python, Rocm};
+use infera_facts::python::Python;
+use infera_facts::rocm::Rocm;
+use infera_facts::{Facts, Program};
 use infera_overlay::overlay::{Overlay, Presence, Tree};
 
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
-pub enum SelectError {
+pub(crate) enum SelectError {
     #[error("no overlay tree for this container ({detected}); trees: {trees}")]
     #[refuse(
         code = "no-tree",
@@ -139,7 +143,7 @@ fn release_in_bound(t: &Tree, rocm: &Rocm) -> Option<bool> {
 
 /// Which tree a plan is made with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TreeChoice {
+pub(crate) enum TreeChoice {
     /// The tree the image's ABI selects (no `--family`).
     Matching,
     /// `--family NAME`: forced, as a run forces it.
@@ -151,12 +155,12 @@ pub enum TreeChoice {
 
 impl TreeChoice {
     /// A run's choice: the tree `--family` forces, else the one the image's ABI selects.
-    pub fn of(family: Option<&str>) -> TreeChoice {
+    pub(crate) fn of(family: Option<&str>) -> TreeChoice {
         family.map_or(TreeChoice::Matching, |f| TreeChoice::Forced(f.to_string()))
     }
 
     /// The family named, if any.
-    pub fn family(&self) -> Option<&str> {
+    pub(crate) fn family(&self) -> Option<&str> {
         match self {
             TreeChoice::Matching => None,
             TreeChoice::Forced(f) | TreeChoice::Judged(f) => Some(f),
@@ -175,7 +179,7 @@ fn family<'o>(choice: &TreeChoice, python: &Python, rocm: &Rocm, overlay: &'o Ov
 
 /// The tree, selected once: the one whose ABI matches, or the forced one (with a warning),
 /// and what was said about the choice.
-pub fn tree<'o>(
+pub(crate) fn tree<'o>(
     choice: &TreeChoice,
     python: &Python,
     rocm: &Rocm,
@@ -186,7 +190,7 @@ pub fn tree<'o>(
     Ok(Selection { tree, findings })
 }
 
-pub struct Selection<'o> {
+pub(crate) struct Selection<'o> {
     pub tree: &'o Tree,
     pub findings: Vec<Finding>,
 }
@@ -270,7 +274,7 @@ fn named(
 
 /// The engine the run starts, decided once: for a worker or a check, the one asked for (it
 /// must be installed) or the one the image has; none for the router or another program.
-pub fn engine(req: &Request, facts: &Facts) -> Result<Option<Engine>, SelectError> {
+pub(crate) fn engine(req: &Request, facts: &Facts) -> Result<Option<Engine>, SelectError> {
     match req.role {
         Role::Worker | Role::Check => installed(req.engine, facts).map(Some),
         Role::Server | Role::Run => Ok(None),
@@ -305,7 +309,7 @@ fn installed(choice: Option<Engine>, facts: &Facts) -> Result<Engine, SelectErro
 }
 
 /// The tree's module for `engine`, with the installed version checked against its bound.
-pub fn engine_module<'t>(
+pub(crate) fn engine_module<'t>(
     tree: &'t Tree,
     overlay: &Overlay,
     engine: Engine,
@@ -405,7 +409,7 @@ fn unknown_version(engine: Engine, inst: &infera_facts::site::EngineInstall, spe
 /// infera's wrapper builds the engine's parser on a plain argparse parser: refused where the
 /// image's engine passes argparse what the image's CPython cannot take (the recorded lists
 /// say which releases do; the image's own files say whether this one does).
-pub fn wrapper_parser(
+pub(crate) fn wrapper_parser(
     engine: Engine,
     facts: &Facts,
     python: &Python,
@@ -443,7 +447,7 @@ pub fn wrapper_parser(
     })
 }
 
-pub fn server_module(tree: &Tree) -> Result<&str, SelectError> {
+pub(crate) fn server_module(tree: &Tree) -> Result<&str, SelectError> {
     tree.manifest
         .server
         .as_ref()
@@ -452,7 +456,7 @@ pub fn server_module(tree: &Tree) -> Result<&str, SelectError> {
 }
 
 /// The module to run must be in the tree (65 when absent; a path escaping the tree is 65 too).
-pub fn module_present(tree: &Tree, module: &str) -> Result<(), Refusal> {
+pub(crate) fn module_present(tree: &Tree, module: &str) -> Result<(), Refusal> {
     match tree.module(module) {
         Presence::Present => Ok(()),
         Presence::Escapes(e) => Err(e.clone().into()),
@@ -466,7 +470,7 @@ pub fn module_present(tree: &Tree, module: &str) -> Result<(), Refusal> {
 }
 
 /// What the run execs: a module by the image's interpreter, or a program.
-pub enum Run<'a> {
+pub(crate) enum Run<'a> {
     Module {
         engine: Option<Engine>,
         module: &'a str,
@@ -481,20 +485,20 @@ pub enum Run<'a> {
 }
 
 impl Run<'_> {
-    pub fn engine(&self) -> Option<Engine> {
+    pub(crate) fn engine(&self) -> Option<Engine> {
         match self {
             Run::Module { engine, .. } => *engine,
             Run::Program { .. } => None,
         }
     }
-    pub fn module(&self) -> Option<&str> {
+    pub(crate) fn module(&self) -> Option<&str> {
         match self {
             Run::Module { module, .. } => Some(module),
             Run::Program { .. } => None,
         }
     }
     /// For messages: what the exec'd file is.
-    pub fn what(&self) -> &'static str {
+    pub(crate) fn what(&self) -> &'static str {
         match self {
             Run::Module { .. } => "interpreter",
             Run::Program { .. } => "program",
@@ -504,7 +508,7 @@ impl Run<'_> {
 
 /// The engine, module or program of the request, checked against the tree. `engine`: the
 /// one decided for the run (or why none could be).
-pub fn target<'a>(
+pub(crate) fn target<'a>(
     req: &'a Request,
     facts: &'a Facts,
     engine: &Result<Option<Engine>, Refusal>,
@@ -520,7 +524,7 @@ pub fn target<'a>(
     };
     let (engine, module) = match req.role {
         Role::Worker | Role::Check => {
-            let e = engine.clone()?.ok_or_else(|| crate::error::internal("a worker without an engine"))?;
+            let e = engine.clone()?.ok_or_else(|| infera_core::error::internal("a worker without an engine"))?;
             let allow = req.allow.iter().any(|a| a == crate::request::ENGINE_VERSION);
             let module = engine_module(tree, overlay, e, facts, allow, findings)?;
             (Some(e), written.unwrap_or(module))

@@ -5,7 +5,7 @@ use infera_facts::dialect::Parsed;
 use infera_facts::engines::{Engine, Opt};
 
 /// The engine's share of a GPU's memory for the weights and the KV cache.
-pub enum Share {
+pub(super) enum Share {
     /// `option` names it in messages, `said` its value as said, `raise` the option to raise.
     Known { option: &'static str, fraction: f64, said: String, raise: &'static str },
     /// Why it is not known.
@@ -21,7 +21,7 @@ const SGLANG_RULE: &str = ">=0.4.6.post5, <=0.5.23";
 /// Every release of the rule reserves at least 1.5 GiB + TP×PP/8 GiB of a GPU (0.5.23's
 /// post-capture sizing reserves exactly that, the others more: 0.4.6's 18 GiB on a GPU over
 /// 96 GiB, 0.5.10's 10 GiB over 60 GiB): what is refused is refused under every release.
-pub fn share_of(engine: Engine, version: Option<&str>, parsed: &Parsed, vram: u64, ranks: u64) -> Share {
+pub(super) fn share_of(engine: Engine, version: Option<&str>, parsed: &Parsed, vram: u64, ranks: u64) -> Share {
     let given = parsed.value(Opt::MemFraction).map(|v| (v, v.parse::<f64>()));
     match (engine, given) {
         (Engine::Vllm, Some((v, Ok(f)))) => Share::Known {
@@ -49,7 +49,7 @@ pub fn share_of(engine: Engine, version: Option<&str>, parsed: &Parsed, vram: u6
 
 /// What of a GPU's `vram` the engine gives the weights and the KV cache: its share where
 /// known, else all of it.
-pub fn room(engine: Engine, version: Option<&str>, parsed: &Parsed, vram: u64, ranks: u64) -> u64 {
+pub(super) fn room(engine: Engine, version: Option<&str>, parsed: &Parsed, vram: u64, ranks: u64) -> u64 {
     match share_of(engine, version, parsed, vram, ranks) {
         Share::Known { fraction, .. } => (vram as f64 * fraction.clamp(0.0, 1.0)) as u64,
         Share::Unknown(_) => vram,

@@ -5,7 +5,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::request::{Request, Role};
+use crate::choices::Role;
+use crate::request::Request;
 use crate::spec::Step;
 use infera_facts::envvars::{self as ev, Env};
 use infera_facts::finding::Finding;
@@ -15,7 +16,7 @@ use infera_overlay::overlay::Overlay;
 
 /// The engine patches for the engines the image has. `interpreter`: the container path
 /// they run with, and its file on this host with --root.
-pub fn patches(
+pub(super) fn patches(
     req: &Request,
     facts: &Facts,
     overlay: &Overlay,
@@ -61,7 +62,7 @@ pub fn patches(
 /// How the host's RoCE provider reaches the engine: by path through `RDMAV_DRIVERS` and the
 /// overlay's `rdma/libionic-rdmav<PABI>.so` link (nothing written), else the stack's way,
 /// copied over the image's copy. Returns the variable to set, or the step.
-pub fn libionic(
+pub(super) fn libionic(
     facts: &Facts,
     overlay: &Overlay,
     env: &Env,

@@ -6,17 +6,26 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 use super::{plan, Inputs, Plan};
+use crate::choices::Role;
 use crate::cli::Output;
-use crate::error::Refusal;
-use crate::request::{Request, Required, Role, Target, Verify};
+use crate::plan::select::TreeChoice;
+use crate::request::{Request, Required, Target, Verify};
 use crate::spec::{InitSpec, Privileges};
+use infera_core::error::Refusal;
+use infera_core::exe::ExecFile;
+use infera_core::exe::Header;
 use infera_core::rootfs::Root;
 use infera_facts::engines::Engine;
 use infera_facts::envvars::Env;
-use infera_facts::exe::Header;
+use infera_facts::gpus::GpuSource;
+use infera_facts::gpus::Gpus;
 use infera_facts::model::{Model, ModelFacts};
+use infera_facts::python::Python;
+use infera_facts::rocm::Rocm;
 use infera_facts::rocm::{Hip, Release};
-use infera_facts::{EngineInstall, ExecFile, Facts, GpuSource, Gpus, Python, Rocm, SiteIndex};
+use infera_facts::site::EngineInstall;
+use infera_facts::site::SiteIndex;
+use infera_facts::Facts;
 use infera_overlay::manifest;
 use infera_overlay::overlay::Problem;
 use infera_overlay::overlay::{Integrity, Layout, Mount, Overlay, OverlayError, Paths, Presence, Tree, TreeFacts};
@@ -66,7 +75,7 @@ struct World {
     site: SiteIndex,
     models: BTreeMap<OsString, ModelFacts>,
     /// The GPUs the pod's environment gives (no node: an image root).
-    gpus: Result<Gpus, infera_facts::GpuError>,
+    gpus: Result<Gpus, infera_facts::gpus::GpuError>,
 }
 
 impl std::ops::Deref for World {
@@ -221,7 +230,7 @@ fn env() -> Env {
 /// The plan of `req`, its inputs made as the launch makes them (the values a plan only
 /// borrows while it is made are leaked: a test's lifetime).
 fn run<'a>(req: &'a Request, w: &'a World, ov: &'a Result<Overlay, Refusal>, env: &'a Env) -> Plan<'a> {
-    let engine: &'a _ = Box::leak(Box::new(super::decide_engine(req, &w.image).map_err(Refusal::from)));
+    let engine: &'a _ = Box::leak(Box::new(super::select::engine(req, &w.image).map_err(Refusal::from)));
     let args = engine.as_ref().ok().copied().flatten().map(|e| {
         let version = w.image.engine(e).map(|i| i.version.as_str());
         let read = infera_facts::engine_args::EngineArgs::read(e, version, &req.args, &Root::new("/image"), None);
@@ -229,7 +238,7 @@ fn run<'a>(req: &'a Request, w: &'a World, ov: &'a Result<Overlay, Refusal>, env
     });
     let selected = match (&w.image.python, &w.image.rocm, ov) {
         (Ok(py), Ok(rocm), Ok(o)) => Some(&*Box::leak(Box::new(
-            super::select_tree(&super::TreeChoice::of(req.family.as_deref()), py, rocm, o)
+            super::select::tree(&TreeChoice::of(req.family.as_deref()), py, rocm, o)
                 .map(|s| super::Selected { tree: s.tree.clone(), site: w.site.clone(), findings: s.findings })
                 .map_err(Refusal::from),
         ))),

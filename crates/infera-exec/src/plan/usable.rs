@@ -3,9 +3,9 @@
 
 use infera_facts::envvars::{self as ev, Env};
 use infera_facts::host::Host;
-use infera_facts::Rocm;
+use infera_facts::rocm::Rocm;
 
-pub struct Usability {
+pub(super) struct Usability {
     pub usable: Option<bool>,
     pub reason: Option<String>,
     pub hint: Option<String>,
@@ -26,7 +26,7 @@ fn unknown(reason: &str) -> Usability {
 const NOT_ROOT: &str = "unknown: the node's devices and limits are only read with --root /";
 
 /// `rdma`: the node's RDMA devices (None: the node is unknown).
-pub fn check(name: &str, host: Option<&Host>, rdma: Option<&[String]>, rocm: &Rocm, env: &Env) -> Usability {
+pub(super) fn check(name: &str, host: Option<&Host>, rdma: Option<&[String]>, rocm: &Rocm, env: &Env) -> Usability {
     match name {
         "mooncake" => {
             if ev::truthy(env, ev::MC_FORCE_TCP) {

@@ -10,17 +10,17 @@ use serde_json::{json, Value};
 
 use super::{Row, Shape, Verdict};
 use crate::choices::FailOn;
-use crate::error::Refusal;
+use infera_core::error::Refusal;
 use infera_facts::kube::{Selector, DEVICE_ID, SELECTOR_KEYS};
 
 /// The GPU workloads a patch applies to (the examples label their workers, prefill and
 /// decode groups so).
-pub const WORKER_SELECTOR: &str = "app.kubernetes.io/component in (worker,prefill,decode)";
+pub(crate) const WORKER_SELECTOR: &str = "app.kubernetes.io/component in (worker,prefill,decode)";
 /// The annotation each patched pod template carries: what judged it, for what.
-pub const ANNOTATION: &str = "infera.amd.com/placement";
+pub(crate) const ANNOTATION: &str = "infera.amd.com/placement";
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error, infera_exec_derive::Refuse)]
-pub enum AffinityError {
+pub(crate) enum AffinityError {
     #[error("no node type of --node passes every check for this image: {refused}")]
     #[refuse(
         code = "placement-none",
@@ -79,7 +79,7 @@ fn matches(t: &Term, s: &Selector) -> bool {
 }
 
 /// The Component, or why no node type can be admitted.
-pub fn render(rows: &[Row], shape: &Shape, fail_on: FailOn) -> Result<String, Refusal> {
+pub(crate) fn render(rows: &[Row], shape: &Shape, fail_on: FailOn) -> Result<String, Refusal> {
     let [row] = rows else { return Err(AffinityError::Shape { why: "give one image" }.into()) };
     if shape.node_sources.is_empty() {
         return Err(AffinityError::Shape { why: "give the nodes (--node)" }.into());

@@ -13,24 +13,25 @@ pub(crate) mod render;
 
 use serde_json::Value;
 
-use crate::choices::FailOn;
-use crate::cli::{Output, ALL_FAMILIES};
-use crate::error::{Exit, Refusal};
-use crate::plan::TreeChoice;
-use crate::request::{Request, Role};
 use crate::answer::{emit, refuse, refuse_in};
+use crate::choices::FailOn;
+use crate::choices::Role;
+use crate::cli::{Output, ALL_FAMILIES};
 use crate::gather::{load_overlay, Gathered, GivenNodes};
+use crate::plan::select::TreeChoice;
+use crate::request::Request;
+use infera_core::error::{Exit, Refusal};
 use infera_facts::envvars::Env;
 
 /// The row's facts name no GPU count: each cell's plan has its own (its node's).
-static NO_GPUS: Result<infera_facts::Gpus, infera_facts::GpuError> =
-    Ok(infera_facts::Gpus { count: None, source: infera_facts::GpuSource::Nothing });
+static NO_GPUS: Result<infera_facts::gpus::Gpus, infera_facts::gpus::GpuError> =
+    Ok(infera_facts::gpus::Gpus { count: None, source: infera_facts::gpus::GpuSource::Nothing });
 
 /// The exit code when several cells were judged and one was refused.
-pub const CELL_REFUSED: i32 = 1;
+pub(crate) const CELL_REFUSED: i32 = 1;
 
 /// Does the request ask for the matrix rather than one plan?
-pub fn wanted(req: &Request) -> bool {
+pub(crate) fn wanted(req: &Request) -> bool {
     req.role == Role::Check
         && (req.image.image.len() > 1
             || req.node.len() > 1
@@ -41,7 +42,7 @@ pub fn wanted(req: &Request) -> bool {
 /// A column: the tree a cell is planned with, on the node (`--node`'s, in order; none given:
 /// this node at root `/`, else none).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Column {
+pub(crate) struct Column {
     pub tree: TreeChoice,
     /// The index of the node in `--node`, and its label (its name, or its part).
     pub node: Option<(usize, String)>,
@@ -49,7 +50,7 @@ pub struct Column {
 }
 
 impl Column {
-    pub fn new(tree: TreeChoice, node: Option<(usize, String)>) -> Column {
+    pub(crate) fn new(tree: TreeChoice, node: Option<(usize, String)>) -> Column {
         let name = match &node {
             Some((_, label)) => format!("{} on {label}", tree_name(&tree)),
             None => tree_name(&tree).to_string(),
@@ -58,18 +59,18 @@ impl Column {
     }
 
     /// `rocm7-py312 on mi300x`: what a CI report names a cell's case by.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The node's label (None: no node was given).
-    pub fn node_label(&self) -> Option<&str> {
+    pub(crate) fn node_label(&self) -> Option<&str> {
         self.node.as_ref().map(|(_, l)| l.as_str())
     }
 }
 
 /// The tree a column judges, as named.
-pub fn tree_name(t: &TreeChoice) -> &str {
+pub(crate) fn tree_name(t: &TreeChoice) -> &str {
     match t {
         TreeChoice::Matching => "matching tree",
         TreeChoice::Forced(f) | TreeChoice::Judged(f) => f,
@@ -77,7 +78,7 @@ pub fn tree_name(t: &TreeChoice) -> &str {
 }
 
 /// One image's row: what it is, its facts, and a cell per column; or why it cannot be read.
-pub struct Row {
+pub(crate) struct Row {
     /// The reference given (`--image`), or the root directory.
     pub image: String,
     /// How long reading the image and judging its cells took, in seconds.
@@ -89,7 +90,7 @@ pub struct Row {
 }
 
 /// One image with one tree on one node.
-pub struct Cell {
+pub(crate) struct Cell {
     /// The tree planned with (None: none was selected).
     pub family: Option<String>,
     /// The plan as `check --output json` prints it, without the image's facts (the row's);
@@ -106,7 +107,7 @@ pub struct Cell {
 
 /// What a cell says about its image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     Refused,
     /// A tree of `--family all` built for another CPython or HIP ABI than the image's.
@@ -114,7 +115,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Verdict::Ok => "ok",
             Verdict::Refused => "refused",
@@ -125,7 +126,7 @@ impl Verdict {
 
 impl Cell {
     /// Does this cell fail the gate?
-    pub fn fails(&self, fail_on: FailOn) -> bool {
+    pub(crate) fn fails(&self, fail_on: FailOn) -> bool {
         match self.verdict {
             Verdict::Refused => true,
             Verdict::Ok => fail_on == FailOn::Warn && !self.warnings.is_empty(),
@@ -136,19 +137,19 @@ impl Cell {
 
 impl Row {
     /// An image read whose every cell is not applicable: no tree of the overlay runs it.
-    pub fn none_applies(&self) -> bool {
+    pub(crate) fn none_applies(&self) -> bool {
         self.error.is_none() && !self.cells.is_empty() && self.cells.iter().all(|c| c.verdict == Verdict::NotApplicable)
     }
 
     /// Why the image cannot run with this overlay, when no tree applies.
-    pub fn no_tree(&self) -> Option<Refusal> {
+    pub(crate) fn no_tree(&self) -> Option<Refusal> {
         self.none_applies().then(|| MatrixError::NoTree { abi: render::abi(&self.facts) }.into())
     }
 }
 
 /// An image the matrix judged as a whole.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, infera_exec_derive::Refuse)]
-pub enum MatrixError {
+pub(crate) enum MatrixError {
     #[error("no tree of this overlay is built for this image's CPython and HIP ABI ({abi}): it cannot run with it")]
     #[refuse(
         code = "no-applicable-tree",
@@ -160,7 +161,7 @@ pub enum MatrixError {
 
 /// The matrix's shape: its columns (trees × nodes, node-major), and how many nodes and
 /// trees make them.
-pub struct Shape {
+pub(crate) struct Shape {
     pub columns: Vec<Column>,
     pub nodes: usize,
     pub trees: usize,
@@ -176,7 +177,7 @@ pub struct Shape {
 
 impl Shape {
     /// The columns of node `n` (every column when no node was given).
-    pub fn of_node(&self, n: usize) -> impl Iterator<Item = (usize, &Column)> {
+    pub(crate) fn of_node(&self, n: usize) -> impl Iterator<Item = (usize, &Column)> {
         self.columns.iter().enumerate().filter(move |(_, c)| c.node.as_ref().map_or(0, |x| x.0) == n)
     }
 }
@@ -264,7 +265,7 @@ fn shape(
 /// A node's GPUs as the matrix's JSON says them: how many, and each distinct gfx target,
 /// memory size and PCI device id among them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct GpuSummary {
+pub(crate) struct GpuSummary {
     pub count: usize,
     pub gfx: Vec<String>,
     pub vram: Vec<u64>,
@@ -331,7 +332,7 @@ impl Judge<'_> {
     fn cell(&self, g: &Gathered, c: &Column) -> Cell {
         let started = std::time::Instant::now();
         let Some(node) = g.nodes.get(c.node.as_ref().map_or(0, |n| n.0)) else {
-            let error = Some(crate::error::internal("no node for this column"));
+            let error = Some(infera_core::error::internal("no node for this column"));
             let (warnings, accepted) = (vec![], vec![]);
             return Cell {
                 family: None,

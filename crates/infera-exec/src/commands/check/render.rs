@@ -6,13 +6,13 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use super::{Column, Row, Shape, Verdict};
-use crate::choices::FailOn;
 use crate::answer::xml;
-use crate::error::Refusal;
+use crate::choices::FailOn;
+use infera_core::error::Refusal;
 
 /// The version of the JSON report's shape (and of the JUnit report's properties): a field
 /// removed or changed in meaning raises it; a field added does not.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// The tool that wrote a report, as `infera-exec --version` says it.
 pub(crate) fn tool() -> String {
@@ -20,7 +20,7 @@ pub(crate) fn tool() -> String {
 }
 
 /// An image's CPython and HIP ABI, from its facts: what a tree must be built for.
-pub fn abi(facts: &Value) -> String {
+pub(crate) fn abi(facts: &Value) -> String {
     let python = facts["python"]["version"].as_str().map_or("no CPython".to_string(), |v| format!("CPython {v}"));
     let hip = facts["rocm"]["hip"]["major"].as_u64().map_or("no HIP".to_string(), |h| format!("HIP ABI {h}"));
     format!("{python}, {hip}")
@@ -48,7 +48,7 @@ fn plural(n: usize, what: &str) -> String {
 /// The table (rows images, columns nodes, a cell an image on a node with the trees that
 /// apply), fitted to `width` in blocks of columns; then the nodes, what each image is, and
 /// each refusal, warning and accepted finding in full, once for the nodes it holds on.
-pub fn text(rows: &[Row], shape: &Shape, fail_on: FailOn, width: usize) -> String {
+pub(crate) fn text(rows: &[Row], shape: &Shape, fail_on: FailOn, width: usize) -> String {
     let (failed, cells) = super::counts(rows, shape, fail_on);
     let mut o = String::new();
     let nodes =
@@ -310,7 +310,7 @@ fn about(r: &Row) -> String {
 /// Per image its identity, facts and a verdict per tree × node with the plan or the refusal,
 /// its warnings and what was accepted; the nodes and trees; the report's schema version and
 /// the tool that wrote it (docs/command-line.md documents the shape).
-pub fn json(rows: &[Row], shape: &Shape, exit: i32, fail_on: FailOn) -> String {
+pub(crate) fn json(rows: &[Row], shape: &Shape, exit: i32, fail_on: FailOn) -> String {
     let images: Vec<Value> = rows.iter().map(|r| json_row(r, &shape.columns, fail_on)).collect();
     let columns: Vec<&str> = shape.columns.iter().map(Column::name).collect();
     let nodes: Vec<Value> = shape
@@ -391,7 +391,7 @@ fn json_row(r: &Row, columns: &[Column], fail_on: FailOn) -> Value {
 /// not apply `<skipped>`, an image that cannot be read an `<error>` in each case, an image no
 /// tree applies to a failed case of its own; each case's warnings and accepted findings in its
 /// `<system-out>`.
-pub fn junit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> String {
+pub(crate) fn junit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> String {
     let columns = &shape.columns;
     let unjudged = shape.unjudged.len();
     let failed: usize = rows.iter().map(|r| suite_failures(r, fail_on)).sum::<usize>()
@@ -548,9 +548,9 @@ fn case(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Exit;
     use crate::commands::check::Cell;
-    use crate::plan::TreeChoice;
+    use crate::plan::select::TreeChoice;
+    use infera_core::error::Exit;
 
     fn refusal(code: &str, exit: Exit) -> Refusal {
         Refusal { code: code.into(), message: format!("{code} <said> & \"quoted\""), hint: Some("do x".into()), exit }
