@@ -277,9 +277,18 @@ fn wanted<'a>(req: &'a Request, env: &Env) -> infera_facts::Wanted<'a> {
                 .iter()
                 .any(|k| infera_facts::envvars::get(env, k).is_some()),
         infiniband: infera_facts::envvars::get(env, infera_facts::envvars::MC_GID_INDEX).is_some()
-            || req.args.iter().any(|a| a.as_encoded_bytes().starts_with(b"--disaggregation-ib-device")),
+            || req.args.iter().any(|a| ib_device_flag(a.as_encoded_bytes())),
         gpu_code: req.role.runs_engine(),
     }
+}
+
+/// An option naming InfiniBand devices in any engine's spelling (`--disaggregation-ib-device`),
+/// read before the engine is known: its devices are then among the facts read.
+fn ib_device_flag(arg: &[u8]) -> bool {
+    use infera_facts::engines::{Engine, Opt};
+    Engine::all()
+        .filter_map(|e| e.spelling(Opt::DisaggregationIbDevice))
+        .any(|sp| sp.names().any(|n| arg.starts_with(n.as_bytes())))
 }
 
 /// A model volume the download Job is still filling: a real run in the pod waits for it (the

@@ -337,7 +337,7 @@ impl Capture {
     }
 }
 
-impl infera_core::image::Capture for Capture {
+impl infera_core::image::layer::Capture for Capture {
     fn feed(&mut self, at: u64, bytes: &[u8]) {
         if self.head.len() < 64 && at == self.head.len() as u64 {
             let n = bytes.len().min(64 - self.head.len());
@@ -457,7 +457,7 @@ pub mod tests {
     /// included), reads as the file does: each bundle's ids, the next one found by its mark.
     #[test]
     fn a_capture_keeps_what_the_reader_reads() {
-        use infera_core::image::Capture as _;
+        use infera_core::image::layer::Capture as _;
         let mut bytes = vec![0x55u8; 1000];
         let first = bytes.len() as u64;
         bytes.extend(plain(&[HOST, G942]));

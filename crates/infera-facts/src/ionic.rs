@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 
 use infera_core::rootfs::Root;
 
-/// Where the pod mounts the host's build.
-pub use infera_overlay::overlay::HOST_LIBIONIC;
+/// Where the pods mount the host's RoCE provider build (the stack's convention); the
+/// overlay's `rdma/libionic-rdmav<N>.so` links point at it.
+pub const HOST_LIBIONIC: &str = "/host-libionic/libionic.so";
 
 /// Where images keep the provider library (Debian/Ubuntu, then RHEL-likes); libibverbs'
 /// `libionic-rdmav*.so` in the provider directory links to it.

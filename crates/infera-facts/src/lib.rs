@@ -259,8 +259,8 @@ pub struct FactsView<'a> {
 /// venv's `pyvenv.cfg`, ROCm's version files and header —, the parts of the GPU libraries
 /// that the offload-bundle reader reads (`fatbin::Capture`), and the header of every
 /// executable (its format: ELF, a script's `#!`).
-pub fn image_keep(path: &std::path::Path, size: u64, mode: u32) -> infera_core::image::Want {
-    use infera_core::image::Want;
+pub fn image_keep(path: &std::path::Path, size: u64, mode: u32) -> infera_core::image::layer::Want {
+    use infera_core::image::layer::Want;
     if gpu_code::is_gpu_library(path) {
         return Want::Capture(Box::new(fatbin::Capture::new()));
     }
@@ -281,7 +281,7 @@ fn keep_head(path: &std::path::Path, size: u64, mode: u32) -> u64 {
             | "version"
             | "rocm_version.h"
     ) || name.ends_with(".pth")
-        || (name == "__init__.py" && (in_dir("vllm") || in_dir("sglang")))
+        || (name == "__init__.py" && crate::engines::TABLE.iter().any(|i| in_dir(i.name)))
         || memchr::memmem::find(path.as_os_str().as_encoded_bytes(), b"/.info/").is_some();
     let parser = crate::engines::TABLE.iter().flat_map(|i| i.parser_sources).any(|f| path.ends_with(f));
     if (read && size <= infera_core::rootfs::SMALL_FILE_LIMIT) || (parser && size <= site::PARSER_SOURCE_LIMIT) {

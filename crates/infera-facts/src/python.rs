@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::envvars;
 use crate::finding::Finding;
+use infera_core::names::ext_suffix_minor;
 use infera_core::rootfs::{self, parse_minor, Root};
 
 #[derive(Debug, Clone, Serialize)]
@@ -415,8 +416,6 @@ fn torch_ext_minor(root: &Root, site: &Path) -> Option<(PathBuf, (u32, u32))> {
         Some((tdir.join(n), m))
     })
 }
-
-pub use infera_core::names::ext_suffix_minor;
 
 /// The fallback: only on the real root, only when the files could not decide.
 fn run_interpreter(path: &Path) -> Option<(u32, u32)> {

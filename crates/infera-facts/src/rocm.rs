@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::torch::Torch;
 use crate::finding::Finding;
+use infera_core::names::parse_hip_soname;
 use infera_core::rootfs::{self, Root};
 
 /// The HIP ABI the runtime binds.
@@ -165,8 +166,6 @@ pub fn parse_hip_version(text: &str) -> Option<(u32, Option<String>)> {
     };
     Some((major, version))
 }
-
-pub use infera_core::names::parse_hip_soname;
 
 /// Where to look, in order: the variables, /opt/rocm, TheRock's directories in the
 /// interpreter's site directories.

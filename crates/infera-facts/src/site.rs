@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::engines::Engine;
+use infera_core::names::Dist;
 use infera_core::names::{egg_name, pep503};
-pub use infera_core::names::{module_name, Dist};
 use infera_core::rootfs::Root;
 
 #[derive(Debug, Clone, Default)]
@@ -254,12 +254,15 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(module_name("torch"), Some("torch"));
-        assert_eq!(module_name("six.py"), Some("six"));
-        assert_eq!(module_name("_cffi_backend.cpython-312-x86_64-linux-gnu.so"), Some("_cffi_backend"));
-        assert_eq!(module_name("vllm-0.11.0.dist-info"), None);
-        assert_eq!(module_name("distutils-precedence.pth"), None);
-        assert_eq!(module_name("__pycache__"), None);
+        assert_eq!(infera_core::names::module_name("torch"), Some("torch"));
+        assert_eq!(infera_core::names::module_name("six.py"), Some("six"));
+        assert_eq!(
+            infera_core::names::module_name("_cffi_backend.cpython-312-x86_64-linux-gnu.so"),
+            Some("_cffi_backend")
+        );
+        assert_eq!(infera_core::names::module_name("vllm-0.11.0.dist-info"), None);
+        assert_eq!(infera_core::names::module_name("distutils-precedence.pth"), None);
+        assert_eq!(infera_core::names::module_name("__pycache__"), None);
         assert_eq!(
             Dist::parse("vllm-0.11.1rc2.dev0+g1.rocm700.dist-info"),
             Some(("vllm", "0.11.1rc2.dev0+g1.rocm700"))

@@ -16,8 +16,8 @@ use thiserror::Error;
 
 use infera_exec_derive::Refuse;
 
-use crate::error::Refusal;
-use crate::nofollow;
+use infera_core::error::Refusal;
+use infera_core::nofollow;
 
 #[derive(Debug, Error, Refuse)]
 pub enum InstallError {
@@ -251,7 +251,7 @@ fn copy_tree(src: &Path, at: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Resu
         return Ok(1);
     }
     if meta.is_file() {
-        let mut input = crate::rootfs::open_regular(src).map_err(|e| err(e, "cannot read", src))?;
+        let mut input = infera_core::rootfs::open_regular(src).map_err(|e| err(e, "cannot read", src))?;
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
         let mut out = nofollow::open_at(at, Path::new(name), flags, Mode::from_raw_mode(0o600))
             .map_err(|e| err(e, "cannot create", shown))?;

@@ -6,7 +6,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod engines;
 pub mod install;
 pub mod manifest;
 pub mod manifest_cmd;
@@ -15,4 +14,3 @@ pub mod payload;
 
 // The shared foundations, under the names this crate's modules (and the Refuse derive's
 // `crate::error` paths) use.
-pub use infera_core::{error, exe, names, nofollow, pyassign, rootfs, version};

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pyassign::is_identifier;
-use crate::rootfs::parse_minor;
+use infera_core::pyassign::is_identifier;
+use infera_core::rootfs::parse_minor;
 
 pub const SCHEMA: u32 = 1;
 
@@ -181,13 +181,13 @@ pub enum ManifestError {
     #[error("abi.hip (or rocm) = `{value}` must be a HIP ABI major such as \"7\"")]
     AbiHip { value: String },
     #[error("abi.rocm_release = `{spec}`: {cause}")]
-    AbiRelease { spec: String, cause: crate::version::SpecError },
-    #[error("[engines.{name}]: unknown engine (this launcher knows {})", crate::engines::names().join(", "))]
+    AbiRelease { spec: String, cause: infera_core::version::SpecError },
+    #[error("[engines.{name}]: unknown engine (this launcher knows {})", infera_facts::engines::Engine::names().join(", "))]
     UnknownEngine { name: String },
     #[error("[engines.{name}] module `{module}` is not a Python module name")]
     EngineModule { name: String, module: String },
     #[error("[engines.{name}] versions = `{spec}`: {cause}")]
-    EngineVersions { name: String, spec: String, cause: crate::version::SpecError },
+    EngineVersions { name: String, spec: String, cause: infera_core::version::SpecError },
     #[error("[server] module `{module}` is not a Python module name")]
     ServerModule { module: String },
     #[error("the tree offers no [engines.*] and no [server]: nothing to run")]
@@ -259,17 +259,17 @@ pub fn validate(m: &Manifest, dir_name: &str) -> Result<(), ManifestError> {
         return Err(E::AbiHip { value: m.abi.hip.clone() });
     }
     if let Some(spec) = &m.abi.rocm_release {
-        crate::version::Spec::parse(spec).map_err(|cause| E::AbiRelease { spec: spec.clone(), cause })?;
+        infera_core::version::Spec::parse(spec).map_err(|cause| E::AbiRelease { spec: spec.clone(), cause })?;
     }
     for (name, e) in &m.engines {
-        if crate::engines::by_name(name).is_none() {
+        if infera_facts::engines::Engine::from_name(name).is_none() {
             return Err(E::UnknownEngine { name: name.clone() });
         }
         if !is_dotted_module(&e.module) {
             return Err(E::EngineModule { name: name.clone(), module: e.module.clone() });
         }
         for v in e.versions.iter().chain(e.fails.iter().map(|f| &f.versions)) {
-            crate::version::Spec::parse(v).map_err(|cause| E::EngineVersions {
+            infera_core::version::Spec::parse(v).map_err(|cause| E::EngineVersions {
                 name: name.clone(),
                 spec: v.clone(),
                 cause,

@@ -8,11 +8,11 @@ use thiserror::Error;
 
 use infera_exec_derive::Refuse;
 
-use crate::error::Refusal;
 use crate::manifest;
 use crate::overlay;
 use crate::overlay::Problem;
 use crate::payload::{self, Record, RECORD};
+use infera_core::error::Refusal;
 
 #[derive(Debug, Error, Refuse)]
 pub enum ManifestCmdError {
@@ -84,8 +84,8 @@ pub fn generate(tree: &Path, check: bool) -> Result<String, Refusal> {
     let (m, site) = match (mpath.exists(), overlay::infera::part_manifest(tree)) {
         (false, Some(derived)) => (derived?, ""),
         _ => {
-            let bytes = crate::rootfs::read_bounded(&mpath, crate::rootfs::SMALL_FILE_LIMIT)
-                .map_err(|e| invalid(manifest::ManifestError::Unreadable(crate::rootfs::io_reason(&e))))?;
+            let bytes = infera_core::rootfs::read_bounded(&mpath, infera_core::rootfs::SMALL_FILE_LIMIT)
+                .map_err(|e| invalid(manifest::ManifestError::Unreadable(infera_core::rootfs::io_reason(&e))))?;
             let text = String::from_utf8(bytes).map_err(|_| invalid(manifest::ManifestError::NotUtf8))?;
             (manifest::parse(&text, &family).map_err(invalid)?, "site-packages")
         }

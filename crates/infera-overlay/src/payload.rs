@@ -14,8 +14,8 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::Manifest;
-use crate::names::ext_suffix_minor;
 use crate::overlay::{self, Integrity, Problem, Tree};
+use infera_core::names::ext_suffix_minor;
 
 pub const RECORD: &str = "payload.json";
 /// Files at least this large are hashed with all cores (as b3sum does); smaller ones in parallel with each other.
@@ -123,7 +123,7 @@ fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 fn hash_file(path: &Path, size: u64) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
     // A FIFO or device in place of a recorded file must not block or be read.
-    let mut f = crate::rootfs::open_regular(path)?;
+    let mut f = infera_core::rootfs::open_regular(path)?;
     if size >= BIG_FILE {
         drop(f);
         h.update_mmap_rayon(path)?;
@@ -156,7 +156,7 @@ pub fn record_files(tree: &Path) -> Result<(Vec<Entry>, Vec<Problem>), PayloadEr
             .map(|(rel, m)| {
                 let p = tree.join(rel);
                 if m.file_type().is_symlink() {
-                    overlay::inside(tree, &p).map_err(|e| Problem::new(rel.clone(), e.to_string()))?;
+                    overlay::check::inside(tree, &p).map_err(|e| Problem::new(rel.clone(), e.to_string()))?;
                     let target = fs::read_link(&p).map_err(|e| Problem::new(rel.clone(), e.to_string()))?;
                     return Ok(Entry {
                         path: rel.clone(),
@@ -240,7 +240,7 @@ fn bindings(
     problems: &mut Vec<Problem>,
 ) {
     for n in needed {
-        if let Some((major, _)) = crate::names::parse_hip_soname(&n) {
+        if let Some((major, _)) = infera_core::names::parse_hip_soname(&n) {
             match want_rocm {
                 Some(w) if w != major => problems.push(Problem::new(
                     rel.to_string(),
@@ -272,7 +272,7 @@ fn capability_presence(tree: &Path, site: &str, manifest: &Manifest, d: &mut Der
         // Our layout keeps a capability apart in `capabilities/<name>/` when it can.
         let own = tree.join("capabilities").join(name);
         for m in &cap.modules {
-            if overlay::find_module(&own, m).is_none() && overlay::find_module(&site_dir, m).is_none() {
+            if overlay::check::find_module(&own, m).is_none() && overlay::check::find_module(&site_dir, m).is_none() {
                 missing.push(format!("{prefix}{}", m.replace('.', "/")));
             }
         }
@@ -341,10 +341,10 @@ fn wheel_evidence(
     d: &mut Derived,
     problems: &mut Vec<Problem>,
 ) {
-    let Some(want) = crate::rootfs::parse_minor(want_py) else { return };
+    let Some(want) = infera_core::rootfs::parse_minor(want_py) else { return };
     for (rel, _) in files.iter().filter(|(r, m)| m.is_file() && r.ends_with(".dist-info/WHEEL")) {
-        let Ok(text) =
-            crate::rootfs::read_bounded(&tree.join(rel), 1 << 20).map(|b| String::from_utf8_lossy(&b).into_owned())
+        let Ok(text) = infera_core::rootfs::read_bounded(&tree.join(rel), 1 << 20)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
         else {
             continue;
         };
@@ -363,7 +363,7 @@ fn wheel_evidence(
         );
         // RECORD paths are relative to the directory holding the .dist-info.
         let base = info_dir.rsplit_once('/').map_or(String::new(), |(b, _)| format!("{b}/"));
-        let record = crate::rootfs::read_bounded(&tree.join(info_dir).join("RECORD"), 64 << 20)
+        let record = infera_core::rootfs::read_bounded(&tree.join(info_dir).join("RECORD"), 64 << 20)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         let compiled: Vec<String> = record
@@ -383,7 +383,7 @@ fn wheel_evidence(
 /// `DT_NEEDED` of an ELF file; None when the file is not ELF.
 fn elf_needed(path: &Path) -> Option<Result<Vec<String>, String>> {
     let mut magic = [0u8; 4];
-    let mut f = crate::rootfs::open_regular(path).ok()?;
+    let mut f = infera_core::rootfs::open_regular(path).ok()?;
     f.read_exact(&mut magic).ok()?;
     if magic != *b"\x7fELF" {
         return None;
@@ -411,7 +411,7 @@ pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>
             problems.push(Problem::new(path.to_string(), "extra file, not in the integrity record"));
         }
         if m.file_type().is_symlink() {
-            if let Err(e) = overlay::inside(tree, &tree.join(path)) {
+            if let Err(e) = overlay::check::inside(tree, &tree.join(path)) {
                 problems.push(Problem::new(path.to_string(), e.to_string()));
             }
         }
@@ -464,7 +464,7 @@ pub fn verify(tree: &Path, record: &Record, digest: bool) -> Result<Vec<Problem>
 pub fn read_record(tree: &Path) -> Result<Option<Record>, PayloadError> {
     let p = tree.join(RECORD);
     let invalid = |reason: String| PayloadError::RecordInvalid { path: p.clone(), reason };
-    match crate::rootfs::read_bounded(&p, 256 << 20) {
+    match infera_core::rootfs::read_bounded(&p, 256 << 20) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| invalid(e.to_string())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(invalid(e.to_string())),

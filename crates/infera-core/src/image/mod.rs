@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use serde::Deserialize;
 
-pub use layer::{Capture, Keep, Want};
+use crate::image::layer::Keep;
 use source::Source;
 use tree::Tree;
 

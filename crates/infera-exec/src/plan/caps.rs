@@ -15,12 +15,13 @@ use infera_facts::envvars::Env;
 
 use crate::request::Request;
 use infera_core::error::Refusal;
+use infera_core::names::Dist;
 use infera_facts::finding::Finding;
 use infera_facts::rocm::Rocm;
 use infera_facts::site::SiteIndex;
 use infera_facts::Facts;
 use infera_overlay::manifest::Prefer;
-use infera_overlay::overlay::{Dist, Overlay, Presence, Tree};
+use infera_overlay::overlay::{Overlay, Presence, Tree};
 
 /// Which copy of a capability's modules the child imports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

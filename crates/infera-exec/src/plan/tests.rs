@@ -438,7 +438,7 @@ fn rules_refuse_and_allow() {
 /// vLLM's ROCm images ship mooncake-transfer-engine-rocm.
 fn image_ships_mooncake(f: &mut World) {
     f.site.modules.insert("mooncake".into(), SITE.into());
-    f.site.dists.push(infera_facts::site::Dist {
+    f.site.dists.push(infera_core::names::Dist {
         dir: SITE.into(),
         name: "mooncake_transfer_engine_rocm".into(),
         version: "0.3.13.post1".into(),

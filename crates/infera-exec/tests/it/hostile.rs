@@ -161,7 +161,7 @@ fn sparse_members_are_read_as_the_files_they_are() {
         let img = infera_core::image::read(
             &layout(l.path(), &layer, None),
             &infera_core::image::Platform::default(),
-            &|_: &Path, size: u64, _| infera_core::image::Want::Head(size),
+            &|_: &Path, size: u64, _| infera_core::image::layer::Want::Head(size),
             true,
         )
         .unwrap_or_else(|e| panic!("{format} {extra:?}: {e}"));

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use infera_core::image::{self, tree::Node, ImageError, Platform, Want};
+use infera_core::image::layer::Want;
+use infera_core::image::{self, tree::Node, ImageError, Platform};
 
 /// podman or buildah on a private store in `t` (nothing shared with other tests). The
 /// overlay driver, as on a build host: a directory removed and made again is an opaque

@@ -452,15 +452,6 @@ pub fn any_release_has(engine: Engine, name: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// The overlay's list of engines (what a tree can carry a module and patches for) is
-    /// this table's: names and wrapper modules.
-    #[test]
-    fn the_overlays_engines_are_the_tables() {
-        let ours: Vec<(&str, &str)> = TABLE.iter().map(|i| (i.name, i.module)).collect();
-        let theirs: Vec<(&str, &str)> = infera_overlay::engines::ENGINES.iter().map(|e| (e.name, e.module)).collect();
-        assert_eq!(ours, theirs);
-    }
-
     /// A release picks the list recorded from it, a build between two releases of one run the
     /// run's list (the run proves the range), anything else none; the span is a range
     /// recorded whole.

@@ -98,7 +98,7 @@ pub fn find_module(site: &Path, dotted: &str) -> Option<std::path::PathBuf> {
     // An extension module: the first `<last>.….so` in the directory's order.
     let prefix = format!("{last}.");
     let mut ext = None;
-    let _ = crate::rootfs::each_entry(&base, |name, _| {
+    let _ = infera_core::rootfs::each_entry(&base, |name, _| {
         let n = name.to_string_lossy();
         if ext.is_none() && n.starts_with(&prefix) && n.ends_with(".so") {
             ext = Some(base.join(name));
@@ -132,14 +132,18 @@ fn presence_of(tree: &Path, path: &Path) -> Presence {
 
 /// Top-level importable names a site-packages directory provides, and the distributions
 /// recorded there (`name-version.dist-info`), from one read of the directory.
-pub fn listing(site: &Path) -> (Vec<String>, Vec<super::Dist>) {
+pub fn listing(site: &Path) -> (Vec<String>, Vec<infera_core::names::Dist>) {
     let mut modules = Vec::new();
     let mut dists = Vec::new();
-    let _ = crate::rootfs::each_entry(site, |n, _| {
+    let _ = infera_core::rootfs::each_entry(site, |n, _| {
         let n = n.to_string_lossy();
-        if let Some((name, version)) = super::Dist::parse(&n) {
-            dists.push(super::Dist { dir: site.to_path_buf(), name: name.to_string(), version: version.to_string() });
-        } else if let Some(m) = crate::names::module_name(&n) {
+        if let Some((name, version)) = infera_core::names::Dist::parse(&n) {
+            dists.push(infera_core::names::Dist {
+                dir: site.to_path_buf(),
+                name: name.to_string(),
+                version: version.to_string(),
+            });
+        } else if let Some(m) = infera_core::names::module_name(&n) {
             modules.push(m.to_string());
         }
     });

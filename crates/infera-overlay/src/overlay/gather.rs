@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::check::{self, file_presence, module_presence};
 use super::{LoadOptions, Mount, Patch, Paths, Presence, TreeFacts};
 use crate::manifest::Manifest;
-use crate::rootfs::Root;
+use infera_core::rootfs::Root;
 
 /// `root`: what paths of the tree must stay inside (its directory, or the whole payload).
 pub fn tree_facts(root: &Path, paths: &Paths, m: &Manifest, opts: &LoadOptions) -> TreeFacts {
@@ -84,16 +84,16 @@ fn first_present(dirs: &[PathBuf], look: impl Fn(&Path) -> Presence) -> Presence
 }
 
 /// The programs of the bin directories (first one wins), as the host sees them.
-fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, crate::exe::ExecFile)> {
+fn programs(bins: &[PathBuf]) -> BTreeMap<String, (PathBuf, infera_core::exe::ExecFile)> {
     let host = Root::new("/");
     let mut out = BTreeMap::new();
     for bin in bins {
         // Listed without `read_dir` (its `fstat` and 32 KiB buffer per directory).
-        let _ = crate::rootfs::each_entry(bin, |name, _| {
+        let _ = infera_core::rootfs::each_entry(bin, |name, _| {
             let Some(name) = name.to_str() else { return };
             if !out.contains_key(name) {
                 let path = bin.join(name);
-                let file = crate::exe::inspect(&host, &path);
+                let file = infera_core::exe::inspect(&host, &path);
                 out.insert(name.to_string(), (path, file));
             }
         });
@@ -111,7 +111,7 @@ pub fn patches(overlay: &Path) -> Vec<Patch> {
                 .filter(|e| e.path().is_dir())
                 .filter_map(|e| e.file_name().into_string().ok())
                 .filter_map(|n| {
-                    let engine = crate::engines::ENGINES
+                    let engine = infera_facts::engines::TABLE
                         .iter()
                         .find(|e| n == e.name || n.starts_with(&format!("{}_", e.name)))?;
                     Some((n, engine.name))
@@ -140,14 +140,14 @@ pub fn patches(overlay: &Path) -> Vec<Patch> {
 pub fn rdma_providers(overlay: &Path) -> BTreeMap<u32, PathBuf> {
     let dir = overlay.join("rdma");
     let mut out = BTreeMap::new();
-    let _ = crate::rootfs::each_entry(&dir, |name, _| {
+    let _ = infera_core::rootfs::each_entry(&dir, |name, _| {
         let Some(pabi) =
             name.to_str().and_then(|n| n.strip_prefix("libionic-rdmav")?.strip_suffix(".so")?.parse::<u32>().ok())
         else {
             return;
         };
         let path = dir.join(name);
-        if fs::read_link(&path).is_ok_and(|t| t == Path::new(crate::overlay::HOST_LIBIONIC)) {
+        if fs::read_link(&path).is_ok_and(|t| t == Path::new(infera_facts::ionic::HOST_LIBIONIC)) {
             out.insert(pabi, path);
         }
     });

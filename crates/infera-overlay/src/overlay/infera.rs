@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 
 use super::check::{find_module, inside, not_writable};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
-use crate::engines::ENGINES;
 use crate::manifest::{
     Abi, Capability, EngineEntry, Manifest, ManifestError, Prefer, ServerEntry, SCHEMA, SERVER_MODULE,
 };
-use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
+use infera_core::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
+use infera_facts::engines::TABLE as ENGINES;
 
 /// The capability kvd is in the Python tree, not the native one.
 const PURE_CAPABILITIES: [&str; 1] = ["kvd"];

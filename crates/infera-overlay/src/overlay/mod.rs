@@ -3,27 +3,21 @@
 //! load so that planning reads no file. Safety checks that make a tree unusable (paths
 //! escaping it, writable by others, two trees claiming one ABI) refuse the load.
 
-mod check;
+pub(crate) mod check;
 mod gather;
 pub mod infera;
 mod ours;
-mod walk;
+pub mod walk;
 
+use infera_core::names::Dist;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
 use crate::manifest::Manifest;
+use crate::overlay::walk::inspect;
 use infera_exec_derive::Refuse;
-
-pub use crate::names::Dist;
-
-/// Where the pods mount the host's RoCE provider build (the stack's convention); the
-/// overlay's `rdma/libionic-rdmav<N>.so` links point at it.
-pub const HOST_LIBIONIC: &str = "/host-libionic/libionic.so";
-pub use check::{find_module, inside};
-pub use walk::inspect;
 
 #[derive(Debug, Clone)]
 pub struct Overlay {
@@ -91,7 +85,7 @@ pub struct Paths {
 #[derive(Debug, Clone, Default)]
 pub struct TreeFacts {
     /// The programs in its bin directories (a command-form PROGRAM may be one of them).
-    pub bin: BTreeMap<String, (PathBuf, crate::exe::ExecFile)>,
+    pub bin: BTreeMap<String, (PathBuf, infera_core::exe::ExecFile)>,
     /// Top-level importable names of its site directories (always on the path), each with
     /// the first directory that has it.
     pub top_modules: BTreeMap<String, PathBuf>,
@@ -293,7 +287,8 @@ pub fn is_overlay(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|rd| {
         rd.filter_map(|e| e.ok()).any(|e| {
             let n = e.file_name();
-            crate::rootfs::parse_minor(&n.to_string_lossy().replacen("py3", "3.", 1)).is_some() && e.path().is_dir()
+            infera_core::rootfs::parse_minor(&n.to_string_lossy().replacen("py3", "3.", 1)).is_some()
+                && e.path().is_dir()
         })
     })
 }
@@ -307,7 +302,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
         Ok(_) => return Err(OverlayError::Unreadable { path: dir, reason: "not a directory".into() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OverlayError::Missing { dir }),
         // A link loop, a permission: said as what it is, not as "does not exist".
-        Err(e) => return Err(OverlayError::Unreadable { path: dir, reason: crate::rootfs::io_reason(&e) }),
+        Err(e) => return Err(OverlayError::Unreadable { path: dir, reason: infera_core::rootfs::io_reason(&e) }),
     };
     // `trees/` present but not a directory we can reach (a file, a link loop, no permission)
     // is said as such, not taken for "no trees" (the other layout).
@@ -316,7 +311,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Overlay, OverlayError> {
         Ok(m) if m.is_dir() => Some(m),
         Ok(_) => return Err(OverlayError::Unreadable { path: trees_dir, reason: "not a directory".into() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&trees_dir).is_err() => None,
-        Err(e) => return Err(OverlayError::Unreadable { path: trees_dir, reason: crate::rootfs::io_reason(&e) }),
+        Err(e) => return Err(OverlayError::Unreadable { path: trees_dir, reason: infera_core::rootfs::io_reason(&e) }),
     };
     let (layout, trees) = if let Some(trees_meta) = trees_meta {
         (Layout::Ours, ours::load(&dir, opts, [&meta, &trees_meta])?)

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::check::{inside, not_writable, not_writable_by_mode};
 use super::{gather, LoadOptions, OverlayError, Paths, Tree, TreeFacts};
 use crate::manifest::{self, ManifestError};
-use crate::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
+use infera_core::rootfs::{self, read_bounded, SMALL_FILE_LIMIT};
 
 /// `stats`: the overlay's and `trees/`'s own `stat`, as the caller read them.
 pub fn load(dir: &Path, opts: &LoadOptions, stats: [&std::fs::Metadata; 2]) -> Result<Vec<Tree>, OverlayError> {

@@ -50,7 +50,8 @@ fn walk(contain: &Path, part: &Path, mount: Mount, shared: &mut bool) -> Result<
             reason: e.to_string(),
         };
         let mut names: Vec<(std::ffi::OsString, infera_core::filekind::Kind)> = Vec::new();
-        crate::rootfs::each_entry(&dir, |n, t| names.push((n.to_os_string(), t))).map_err(|e| unreadable(&dir, e))?;
+        infera_core::rootfs::each_entry(&dir, |n, t| names.push((n.to_os_string(), t)))
+            .map_err(|e| unreadable(&dir, e))?;
         for (name, t) in names {
             let path = dir.join(&name);
             match Kind::of(t) {
