@@ -59,7 +59,7 @@ fn variant(kind: &str, v: &str, allowed: &[&str], code: &str) -> String {
     format!("{kind}::{first}{}", c.as_str())
 }
 
-/// `manifests/rules.toml` as a Rust table of `crate::rules::Rule`.
+/// `manifests/rules.toml` as a Rust table of `crate::rule_table::Rule`.
 fn rules() -> String {
     println!("cargo:rerun-if-changed=../../manifests/rules.toml");
     let text = std::fs::read_to_string("../../manifests/rules.toml").expect("manifests/rules.toml");

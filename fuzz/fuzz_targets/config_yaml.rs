@@ -2,8 +2,8 @@
 //! mapping's keys come out once each (a repeated key keeps its first place); the args made of
 //! it start with a flag, and every entry that is not `false` or an empty list gives one.
 #![no_main]
-use infera_exec::engines::Engine;
-use infera_exec::facts::engine_config::{parse, to_args, Value};
+use infera_facts::engines::Engine;
+use infera_facts::engine_config::{parse, to_args, Value};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {

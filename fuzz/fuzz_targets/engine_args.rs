@@ -4,8 +4,8 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use infera_exec::dialect::{self, Setting};
-use infera_exec::engines::{Engine, Opt};
+use infera_facts::dialect::{self, Setting};
+use infera_facts::engines::{Engine, Opt};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (bool, Vec<Vec<u8>>, u8)| {

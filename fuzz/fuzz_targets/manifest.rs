@@ -1,7 +1,7 @@
 //! Manifest parsing and validation: never panics; what validates survives a JSON round
 //! trip unchanged and still validates.
 #![no_main]
-use infera_exec::manifest::{self, Manifest};
+use infera_overlay::manifest::{self, Manifest};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

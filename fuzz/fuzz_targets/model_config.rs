@@ -1,7 +1,7 @@
 //! config.json model facts: never panic; traits only from what the file says (in the JSON
 //! dialect Python's `json` reads, so serde_json alone may refuse a file that is Known).
 #![no_main]
-use infera_exec::facts::model::{self, ModelFacts};
+use infera_facts::model::{self, ModelFacts};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -12,8 +12,10 @@ use nix::unistd::Pid;
 use crate::spec::{ExecSpec, InitSpec};
 use infera_core::error::Refusal;
 
-/// Signals an init must not block: the synchronous ones, and those that cannot be caught.
-const NOT_FORWARDED: [Signal; 8] = [
+/// Signals an init must not block: the synchronous ones (a fault of its own, SIGSYS a seccomp
+/// filter's refusal of a system call: blocked, the kernel would kill it all the same, with no
+/// chance to say why), and those that cannot be caught (tini leaves the same unblocked).
+const NOT_FORWARDED: [Signal; 9] = [
     Signal::SIGKILL,
     Signal::SIGSTOP,
     Signal::SIGSEGV,
@@ -22,6 +24,7 @@ const NOT_FORWARDED: [Signal; 8] = [
     Signal::SIGILL,
     Signal::SIGTRAP,
     Signal::SIGABRT,
+    Signal::SIGSYS,
 ];
 
 fn blocked_set() -> SigSet {

@@ -23,7 +23,7 @@ mod procs;
 mod refusals;
 mod report;
 mod request;
-mod rules;
+mod rule_table;
 mod spec;
 pub mod support;
 mod term;

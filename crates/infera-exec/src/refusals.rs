@@ -49,7 +49,9 @@ pub fn all() -> Vec<Doc> {
         crate::plan::node::NodeError::REFUSALS,
         crate::plan::gpu::GpuError::REFUSALS,
         crate::plan::memory::MemoryError::REFUSALS,
-        crate::plan::args::ArgsError::REFUSALS,
+        crate::plan::argv::ArgvError::REFUSALS,
+        crate::plan::model::ModelError::REFUSALS,
+        crate::plan::rules::RuleError::REFUSALS,
         crate::plan::ranks::RankError::REFUSALS,
         crate::plan::pd::PdError::REFUSALS,
         crate::plan::program::ProgramError::REFUSALS,
@@ -61,7 +63,7 @@ pub fn all() -> Vec<Doc> {
         infera_core::image::ImageError::REFUSALS,
     ];
     let mut all: Vec<Doc> = kinds.iter().flat_map(|k| k.iter().copied()).collect();
-    for r in crate::rules::shipped() {
+    for r in crate::rule_table::shipped() {
         all.push(Doc { code: r.code, exit: Exit::Refused, message: r.message, hint: Some(r.fix) });
     }
     all.sort_by_key(|d| (d.exit.code(), d.code));
@@ -136,7 +138,8 @@ mod tests {
             }
         }
         let listed: std::collections::BTreeSet<String> = all().iter().map(|d| d.code.to_string()).collect();
-        let rules: std::collections::BTreeSet<String> = crate::rules::codes().iter().map(|c| c.to_string()).collect();
+        let rules: std::collections::BTreeSet<String> =
+            crate::rule_table::codes().iter().map(|c| c.to_string()).collect();
         let own: std::collections::BTreeSet<String> = IN_PLACE.iter().map(|d| d.code.to_string()).collect();
         let missing: Vec<&String> = in_source.difference(&listed).collect();
         assert!(missing.is_empty(), "codes in the source but not in refusals::all(): {missing:?}");

@@ -284,9 +284,9 @@ fn allowed(o: &Options) -> Result<(Vec<String>, BTreeMap<String, String>), Usage
     }
     // (The rules are parsed only when something names one.)
     let warnings = warning_codes();
-    let known = |x: &str| crate::rules::codes().contains(&x) || ALLOWABLE.contains(&x) || warnings.contains(&x);
+    let known = |x: &str| crate::rule_table::codes().contains(&x) || ALLOWABLE.contains(&x) || warnings.contains(&x);
     if let Some(name) = allow.iter().find(|x| !known(x)) {
-        let mut rules: Vec<String> = crate::rules::codes().iter().map(|r| r.to_string()).collect();
+        let mut rules: Vec<String> = crate::rule_table::codes().iter().map(|r| r.to_string()).collect();
         rules.extend(ALLOWABLE.iter().map(|c| c.to_string()));
         let said = why.get(name).cloned().unwrap_or(said);
         return Err(UsageError::AllowUnknown { said, name: name.clone(), rules, warnings });

@@ -1,7 +1,8 @@
 //! The support matrix: what each tree of an overlay runs (CPython, HIP ABI, ROCm bound,
 //! engines and their version ranges, the router) and the engine images this release was
 //! judged on (`manifests/images.toml`). Printed by `--version` (for the overlay at hand)
-//! and in the README's "Supported images" (for the shipped manifests; a test keeps it so).
+//! and in the README's "Supported images" and docs/support.md (for the shipped manifests; a
+//! test keeps them so).
 
 use infera_overlay::manifest::Manifest;
 use serde::Deserialize;
@@ -69,12 +70,12 @@ pub fn text(trees: &[&Manifest]) -> String {
     out
 }
 
-/// The README's "Supported images" tables.
-pub fn markdown(trees: &[&Manifest]) -> String {
+/// The README's "Supported images" table of the trees.
+#[cfg(test)]
+fn trees_markdown(trees: &[&Manifest]) -> String {
     let mut out = String::from(
-        "<!-- Generated from manifests/*.toml and manifests/images.toml; \
-         `INFERA_UPDATE_DOCS=1 cargo test -p infera-exec support` rewrites it. -->\n\n\
-         | tree | CPython | HIP ABI | engines (versions) | capabilities |\n|---|---|---|---|---|\n",
+        "<!-- Generated from manifests/*.toml; `INFERA_UPDATE_DOCS=1 cargo test -p infera-exec support` rewrites \
+         it. -->\n\n| tree | CPython | HIP ABI | engines (versions) | capabilities |\n|---|---|---|---|---|\n",
     );
     for m in trees {
         let engines: Vec<String> =
@@ -89,7 +90,16 @@ pub fn markdown(trees: &[&Manifest]) -> String {
             caps.join(", ")
         ));
     }
-    out.push_str("\n| image | engine | CPython | ROCm | verdict | source |\n|---|---|---|---|---|---|\n");
+    out
+}
+
+/// docs/support.md's table of the images this release was judged on, with why and the source.
+#[cfg(test)]
+fn images_markdown() -> String {
+    let mut out = String::from(
+        "<!-- Generated from manifests/images.toml; `INFERA_UPDATE_DOCS=1 cargo test -p infera-exec support` \
+         rewrites it. -->\n\n| image | engine | CPython | ROCm | verdict | source |\n|---|---|---|---|---|---|\n",
+    );
     for i in images() {
         let verdict = match &i.note {
             Some(n) => format!("**{}** ({n})", i.verdict),
@@ -137,25 +147,27 @@ mod tests {
         }
     }
 
-    /// The README's matrix is the generated one.
+    /// The README's table of the trees and docs/support.md's of the images are the generated ones.
     #[test]
-    fn support_matrix_in_the_readme_is_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-        let (start, end) = ("<!-- support matrix -->\n", "<!-- end support matrix -->");
-        let readme = std::fs::read_to_string(path).unwrap();
-        let (Some(a), Some(b)) = (readme.find(start), readme.find(end)) else {
-            panic!("README.md has no `{start}` … `{end}` section")
-        };
+    fn support_matrix_in_the_docs_is_current() {
         let trees = shipped();
-        let want = markdown(&trees.iter().collect::<Vec<_>>());
-        let have = &readme[a + start.len()..b];
-        if std::env::var_os("INFERA_UPDATE_DOCS").is_some() && have != want {
-            std::fs::write(path, format!("{}{want}{}", &readme[..a + start.len()], &readme[b..])).unwrap();
-            return;
+        let trees = trees_markdown(&trees.iter().collect::<Vec<_>>());
+        for (doc, want) in [("README.md", trees), ("docs/support.md", images_markdown())] {
+            let path = format!("{}/../../{doc}", env!("CARGO_MANIFEST_DIR"));
+            let (start, end) = ("<!-- support matrix -->\n", "<!-- end support matrix -->");
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (Some(a), Some(b)) = (text.find(start), text.find(end)) else {
+                panic!("{doc} has no `{start}` … `{end}` section")
+            };
+            let have = &text[a + start.len()..b];
+            if std::env::var_os("INFERA_UPDATE_DOCS").is_some() && have != want {
+                std::fs::write(&path, format!("{}{want}{}", &text[..a + start.len()], &text[b..])).unwrap();
+                continue;
+            }
+            assert!(
+                have == want,
+                "{doc}'s support matrix is stale: run `INFERA_UPDATE_DOCS=1 cargo test -p infera-exec support`"
+            );
         }
-        assert!(
-            have == want,
-            "README.md's support matrix is stale: run `INFERA_UPDATE_DOCS=1 cargo test -p infera-exec support`"
-        );
     }
 }

@@ -107,7 +107,8 @@ pub fn parse_release(text: &str) -> Option<(String, u32, u32)> {
     let ver = line.split('-').next()?;
     let numeric_end = ver.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(ver.len());
     let (nums, rest) = ver.split_at(numeric_end);
-    let nums = if rest.is_empty() { nums } else { nums.strip_suffix('.').unwrap_or(nums) };
+    // A dot may lead a pre-release or dev suffix (`7.0.dev0`), never a local label (`7.0.+1`).
+    let nums = if rest.is_empty() || rest.starts_with('+') { nums } else { nums.strip_suffix('.').unwrap_or(nums) };
     let parts: Vec<&str> = nums.split('.').collect();
     // Digits that fit a u32 (fuzzing found a 60-digit patch accepted here and not comparable
     // as a version), no leading zeros.
@@ -125,17 +126,25 @@ pub fn parse_release(text: &str) -> Option<(String, u32, u32)> {
 
 /// `a20260909`, `rc2`, `b1`, `.dev0`, `dev0+g1234`, `+local`.
 fn valid_suffix(s: &str) -> bool {
-    let (pre, local) = s.split_once('+').unwrap_or((s, ""));
-    if !local.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.') {
-        return false;
-    }
+    let (pre, local) = match s.split_once('+') {
+        // PEP 440: a local label is alphanumeric segments joined by dots (fuzzing found
+        // `7.7.0+.0` accepted here and refused as a version).
+        Some((pre, local))
+            if local.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric())) =>
+        {
+            (pre, local)
+        }
+        Some(_) => return false,
+        None => (s, ""),
+    };
     let pre = pre.trim_start_matches('.');
     if pre.is_empty() {
         return !local.is_empty();
     }
     ["rc", "a", "b", "dev"].iter().any(|k| {
         pre.strip_prefix(k).is_some_and(|n| {
-            let (n, dev) = n.split_once(".dev").unwrap_or((n, "0"));
+            // A pre-release may end in `.devN`; a dev release has one dev segment only.
+            let (n, dev) = n.split_once(".dev").filter(|_| *k != "dev").unwrap_or((n, "0"));
             n.parse::<u64>().is_ok() && n.bytes().all(|b| b.is_ascii_digit()) && dev.parse::<u64>().is_ok()
         })
     })
@@ -387,6 +396,10 @@ mod tests {
     fn release_formats() {
         assert_eq!(parse_release("6.4.1-120\n"), Some(("6.4.1".into(), 6, 4)));
         assert_eq!(parse_release("7.0.0\n"), Some(("7.0.0".into(), 7, 0)));
+        assert_eq!(parse_release("7.0.0+local.1"), Some(("7.0.0+local.1".into(), 7, 0)));
+        for bad in ["7.7.0+.0", "7.7.0+", "7.7.0+a..b", "7.7.0+a.", "70.0.+7", "770.0.dev001070.dev00"] {
+            assert_eq!(parse_release(bad), None, "{bad}");
+        }
         assert_eq!(parse_release("7.0.2.1-45"), Some(("7.0.2.1".into(), 7, 0)));
         assert_eq!(parse_release("10.1.0a20260909\n"), Some(("10.1.0a20260909".into(), 10, 1)));
         assert_eq!(parse_release("7.15.0a20260716"), Some(("7.15.0a20260716".into(), 7, 15)));

@@ -9,7 +9,7 @@
 
 use thiserror::Error;
 
-use super::args::Applied;
+use super::defaults::Applied;
 use super::share::Share;
 use infera_core::error::Refusal;
 use infera_exec_derive::Refuse;

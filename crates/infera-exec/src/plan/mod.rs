@@ -2,17 +2,20 @@
 //! the Request, the Facts (the image's and the trees') and the overlay's manifests: no
 //! module under `plan/` reads a file. `--dry-run` prints it, the real run carries it out.
 
-pub(crate) mod args;
+pub(crate) mod argv;
 pub(crate) mod caps;
+pub(crate) mod defaults;
 mod env;
 pub(crate) mod gpu;
 mod layout;
 pub(crate) mod load;
 pub(crate) mod memory;
+pub(crate) mod model;
 pub(crate) mod node;
 pub(crate) mod pd;
 pub(crate) mod program;
 pub(crate) mod ranks;
+pub(crate) mod rules;
 pub(crate) mod safety;
 pub(crate) mod select;
 mod share;
@@ -207,7 +210,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
         select::wrapper_parser(e, facts, python, &mut p.findings)?;
     }
     if let Some(Ok(r)) = inp.router {
-        args::tokenizer(req, facts, inp.models, r, &mut p.findings)?;
+        model::tokenizer(req, facts, inp.models, r, &mut p.findings)?;
     }
     let st = Stage { inp, python, overlay, tree, run, engine, wrapped, args, unreadable };
     let mut notes = Vec::new();
@@ -241,7 +244,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     // (`--help` is answered before any of them: the parser prints it and exits 0.)
     let help = req.args.iter().take_while(|a| *a != "--").any(|a| a == "--help" || a == "-h");
     if let Some(e) = wrapped.filter(|_| describes_a_pod && st.args.defaults && !help) {
-        args::required(e, &st.args.parsed)?;
+        argv::required(e, &st.args.parsed)?;
     }
     exec_spec(&st, &copies, added, p)?;
     if let Some(x) = p.exec.as_mut() {
@@ -289,8 +292,8 @@ fn engine_defaults(
     p: &mut Plan,
 ) -> Result<(Vec<OsString>, Option<crate::spec::PrefetchSpec>), Refusal> {
     let (inp, req, facts) = (st.inp, st.inp.req, st.inp.facts);
-    let parsed = args::with_unreadable(&st.args.parsed, &st.unreadable);
-    let ctx = args::Ctx {
+    let parsed = defaults::with_unreadable(&st.args.parsed, &st.unreadable);
+    let ctx = defaults::Ctx {
         req,
         facts,
         gpus: inp.gpus,
@@ -301,7 +304,7 @@ fn engine_defaults(
         defaults: st.args.defaults,
         vram: inp.node.and_then(|n| gpu::allocated(n, facts).iter().filter_map(|g| g.vram).min()),
     };
-    let applied = args::apply(&ctx, &mut p.findings)?;
+    let applied = apply(&ctx, &mut p.findings)?;
     let mut added = applied.added.clone();
     if !req.role.runs_engine() {
         return Ok((added, None));
@@ -331,10 +334,10 @@ fn engine_args(
     let version = inp.facts.engine(a.engine).map(|i| i.version.as_str());
     // The wrapper's refusals first: an abbreviation it refuses is not also "read as" one.
     if let Some(e) = wrapped {
-        args::wrapper_dialect(e, e.info().module, &inp.req.args, a.list, &read.parsed)?;
+        argv::wrapper_dialect(e, e.info().module, &inp.req.args, a.list, &read.parsed)?;
     }
-    args::abbreviations(a.engine, version, a.list, &read.parsed, &mut p.findings)?;
-    let unreadable = args::unknown_options(a.engine, version, a.list, &inp.req.args, &mut p.findings)?;
+    argv::abbreviations(a.engine, version, a.list, &read.parsed, &mut p.findings)?;
+    let unreadable = argv::unknown_options(a.engine, version, a.list, &inp.req.args, &mut p.findings)?;
     Ok((read, unreadable))
 }
 
@@ -533,4 +536,39 @@ fn gpu_presence(
             ),
         ));
     }
+}
+
+/// The args to append after the user's and what they make the engine run with, or the refusal.
+fn apply<'a>(ctx: &defaults::Ctx<'a>, findings: &mut Vec<Finding>) -> Result<defaults::Applied<'a>, Refusal> {
+    let rules = crate::rule_table::shipped();
+    let gpus = ctx.gpus.as_ref().map_err(Clone::clone)?.count;
+    let ints = argv::Ints::read(ctx.engine, ctx.parsed, findings)?;
+    let model = model::model_of(ctx, findings)?;
+    let mut added = Vec::new();
+    // A rank of a multi-node group: its flags and the sizes across the group first.
+    let multi = match ctx.req.group.as_ref().filter(|g| g.size > 1) {
+        Some(g) => {
+            let user = ranks::UserSizes { tp: ints.tp, pp: ints.pp, dp: ints.dp };
+            Some(ranks::plan(ctx.engine, ctx.parsed, g, gpus, &user, &mut added, findings)?)
+        }
+        None => None,
+    };
+    let mut eff = if ctx.defaults {
+        defaults::defaults(ctx, gpus, model, &ints, multi.as_ref(), &mut added, findings)
+    } else {
+        let mut none = Vec::new();
+        let eff = defaults::defaults(ctx, gpus, model, &ints, multi.as_ref(), &mut none, &mut Vec::new());
+        // What the engine runs with is the user's (and the file's, unknown) settings only.
+        defaults::Effective {
+            tp: multi.as_ref().map_or(ints.tp, |m| m.tp),
+            kv: ctx.parsed.value(infera_facts::engines::Opt::KvCacheDtype).map(str::to_string),
+            ..eff
+        }
+    };
+    let pp = multi.as_ref().and_then(|m| m.pp).or(ints.pp);
+    if let Some(m) = multi {
+        eff.nnodes = m.nnodes;
+    }
+    rules::check_rules(ctx, rules, &eff, findings)?;
+    Ok(defaults::Applied { added, tp: eff.tp, pp, model })
 }

@@ -572,7 +572,7 @@ fn odd_head_counts_are_said_not_skipped() {
 /// default the launcher then refuses.
 #[test]
 fn tp_default_fits_the_heads() {
-    use crate::plan::args::default_tp;
+    use crate::plan::defaults::default_tp;
     assert_eq!(default_tp(8, Some(64)), 8);
     assert_eq!(default_tp(6, Some(16)), 4);
     assert_eq!(default_tp(6, Some(12)), 6);

@@ -26,6 +26,7 @@ mod prefetch;
 mod preflight;
 mod refuse;
 mod releases;
+mod shape;
 mod snapshots;
 mod stack;
 mod startup;

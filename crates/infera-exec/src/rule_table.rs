@@ -1,6 +1,6 @@
-//! The known-bad engine configurations, as data (`manifests/rules.toml`): their types and
-//! the shipped table, which `build.rs` parses, validates (known engines, traits, unique
-//! codes) and compiles in, so no start parses it. `plan::args` applies them.
+//! The known-bad engine configurations as data (`manifests/rules.toml`): their types and the
+//! shipped table, which `build.rs` parses, validates (known engines, traits, unique codes) and
+//! compiles in, so no start parses it. `plan::rules` applies them; `--allow` names them.
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rule {
