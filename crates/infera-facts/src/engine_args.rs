@@ -3,6 +3,7 @@
 //! before it (both engines place the file's options first; the command line's win). That
 //! file is the one this stage reads; the plan reads none.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -37,6 +38,49 @@ pub enum ConfigError {
 pub struct Read {
     pub parsed: Parsed,
     pub defaults: bool,
+    /// The command line's long options (and `-h`) before `--`, each where it is and as
+    /// written: what the checks of the engine's parser judge, read here once.
+    pub flags: Vec<Flag>,
+    /// The options the engines read as JSON, with vLLM's dotted keys merged
+    /// (`--kv-transfer-config.kv_role X`): the value, or why it is not JSON.
+    pub json: BTreeMap<Opt, Result<serde_json::Value, String>>,
+}
+
+/// A long option on the command line (or `-h`): its position, and its name as written
+/// (before any `=VALUE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flag {
+    pub index: usize,
+    pub written: String,
+}
+
+impl Read {
+    /// A JSON option's value, when it is set and is JSON.
+    pub fn json(&self, o: Opt) -> Option<&serde_json::Value> {
+        self.json.get(&o).and_then(|r| r.as_ref().ok())
+    }
+
+    /// The flags and the JSON options of `args`, read once.
+    fn with_tokens(mut self, e: Engine, args: &[OsString]) -> Read {
+        self.flags = args
+            .iter()
+            .enumerate()
+            .take_while(|(_, a)| a.as_encoded_bytes() != b"--")
+            .filter(|(_, a)| (a.len() > 2 && a.as_encoded_bytes().starts_with(b"--")) || *a == "-h")
+            .map(|(index, a)| {
+                let written = a.to_string_lossy();
+                Flag { index, written: written.split('=').next().unwrap_or_default().to_string() }
+            })
+            .collect();
+        let role = e.info().pd_role;
+        let json_opts = [Some(Opt::KvTransferConfig), role.json_key.map(|_| role.opt)];
+        for o in json_opts.into_iter().flatten() {
+            if let Some(v) = dialect::json_option(e, args, &self.parsed, o).transpose() {
+                self.json.insert(o, v);
+            }
+        }
+        self
+    }
 }
 
 #[derive(Clone)]
@@ -56,7 +100,7 @@ impl EngineArgs {
     pub fn read(engine: Engine, version: Option<&str>, args: &[OsString], root: &Root, chdir: Option<&Path>) -> Self {
         let list = crate::engines::option_list(engine, version);
         let mut findings = Vec::new();
-        let read = with_config(engine, list, args, root, chdir, &mut findings);
+        let read = with_config(engine, list, args, root, chdir, &mut findings).map(|r| r.with_tokens(engine, args));
         EngineArgs { engine, list, read, findings }
     }
 
@@ -79,7 +123,7 @@ fn with_config(
 ) -> Result<Read, ConfigError> {
     let pairs = dialect::config_pairs(args);
     let (at, file) = match pairs.as_slice() {
-        [] => return Ok(Read { parsed: dialect::read_in(e, list, args), defaults: true }),
+        [] => return Ok(Read { parsed: dialect::read_in(e, list, args), defaults: true, ..Read::default() }),
         [one] => one.clone(),
         many => return Err(ConfigError::Twice { count: many.len(), engine: e.name() }),
     };
@@ -89,7 +133,7 @@ fn with_config(
             "engine-config-unread",
             format!("{why}: no defaults added (one could override what the file sets); the rules read the command line only"),
         ));
-        Read { parsed: dialect::read_with_config(e, list, &[], args, at), defaults: false }
+        Read { parsed: dialect::read_with_config(e, list, &[], args, at), defaults: false, ..Read::default() }
     };
     match engine_config::detect(root, &file, chdir) {
         ConfigFacts::Known { path, entries } => Ok(merged(e, list, args, at, &path, &entries, findings)),
@@ -134,5 +178,5 @@ fn merged(
             if keys.is_empty() { "no options".to_string() } else { keys.join(", ") }
         ),
     ));
-    Read { parsed, defaults: true }
+    Read { parsed, defaults: true, ..Read::default() }
 }

@@ -3,13 +3,11 @@
 //! engine spells it), the wrapper's own dialect, what the parser requires, and the sizes a
 //! deployment can have.
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
-
 use thiserror::Error;
 
 use infera_exec_derive::Refuse;
 use infera_facts::dialect::{self, Parsed, Setting};
+use infera_facts::engine_args::Flag;
 use infera_facts::engines::{Engine, Opt};
 use infera_facts::finding::Finding;
 
@@ -132,7 +130,7 @@ pub(crate) fn unknown_options(
     e: Engine,
     version: Option<&str>,
     exact: Option<&infera_facts::engines::OptionList>,
-    args: &[OsString],
+    flags: &[Flag],
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<Opt>, ArgvError> {
     let Some(list) = exact.or_else(|| infera_facts::engines::nearest_option_list(e, version)) else {
@@ -144,12 +142,12 @@ pub(crate) fn unknown_options(
     // named once, without a guess each (a guess is a similarity search over every option).
     const ONE_BY_ONE: usize = 8;
     let (mut shown, mut more) = (0usize, Vec::new());
-    for (i, a) in args.iter().enumerate().take_while(|(_, a)| a.as_bytes() != b"--") {
-        let raw = a.as_bytes();
-        if help(e, raw, i, findings) || !raw.starts_with(b"--") || raw.len() < 3 {
+    for f in flags {
+        let (i, raw) = (f.index, f.written.as_bytes());
+        if help(e, raw, i, findings) || !raw.starts_with(b"--") {
             continue;
         }
-        let name = dialect::normalise(e, raw.split(|b| *b == b'=').next().unwrap_or_default());
+        let name = dialect::normalise(e, raw);
         // vLLM's `--json-option.key` forms are judged by their head (the wrapper refuses them
         // on its own grounds). An option the launcher has a spelling of is held to the list
         // too: the release's parser is what refuses it.
@@ -314,14 +312,14 @@ fn closest(e: Engine, name: &str, names: &[&str]) -> Meant {
 pub(crate) fn wrapper_dialect(
     e: Engine,
     module: &'static str,
-    args: &[std::ffi::OsString],
+    flags: &[Flag],
     list: Option<&infera_facts::engines::OptionList>,
     parsed: &Parsed,
 ) -> Result<(), ArgvError> {
     if e.info().wrapper_abbrev {
         return Ok(());
     }
-    let is_config = |i: usize| args.get(i).is_some_and(|a| a == "--config");
+    let is_config = |i: usize| flags.iter().any(|f| f.index == i && f.written == "--config");
     if let Some((i, written, full, _)) = parsed.abbreviations.iter().find(|a| !is_config(a.0)) {
         return Err(ArgvError::WrapperAbbrev { written: written.clone(), index: i + 1, module, full: full.clone() });
     }
@@ -331,12 +329,11 @@ pub(crate) fn wrapper_dialect(
                 .iter()
                 .any(|o| e.spelling(*o).is_some_and(|sp| sp.names().any(|n| n == name)))
     };
-    for (i, a) in args.iter().enumerate() {
-        let a = a.to_string_lossy();
-        if a == "--" {
-            break;
+    for f in flags {
+        let (i, name) = (f.index, f.written.as_str());
+        if !name.starts_with("--") {
+            continue;
         }
-        let Some(name) = a.split('=').next().filter(|n| n.starts_with("--")) else { continue };
         // What vLLM's FlexibleArgumentParser would have read it as.
         let dashed = |s: &str| format!("--{}", s[2..].replace('_', "-"));
         let (meant, dotted) = match name.split_once('.') {

@@ -9,7 +9,6 @@ use thiserror::Error;
 
 use super::usable;
 use infera_exec_derive::Refuse;
-use infera_facts::dialect::Parsed;
 use infera_facts::engines::{Engine, Opt};
 use infera_facts::envvars::Env;
 
@@ -93,19 +92,18 @@ pub(crate) enum CapError {
 /// The capabilities a set of engine args implies, with the flag that implies each.
 pub(crate) fn implied(
     engine: Engine,
-    args: &[std::ffi::OsString],
-    parsed: &Parsed,
+    read: &infera_facts::engine_args::Read,
 ) -> Result<Vec<(String, String)>, CapError> {
-    let mut out = Vec::new();
+    let (parsed, mut out) = (&read.parsed, Vec::new());
     if let Some(v) = parsed.get(Opt::KvTransferConfig) {
         let text = v.as_str().ok_or(CapError::KvTransferConfigNotUtf8)?;
         serde_json::from_str::<serde_json::Value>(text)
             .map_err(|e| CapError::KvTransferConfigNotJson { reason: e.to_string(), text: text.to_string() })?;
     }
     // The JSON value with vLLM's dotted keys (`--kv-transfer-config.kv_connector X`) merged.
-    if let Some(json) = infera_facts::dialect::json_option(engine, args, parsed, Opt::KvTransferConfig).ok().flatten() {
+    if let Some(json) = read.json(Opt::KvTransferConfig) {
         let mut connectors = Vec::new();
-        collect_connectors(&json, &mut connectors);
+        collect_connectors(json, &mut connectors);
         if let Some(c) = connectors.iter().find(|c| c.to_ascii_lowercase().contains("mooncake")) {
             out.push(("mooncake".to_string(), format!("{} kv_connector={c}", engine.flag(Opt::KvTransferConfig))));
         }
@@ -152,7 +150,7 @@ pub(crate) fn rows(
     tree: &Tree,
     engine: Option<Engine>,
     image_engine: Option<Engine>,
-    parsed: &Parsed,
+    read: &infera_facts::engine_args::Read,
     copies: &BTreeMap<String, Import>,
 ) -> Result<Vec<CapRow>, (Vec<CapRow>, Refusal)> {
     let mut requested: Vec<(String, String)> = req.require.iter().map(|r| (r.name.clone(), r.by.to_string())).collect();
@@ -170,7 +168,7 @@ pub(crate) fn rows(
         }
     }
     if let Some(e) = engine {
-        match implied(e, &req.args, parsed) {
+        match implied(e, read) {
             Ok(imp) => {
                 for (c, by) in imp {
                     if !requested.iter().any(|(x, _)| *x == c) {

@@ -242,7 +242,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
         req.role == crate::choices::Role::Worker || (req.role == crate::choices::Role::Check && !req.args.is_empty());
     // (a `--config` file that could not be read may give it: nothing refused on a guess)
     // (`--help` is answered before any of them: the parser prints it and exits 0.)
-    let help = req.args.iter().take_while(|a| *a != "--").any(|a| a == "--help" || a == "-h");
+    let help = st.args.flags.iter().any(|f| f.written == "--help" || f.written == "-h");
     if let Some(e) = wrapped.filter(|_| describes_a_pod && st.args.defaults && !help) {
         argv::required(e, &st.args.parsed)?;
     }
@@ -327,17 +327,18 @@ fn engine_args(
     p: &mut Plan,
 ) -> Result<(infera_facts::engine_args::Read, Vec<infera_facts::engines::Opt>), Refusal> {
     let Some(a) = inp.args.filter(|a| Some(a.engine) == engine) else {
-        return Ok((infera_facts::engine_args::Read { parsed: Default::default(), defaults: true }, Vec::new()));
+        let none = infera_facts::engine_args::Read { defaults: true, ..Default::default() };
+        return Ok((none, Vec::new()));
     };
     p.findings.extend(a.findings.iter().cloned());
     let read = a.read.clone()?;
     let version = inp.facts.engine(a.engine).map(|i| i.version.as_str());
     // The wrapper's refusals first: an abbreviation it refuses is not also "read as" one.
     if let Some(e) = wrapped {
-        argv::wrapper_dialect(e, e.info().module, &inp.req.args, a.list, &read.parsed)?;
+        argv::wrapper_dialect(e, e.info().module, &read.flags, a.list, &read.parsed)?;
     }
     argv::abbreviations(a.engine, version, a.list, &read.parsed, &mut p.findings)?;
-    let unreadable = argv::unknown_options(a.engine, version, a.list, &inp.req.args, &mut p.findings)?;
+    let unreadable = argv::unknown_options(a.engine, version, a.list, &read.flags, &mut p.findings)?;
     Ok((read, unreadable))
 }
 
@@ -352,7 +353,7 @@ fn capabilities(st: &Stage, copies: &caps::Copies, p: &mut Plan) -> Result<(), R
         (None, [one]) if req.role == crate::choices::Role::Run => Some(one.engine),
         _ => None,
     };
-    match caps::rows(req, st.overlay, st.tree, st.engine, image_engine, &st.args.parsed, copies) {
+    match caps::rows(req, st.overlay, st.tree, st.engine, image_engine, &st.args, copies) {
         Ok(rows) => {
             p.capabilities = rows;
             Ok(())
@@ -373,13 +374,13 @@ fn addresses(st: &Stage, p: &mut Plan) -> Result<Vec<OsString>, Refusal> {
     let mut advertised = None;
     if let Some(e) = st.wrapped {
         if req.group.as_ref().is_none_or(|g| g.size < 2 || g.rank == 0) {
-            let role = pd::role(e, &req.args, parsed);
+            let role = pd::role(e, &st.args, parsed);
             advertised = pd::advertise(e, parsed, role, st.args.defaults, env, &mut addressed, &mut p.findings)?;
         }
     }
     if let Some(e) = st.engine {
         let group = req.group.as_ref();
-        p.pd = pd::plan(e, &req.args, parsed, group, advertised.as_deref(), st.inp.facts, env, &mut p.findings)?;
+        p.pd = pd::plan(e, &st.args, parsed, group, advertised.as_deref(), st.inp.facts, env, &mut p.findings)?;
     }
     Ok(addressed)
 }

@@ -123,14 +123,10 @@ pub(crate) fn advertise(
 }
 
 /// The role infera's wrapper registers this worker with (None: MIXED).
-pub(crate) fn role(e: Engine, args: &[std::ffi::OsString], p: &Parsed) -> Option<Role> {
+pub(crate) fn role(e: Engine, read: &infera_facts::engine_args::Read, p: &Parsed) -> Option<Role> {
     let r = e.info().pd_role;
-    let json;
     let value = match r.json_key {
-        Some(key) => {
-            json = infera_facts::dialect::json_option(e, args, p, r.opt).ok().flatten()?;
-            json.get(key)?.as_str()?
-        }
+        Some(key) => read.json(r.opt)?.get(key)?.as_str()?,
         None => p.value(r.opt)?,
     };
     if value == r.prefill {
@@ -161,7 +157,7 @@ pub(crate) struct PdView {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan(
     e: Engine,
-    args: &[std::ffi::OsString],
+    read: &infera_facts::engine_args::Read,
     p: &Parsed,
     group: Option<&Group>,
     advertised: Option<&str>,
@@ -172,14 +168,14 @@ pub(crate) fn plan(
     let var = |k: &str| ev::get(env, k).map(|v| v.to_string_lossy().into_owned());
     devices_and_gid(e, p, facts, env, findings)?;
     // A --kv-transfer-config that is not JSON is the capability check's refusal.
-    let kv = infera_facts::dialect::json_option(e, args, p, Opt::KvTransferConfig).ok().flatten();
+    let kv = read.json(Opt::KvTransferConfig).cloned();
     if kv.as_ref().and_then(|j| j.get("kv_role")).and_then(|r| r.as_str()) == Some("kv_both") {
         findings.push(Finding::info(
             "pd-kv-both",
             "kv_role kv_both: a MIXED worker to the router (infera's wrapper maps kv_both to MIXED), not a prefill or decode pod",
         ));
     }
-    let Some(role) = role(e, args, p) else { return Ok(None) };
+    let Some(role) = role(e, read, p) else { return Ok(None) };
     let nodes = group.map_or(1, |g| g.size);
     // What the wrapper publishes; a rank that does not register: the pod's IP.
     let published = advertised.map(str::to_string).or_else(|| var(ev::POD_IP).filter(|h| !h.trim().is_empty()));
