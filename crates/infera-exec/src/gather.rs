@@ -161,24 +161,6 @@ impl Gathered {
         plan.findings.splice(0..0, self.notes.iter().cloned());
         then(&plan)
     }
-
-    /// A cell of `check`'s matrix: the plan as JSON, its refusal, and the tree it used.
-    pub(crate) fn judge(
-        &self,
-        req: &Request,
-        choice: &plan::select::TreeChoice,
-        node: &Node,
-        overlay: &Result<infera_overlay::overlay::Overlay, Refusal>,
-        opts: &infera_overlay::overlay::LoadOptions,
-    ) -> (serde_json::Value, Option<Refusal>, Option<String>) {
-        self.with_plan(req, choice, node, overlay, opts, |p| match serde_json::to_value(p) {
-            Ok(json) => (json, p.error.clone(), p.family.clone()),
-            Err(e) => {
-                let r = infera_core::error::internal(&format!("the plan cannot be written as JSON: {e}"));
-                (serde_json::Value::Null, Some(r), p.family.clone())
-            }
-        })
-    }
 }
 
 /// The environment the plan is made with, and the image's root, checked readable: `--root`,

@@ -42,6 +42,8 @@ pub(crate) enum ModelError {
     RelativeModel { reference: String, dir: PathBuf },
 }
 
+/// The model the args name, as its config.json says it (what the rules need of it), or why
+/// it cannot be: not there where the engine looks, or a relative path the engine reads elsewhere.
 pub(crate) fn model_of<'a>(ctx: &Ctx<'a>, findings: &mut Vec<Finding>) -> Result<Option<&'a Model>, Refusal> {
     let Some(Setting::Value(reference)) = ctx.parsed.get(Opt::Model) else {
         findings.push(Finding::info("model-unknown", "no model in the args: model rules skipped"));

@@ -344,7 +344,7 @@ impl Judge<'_> {
                 seconds: 0.0,
             };
         };
-        let (plan, error, family) = g.judge(self.req, &c.tree, node, self.overlay, self.opts);
+        let (plan, error, family) = g.with_plan(self.req, &c.tree, node, self.overlay, self.opts, judged);
         let verdict = match &error {
             None => Verdict::Ok,
             Some(e) if matches!(c.tree, TreeChoice::Judged(_)) && e.code == "family-mismatch" => Verdict::NotApplicable,
@@ -405,6 +405,17 @@ fn exit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> i32 {
         return CELL_REFUSED;
     }
     Exit::Ok.code()
+}
+
+/// A cell's plan as JSON, its refusal, and the tree it used.
+fn judged(p: &crate::plan::Plan) -> (serde_json::Value, Option<Refusal>, Option<String>) {
+    match serde_json::to_value(p) {
+        Ok(json) => (json, p.error.clone(), p.family.clone()),
+        Err(e) => {
+            let r = infera_core::error::internal(&format!("the plan cannot be written as JSON: {e}"));
+            (serde_json::Value::Null, Some(r), p.family.clone())
+        }
+    }
 }
 
 #[cfg(test)]
