@@ -323,16 +323,18 @@ impl Source {
         let e = match found.as_slice() {
             [one] => *one,
             [] => {
-                let tags: Vec<&str> =
+                let mut tags: Vec<&str> =
                     entries.iter().flat_map(|e| e.repo_tags.iter().flatten()).map(String::as_str).collect();
+                tags.sort_unstable();
                 let has = if tags.is_empty() { "no tags".to_string() } else { tags.join(", ") };
                 return Err(self.format(format!("no image in it is named {}; it has {has}", self.wanted())));
             }
             _ => {
-                let names: Vec<String> = found
+                let mut names: Vec<String> = found
                     .iter()
                     .map(|e| e.repo_tags.iter().flatten().next().cloned().unwrap_or_else(|| e.config.clone()))
                     .collect();
+                names.sort();
                 return Err(self.format(format!(
                     "it holds {} images: name one (PATH:NAME or PATH@sha256:ID): {}",
                     found.len(),

@@ -119,6 +119,7 @@ fn docker_save_archives_read_as_docker_sees_them() {
         assert_eq!(img.identity.names, [TOP], "{reference}");
         assert_eq!(img.config.env.as_ref(), Some(&strs(&top["Config"]["Env"])), "{reference}: the environment");
     }
+    // The names are said sorted: `docker save` orders its manifest as it likes.
     let e = read(&multi).unwrap_err().to_string();
     assert!(e.ends_with(&format!("it holds 2 images: name one (PATH:NAME or PATH@sha256:ID): {TOP}, {SGLANG}")), "{e}");
 

@@ -320,7 +320,7 @@ fn a_start_logs_one_line_and_json_for_collectors() {
     assert_eq!(lines.len(), 2, "{}", out.stderr);
     assert_eq!(
         (lines[0]["level"].as_str(), lines[0]["code"].as_str(), lines[0]["target"].as_str()),
-        (Some("warn"), Some("engine-patches-skipped"), Some("infera_exec"))
+        (Some("warn"), Some("engine-patches-skipped"), Some("infera_exec::commands::run"))
     );
     assert_eq!(lines[0]["message"].as_str(), Some("1 engine patches not run: INFERA_SKIP_ENGINE_PATCHES is set"));
     assert_eq!((lines[1]["level"].as_str(), lines[1]["code"].as_str()), (Some("info"), Some("start")));
