@@ -77,15 +77,28 @@ pub(crate) fn cli_command() -> clap::Command {
         if codes == Cmd::Run {
             s = s.mut_arg("output", one_plan_output);
         }
+        if codes == Cmd::Check {
+            // Taken (a pod's INFERA_* variables may set them) but not shown: check execs nothing.
+            for id in RUN_ONLY {
+                s = s.mut_arg(id, |a| a.hide(true));
+            }
+        }
         *sub = s;
     }
     cli
 }
 
+/// The options `check` takes with the rest of a role's but that act only when a run execs.
+const RUN_ONLY: [&str; 5] = ["chdir", "drop_caps", "no_new_privs", "skip_engine_patches", "engine_patch_timeout"];
+
 /// A completion script of the subcommands and their options for `shell`.
 pub(crate) fn completion(shell: clap_complete::Shell) -> String {
+    let full = cli_command();
+    // Without the hidden subcommands (`__prefetch`, the launcher's own helper).
+    let shown: Vec<clap::Command> = full.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
+    let mut cmd = clap::Command::new("infera-exec").args(full.get_arguments().cloned()).subcommands(shown);
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut cli_command(), "infera-exec", &mut out);
+    clap_complete::generate(shell, &mut cmd, "infera-exec", &mut out);
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -345,6 +358,35 @@ pub(crate) struct EngineArgs {
     pub prefetch: PrefetchChoice,
 }
 
+/// `--wait-model`: seconds, or None: until the path appears or a stop signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WaitFor(pub Option<u64>);
+
+impl Default for WaitFor {
+    /// No wait (a role without the option).
+    fn default() -> Self {
+        WaitFor(Some(0))
+    }
+}
+
+impl WaitFor {
+    /// The longest bounded wait: a week.
+    const MAX: u64 = 604_800;
+
+    fn parse(s: &str) -> Result<WaitFor, String> {
+        if ["inf", "infinity", "forever"].iter().any(|w| s.eq_ignore_ascii_case(w)) {
+            return Ok(WaitFor(None));
+        }
+        match s.parse::<u64>() {
+            Ok(n) if n <= Self::MAX => Ok(WaitFor(Some(n))),
+            Ok(_) => {
+                Err(format!("at most {} seconds (a week); `inf` waits until the path appears or a SIGTERM", Self::MAX))
+            }
+            Err(_) => Err("expected seconds (0: do not wait) or `inf` (until the path appears or a SIGTERM)".into()),
+        }
+    }
+}
+
 /// `--prefetch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum PrefetchChoice {
@@ -387,10 +429,10 @@ pub(crate) struct ExecArgs {
     #[arg(long, env = ev::INFERA_DRY_RUN, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub dry_run: bool,
     /// How long to wait for an absent model path (the worker's `--model`, the router's
-    /// `--router-tokenizer-path`) to appear, a download still running, before refusing
-    /// (0: do not wait).
-    #[arg(long, env = ev::INFERA_WAIT_MODEL, default_value = "0", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=604800))]
-    pub wait_model: u64,
+    /// `--router-tokenizer-path`) to appear, a download still running, before refusing:
+    /// seconds (at most a week; 0: do not wait), or `inf`: until it appears or a SIGTERM.
+    #[arg(long, env = ev::INFERA_WAIT_MODEL, default_value = "0", value_name = "SECONDS|inf", value_parser = WaitFor::parse)]
+    pub wait_model: WaitFor,
     /// Stay as a tiny init (reap, forward signals) instead of exec'ing.
     #[arg(long, env = ev::INFERA_INIT, value_parser = BoolishValueParser::new(), default_value = "false", num_args = 0, default_missing_value = "true")]
     pub init: bool,
@@ -471,9 +513,10 @@ pub(crate) struct CheckArgs {
 #[command(next_help_heading = "Image options")]
 pub(crate) struct ImageArgs {
     /// Read the image from its archive, nothing unpacked: an OCI image layout directory, an
-    /// oci-archive or a docker-archive, as `PATH`, `PATH:TAG` or `PATH@sha256:…` (for CI:
-    /// `skopeo copy docker://IMAGE oci:DIR:TAG`, then `--image DIR:TAG`). Repeatable: each
-    /// image is a row of the matrix.
+    /// oci-archive or a docker-archive, as `PATH`, `PATH:TAG` or `PATH@sha256:…`, also as
+    /// skopeo writes them (`oci:DIR:TAG`, `oci-archive:FILE`, `docker-archive:FILE`). For CI:
+    /// `skopeo copy docker://IMAGE oci:DIR:TAG`, then `--image oci:DIR:TAG` (a registry is
+    /// never read). Repeatable: each image is a row of the matrix.
     #[arg(long, value_name = "REF", conflicts_with_all = ["root", "image_env"])]
     pub image: Vec<OsString>,
     /// With --image: do not hash the layers (the manifest and the config are always checked).
@@ -732,6 +775,9 @@ fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::
     let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else { return e };
     let long = shown.strip_prefix("--").map(|l| l.split('=').next().unwrap_or(l));
     let role = argv.get(1).and_then(|a| a.to_str()).and_then(|n| cmd.find_subcommand(n).map(|c| (n, c)));
+    if let Some(n) = output_as_a_flag(e.kind(), long, role.map(|(_, c)| c)) {
+        return n;
+    }
     let owners: Vec<&str> = match (long, role) {
         (Some(long), Some((_, _))) => ["worker", "server", "check"]
             .into_iter()
@@ -792,6 +838,24 @@ fn other_roles(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> clap::
     n
 }
 
+/// `--json` for `-o json`: a format of the role's `--output` written as a flag of its own.
+fn output_as_a_flag(
+    kind: clap::error::ErrorKind,
+    long: Option<&str>,
+    role: Option<&clap::Command>,
+) -> Option<clap::Error> {
+    let (long, role) = (long?, role?);
+    let output = role.get_arguments().find(|a| a.get_long() == Some("output"))?;
+    let format = output.get_possible_values().into_iter().find(|v| !v.is_hide_set() && v.matches(long, true))?;
+    let name = format.get_name();
+    let tip = format!("`--{long}` is a format of --output: write `-o {name}` (`--output {name}`)");
+    let mut n = clap::Error::new(kind).with_cmd(role);
+    n.insert(clap::error::ContextKind::InvalidArg, clap::error::ContextValue::String(format!("--{long}")));
+    n.insert(clap::error::ContextKind::Usage, clap::error::ContextValue::StyledStr(role.clone().render_usage()));
+    n.insert(clap::error::ContextKind::Suggested, clap::error::ContextValue::StyledStrs(vec![tip.into()]));
+    Some(n)
+}
+
 /// The command line with the launcher's options before one `--` and everything else after it:
 /// `worker --dry-run --tensor-parallel-size 8 -- --model m` becomes `worker --dry-run --
 /// --tensor-parallel-size 8 --model m`. `at`: the first arg that is not the launcher's.
@@ -847,7 +911,14 @@ fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> 
     });
     let sub = argv.get(1).and_then(|a| a.to_str()).and_then(|n| cmd.find_subcommand(n));
     let arg = sub.unwrap_or(cmd).get_arguments().find(|a| a.get_long() == Some(long));
-    let Some(var) = arg.and_then(|a| a.get_env()).filter(|_| !on_command_line) else { return e };
+    // Its short form (`-o xml`, `-oxml`) is the command line's too.
+    let short = arg.and_then(|a| a.get_short()).map(|c| format!("-{c}"));
+    let on_command_line =
+        on_command_line || short.is_some_and(|s| argv[1..end].iter().any(|a| a.as_bytes().starts_with(s.as_bytes())));
+    // A value from a variable: one that is set.
+    let Some(var) = arg.and_then(|a| a.get_env()).filter(|v| !on_command_line && std::env::var_os(v).is_some()) else {
+        return e;
+    };
     let text = crate::term::clap_error(&e);
     let text =
         text.replacen(&format!("'{shown}'"), &format!("{} (the variable of '{shown}')", var.to_string_lossy()), 1);

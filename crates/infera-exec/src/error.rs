@@ -65,6 +65,9 @@ pub(crate) enum UsageError {
     )]
     #[refuse(code = "env-without-image", exit = Usage, hint = "give --image REF or --root DIR with them; in the pod, its spec's env is the environment")]
     PodEnvWithoutImage,
+    #[error("--env `{key}` has no value: docker's `--env KEY` passes this shell's {key} through, but here --env gives the pod's variables, which this shell does not hold")]
+    #[refuse(code = "env-pass-through", exit = Usage, hint = "give the value the pod's spec sets: --env {key}=VALUE (or a line of --env-file)")]
+    PodEnvPassThrough { key: String },
     #[error("{said} {value} is for `check`: a run uses one tree and prints one plan")]
     #[refuse(
         code = "check-only",
@@ -110,14 +113,14 @@ pub(crate) enum UsageError {
     #[refuse(
         code = "image-env-missing",
         exit = Missing,
-        hint = "write the image's environment there first: `podman image inspect IMAGE > FILE`, or give KEY=VALUE"
+        hint = missing_hint(said)
     )]
     ImageEnvMissing { said: String, path: PathBuf },
     #[error("{said} `{}`: {reason}", path.display())]
     #[refuse(
         code = "image-env-invalid",
         exit = Usage,
-        hint = "give `podman image inspect IMAGE` output, an OCI image config, KEY=VALUE lines, or one KEY=VALUE"
+        hint = invalid_hint(said)
     )]
     ImageEnvInvalid { said: String, path: PathBuf, reason: String },
     #[error("a group of {size} nodes ({source_}) needs the leader's address")]
@@ -129,6 +132,25 @@ pub(crate) enum UsageError {
     #[error("{var}=`{value}` {why}")]
     #[refuse(code = "leader-address-invalid", exit = Usage, hint = "give the leader's DNS name (`leader-0.group.namespace`) or its IP address")]
     LeaderInvalid { var: String, value: String, why: String },
+}
+
+/// What to do about a file of variables that does not exist, by the option that named it.
+fn missing_hint(said: &str) -> String {
+    match said {
+        "--env-file" => "write the pod's variables there first, KEY=VALUE a line (its spec's `env`)".into(),
+        "--env" => "give the pod's variable as --env KEY=VALUE".into(),
+        _ => "write the image's environment there first: `podman image inspect IMAGE > FILE`, or give KEY=VALUE".into(),
+    }
+}
+
+/// What a file of variables must hold, by the option that named it.
+fn invalid_hint(said: &str) -> String {
+    match said {
+        "--env-file" | "--env" => {
+            "give KEY=VALUE lines, `#` comments and blank lines (docker's --env-file format)".into()
+        }
+        _ => "give `podman image inspect IMAGE` output, an OCI image config, KEY=VALUE lines, or one KEY=VALUE".into(),
+    }
 }
 
 /// The capability meant by a name that is none, in capabilities(7)'s lower-case spelling.

@@ -66,14 +66,15 @@ fn stopped(sig: i32, during: &str) -> i32 {
 }
 
 /// `--wait-model`: wait until each absent absolute model path exists (a download Job still
-/// running), logging the wait, for at most `seconds` in all. Run before the facts are read,
-/// so the rules see the model once it is there; after the wait an absent path is refused by
-/// the plan. SIGTERM and SIGINT are held from here on, as in `run`: Some(the exit code,
-/// 128+n) when one ended the wait.
-pub(crate) fn await_models(models: &[std::ffi::OsString], seconds: u64, said: &str) -> Option<i32> {
+/// running), logging the wait, for at most `w.seconds` in all (None: until a stop signal).
+/// Run before the facts are read, so the rules see the model once it is there; after the
+/// wait an absent path is refused by the plan. SIGTERM and SIGINT are held from here on, as
+/// in `run`: Some(the exit code, 128+n) when one ended the wait.
+pub(crate) fn await_models(models: &[std::ffi::OsString], w: &crate::request::ModelWait) -> Option<i32> {
     let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&stop_set()), None);
     let start = std::time::Instant::now();
-    let limit = std::time::Duration::from_secs(seconds);
+    let limit = w.seconds.map_or(std::time::Duration::MAX, std::time::Duration::from_secs);
+    let (how_long, said) = (w.how_long(), &w.said);
     // Paths only: a repository id is resolved through the Hugging Face cache, not waited for.
     for path in models.iter().map(Path::new).filter(|p| p.is_absolute()) {
         if path.exists() {
@@ -81,7 +82,7 @@ pub(crate) fn await_models(models: &[std::ffi::OsString], seconds: u64, said: &s
         }
         tracing::info!(
             code = "model-wait",
-            "`{}` does not exist yet: waiting up to {seconds} s for it ({said})",
+            "`{}` does not exist yet: waiting {how_long} for it ({said})",
             path.display()
         );
         let mut said_at = start.elapsed();
@@ -95,12 +96,11 @@ pub(crate) fn await_models(models: &[std::ffi::OsString], seconds: u64, said: &s
             }
             if start.elapsed() - said_at >= std::time::Duration::from_secs(60) {
                 said_at = start.elapsed();
-                tracing::info!(
-                    code = "model-wait",
-                    "still waiting for `{}` ({} s left)",
-                    path.display(),
-                    limit.saturating_sub(said_at).as_secs()
-                );
+                let left = match w.seconds {
+                    Some(_) => format!("{} s left", limit.saturating_sub(said_at).as_secs()),
+                    None => format!("{} s so far", said_at.as_secs()),
+                };
+                tracing::info!(code = "model-wait", "still waiting for `{}` ({left})", path.display());
             }
         }
         tracing::info!(

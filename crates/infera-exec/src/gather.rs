@@ -174,7 +174,7 @@ fn prepare(
 ) -> Result<(Env, infera_core::rootfs::Root, Option<infera_facts::finding::Finding>), Refusal> {
     let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let volumes = req.volumes.iter().map(|(at, dir)| (at.clone(), abs(dir))).collect();
-    let pod = imageenv::resolve_pod(&req.pod_env, &req.root, image.is_some())?;
+    let pod = imageenv::resolve_pod(&req.env_files, &req.pod_env, &req.root, image.is_some())?;
     let (mut out, dropped) =
         if image.is_some() || !pod.is_empty() { imageenv::launcher_only(env) } else { (env.clone(), Vec::new()) };
     let root = match image {
@@ -277,7 +277,7 @@ fn ib_device_flag(arg: &[u8]) -> bool {
 /// worker for its model, the router for its tokenizer path).
 pub(crate) fn wait_for_model(req: &Request, root: &infera_core::rootfs::Root, model: Option<&OsString>) -> Option<i32> {
     let w = req.wait_model.as_ref().filter(|_| !req.dry_run && root.is_host_root())?;
-    exec::await_models(std::slice::from_ref(model?), w.seconds, &w.said)
+    exec::await_models(std::slice::from_ref(model?), w)
 }
 
 /// The facts of the model the args name (its config.json: a local directory, or a repo

@@ -92,17 +92,33 @@ pub(crate) fn resolve(values: &[OsString], root: &Path, said: &str) -> Result<Ve
     pairs(values, said)
 }
 
-/// `--env-file` and `--env` (as `resolve` reads each value): the pod's variables, for a dry
-/// run with `--root` or `--image` only (in the pod they already are its environment).
+/// `--env-file` (files of KEY=VALUE lines, as `resolve` reads a file) then `--env` (each a
+/// KEY=VALUE): the pod's variables, for a dry run with `--root` or `--image` only (in the pod
+/// they already are its environment). A bare `--env KEY` is docker's pass-through of this
+/// shell's variable, which says nothing of the pod's: refused.
 pub(crate) fn resolve_pod(
+    files: &[OsString],
     values: &[OsString],
     root: &Path,
     image: bool,
 ) -> Result<Vec<(OsString, OsString)>, UsageError> {
-    if !values.is_empty() && root == Path::new("/") && !image {
+    if (!files.is_empty() || !values.is_empty()) && root == Path::new("/") && !image {
         return Err(UsageError::PodEnvWithoutImage);
     }
-    pairs(values, "--env")
+    let mut out = Vec::new();
+    for f in files {
+        out.extend(file(Path::new(f), "--env-file")?);
+    }
+    for v in values {
+        match pair(v.as_encoded_bytes()) {
+            Some(kv) => out.push(kv),
+            None if is_name(v.as_encoded_bytes()) => {
+                return Err(UsageError::PodEnvPassThrough { key: v.to_string_lossy().into_owned() })
+            }
+            None => out.extend(file(Path::new(v), "--env")?),
+        }
+    }
+    Ok(out)
 }
 
 fn pairs(values: &[OsString], said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {
@@ -134,9 +150,12 @@ pub(crate) fn config_env(entries: &[String]) -> (Vec<(OsString, OsString)>, Vec<
 fn pair(b: &[u8]) -> Option<(OsString, OsString)> {
     let eq = b.iter().position(|c| *c == b'=')?;
     let key = &b[..eq];
-    let name =
-        !key.is_empty() && !key[0].is_ascii_digit() && key.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
-    name.then(|| (OsString::from_vec(key.to_vec()), OsString::from_vec(b[eq + 1..].to_vec())))
+    is_name(key).then(|| (OsString::from_vec(key.to_vec()), OsString::from_vec(b[eq + 1..].to_vec())))
+}
+
+/// A variable's name: letters, digits and `_`, not starting with a digit.
+fn is_name(key: &[u8]) -> bool {
+    !key.is_empty() && !key[0].is_ascii_digit() && key.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
 fn file(path: &Path, said: &str) -> Result<Vec<(OsString, OsString)>, UsageError> {

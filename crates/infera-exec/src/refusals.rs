@@ -54,6 +54,7 @@ pub fn all() -> Vec<Doc> {
         crate::plan::rules::RuleError::REFUSALS,
         crate::plan::ranks::RankError::REFUSALS,
         crate::plan::pd::PdError::REFUSALS,
+        crate::plan::transport::TransportError::REFUSALS,
         crate::plan::program::ProgramError::REFUSALS,
         crate::privs::PrivError::REFUSALS,
         crate::execve::ExecError::REFUSALS,

@@ -93,7 +93,9 @@ pub(crate) struct Request {
     /// launcher's, with --root) and how the user named it; read at launch.
     pub image_env: Vec<OsString>,
     pub image_env_said: String,
-    /// `--env-file` then `--env`, as given: the variables the pod sets.
+    /// `--env-file`, as given: files of the variables the pod sets.
+    pub env_files: Vec<OsString>,
+    /// `--env`, as given (applied after the files): variables the pod sets.
     pub pod_env: Vec<OsString>,
     /// `--overlay`; None: found at launch (`overlay::discover`).
     pub overlay: Option<PathBuf>,
@@ -149,8 +151,19 @@ fn worker_pod(shm: Option<crate::cli::Size>, memory: Option<crate::cli::Size>) -
 /// `--wait-model SECONDS` (> 0) and how the user set it, for messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ModelWait {
-    pub seconds: u64,
+    /// None: until the path appears or a stop signal.
+    pub seconds: Option<u64>,
     pub said: String,
+}
+
+impl ModelWait {
+    /// `up to 600 s`, `until it appears or a SIGTERM`.
+    pub(crate) fn how_long(&self) -> String {
+        match self.seconds {
+            Some(s) => format!("up to {s} s"),
+            None => "until it appears or a SIGTERM".into(),
+        }
+    }
 }
 
 /// Who requires a capability given with `--require`.
@@ -161,7 +174,8 @@ pub(crate) const ENGINE_VERSION: &str = "engine-version";
 
 /// Refusals besides the rules' that `--allow` may override: judgements a user can know better
 /// (an engine version, a GPU override, memory arithmetic), never a missing file or device.
-pub(crate) const ALLOWABLE: &[&str] = &[ENGINE_VERSION, "gfx-override", "weights-exceed-vram", "kv-cache-no-room"];
+pub(crate) const ALLOWABLE: &[&str] =
+    &[ENGINE_VERSION, "gfx-override", "weights-exceed-vram", "kv-cache-no-room", "nats-server-missing"];
 
 /// The group from the launcher's options, else LeaderWorkerSet's variables.
 fn group(o: &Options, env: &Env) -> Result<Option<Group>, UsageError> {
@@ -425,8 +439,8 @@ impl Request {
         let (require, require_all_native) = required(&o);
         let volumes = volumes(&c.volume, &o.said("volume"))?;
         let image_env_said = o.said("image-env");
-        let wait_model =
-            (o.exec.wait_model > 0).then(|| ModelWait { seconds: o.exec.wait_model, said: o.said("wait-model") });
+        let wait_model = (o.exec.wait_model.0 != Some(0))
+            .then(|| ModelWait { seconds: o.exec.wait_model.0, said: o.said("wait-model") });
         let Options { common: c, engine: e, exec: x, image, .. } = o;
         Ok(Request {
             role,
@@ -442,7 +456,8 @@ impl Request {
             volumes,
             image_env: c.image_env,
             image_env_said,
-            pod_env: c.env_file.into_iter().chain(c.pod_env).collect(),
+            env_files: c.env_file,
+            pod_env: c.pod_env,
             overlay: c.overlay,
             python: c.python.filter(|p| !p.is_empty()),
             chdir,

@@ -121,6 +121,8 @@ pub const VLLM_HOST_IP: &str = "VLLM_HOST_IP";
 pub const VLLM_MOONCAKE_BOOTSTRAP_PORT: &str = "VLLM_MOONCAKE_BOOTSTRAP_PORT";
 pub const MC_GID_INDEX: &str = "MC_GID_INDEX";
 pub const POD_IP: &str = "POD_IP";
+/// infera's wrappers' NATS server when `--nats-server` is not given.
+pub const NATS_SERVER: &str = "NATS_SERVER";
 
 pub const ROCM_PATH: &str = "ROCM_PATH";
 pub const ROCM_HOME: &str = "ROCM_HOME";

@@ -1,7 +1,7 @@
 //! The node: the GPUs (KFD: gfx target, memory, partitions, render minors), the amdgpu driver
 //! and kernel, NUMA balancing, `/dev/shm`, the pod's memory and the RDMA devices. A value of
 //! its own, apart from the image's facts: read at root `/` (in the pod, a DaemonSet, `kubectl
-//! debug node/…`), or from a node profile (`infera-exec node --json` writes one; `--node FILE`
+//! debug node/…`), or from a node profile (`infera-exec node -o json` writes one; `--node FILE`
 //! reads it back), or made for a named AMD Instinct part (`--node mi300x:8`), so the node's
 //! checks run in CI exactly as in the pod.
 

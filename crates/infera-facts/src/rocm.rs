@@ -93,7 +93,7 @@ pub enum RocmError {
     #[refuse(
         code = "rocm-missing",
         exit = Unsupported,
-        hint = "use a ROCm engine image, or set ROCM_PATH to the image's ROCm install"
+        hint = "use a ROCm engine image, or set ROCM_PATH to the image's ROCm install; outside the image (a workstation, CI), judge it from its archive (--image ARCHIVE) or its unpacked root (--root DIR)"
     )]
     NotFound { release: Option<Release>, looked: Vec<String> },
 }

@@ -261,6 +261,38 @@ pub fn read(
     verify: bool,
     progress: &dyn Fn(u64, u64),
 ) -> Result<(Changes, u64, u64), ImageError> {
+    read_layer(src, l, keep, totals, verify, progress).map_err(|e| match e {
+        ImageError::Format { .. } if verify => altered(src, l).unwrap_or(e),
+        e => e,
+    })
+}
+
+/// A layer that could not be read as a tar, whose blob is not the one its manifest names: a
+/// byte flipped, a copy cut or altered (`image-digest-mismatch`, "copy it again"), not a
+/// layer of another format. None when its blob is what the manifest says, or cannot tell.
+fn altered(src: &Source, l: &Layer) -> Option<ImageError> {
+    let expected = l.digest?;
+    let mut blob = src.member(l.name).ok()?.take(l.size.map_or(u64::MAX, |s| s.saturating_add(1)));
+    let mut sha = sha2::Sha256::new();
+    std::io::copy(&mut blob, &mut sha).ok()?;
+    let found = format!("sha256:{:x}", sha.finalize());
+    (found != expected).then(|| ImageError::DigestMismatch {
+        reference: src.reference().to_string(),
+        what: format!("layer {}'s blob", l.n),
+        name: l.name.to_string(),
+        expected: expected.to_string(),
+        found,
+    })
+}
+
+fn read_layer(
+    src: &Source,
+    l: &Layer,
+    keep: &Keep,
+    totals: &Totals,
+    verify: bool,
+    progress: &dyn Fn(u64, u64),
+) -> Result<(Changes, u64, u64), ImageError> {
     let (n, name) = (l.n, l.name);
     let blob = src.member(name).map_err(|why| src.unread(&format!("layer {n}"), name, why))?;
     // One byte more than its size, so that a longer blob is seen, never read to its end.

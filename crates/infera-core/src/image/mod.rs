@@ -34,9 +34,19 @@ pub enum ImageError {
     #[refuse(
         code = "image-missing",
         exit = Missing,
-        hint = "check the path: the step that copies the image here (`skopeo copy`, `podman save`) may have failed or written elsewhere"
+        hint = "check the path: the step that copies the image here (`skopeo copy`, `podman save`) may have failed or written elsewhere; an image in a registry is not read here: `skopeo copy docker://IMAGE oci:DIR:TAG` first"
     )]
     Missing { reference: String },
+    #[error("`{reference}` names {what}, which is not read here: only an image's archive or layout directory is (nothing is pulled)")]
+    #[refuse(
+        code = "image-not-local",
+        exit = Usage,
+        hint = "copy it here first: `skopeo copy {copy_from} oci:DIR:TAG` (or `docker save -o FILE IMAGE`, `podman save --format oci-archive -o FILE IMAGE`), then --image DIR:TAG or FILE"
+    )]
+    NotLocal { reference: String, what: &'static str, copy_from: String },
+    #[error("`{reference}` is not an image this reads: it holds {count} images: name one ({form}): {names}")]
+    #[refuse(code = "image-ambiguous", exit = Usage, hint = "add the image's name or digest to the reference, as the line above writes it")]
+    Ambiguous { reference: String, count: usize, names: String, form: &'static str },
     #[error("`{reference}`: {what} is damaged: {reason}")]
     #[refuse(code = "image-damaged", exit = Invalid, hint = "copy the image again: the archive is damaged, cut short or was altered")]
     Damaged { reference: String, what: String, reason: String },

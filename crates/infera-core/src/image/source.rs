@@ -69,16 +69,18 @@ impl Read for Slice {
 }
 
 impl Source {
-    /// `PATH`, `PATH:TAG` or `PATH@sha256:HEX`. The path is opened without blocking (a FIFO
-    /// is refused, never read) and must be a directory or a regular file.
-    pub fn open(reference: &std::ffi::OsStr) -> Result<Source, ImageError> {
-        let (path, tag, digest) = split(reference);
-        let reference = &reference.to_string_lossy().into_owned();
+    /// `PATH`, `PATH:TAG` or `PATH@sha256:HEX`, also as skopeo names them (`oci:`,
+    /// `oci-archive:`, `docker-archive:`). The path is opened without blocking (a FIFO is
+    /// refused, never read) and must be a directory or a regular file.
+    pub fn open(given: &std::ffi::OsStr) -> Result<Source, ImageError> {
+        let local = local(given)?;
+        let (path, tag, digest) = split(local);
+        let reference = &given.to_string_lossy().into_owned();
         let fail = |reason: String| ImageError::Format { reference: reference.to_string(), reason };
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         let fd = match rustix::fs::open(&path, flags, Mode::empty()) {
             Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => return Err(ImageError::Missing { reference: reference.to_string() }),
+            Err(rustix::io::Errno::NOENT) => return Err(not_found(reference, local, &path)),
             Err(e) => return Err(fail(format!("`{}`: {}", path.display(), io::Error::from(e)))),
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| fail(format!("`{}`: {}", path.display(), io::Error::from(e))))?;
@@ -239,9 +241,17 @@ impl Source {
                 return Err(self.format(format!("no manifest in it is named {}; it has {has}", self.wanted())));
             }
             _ => {
-                return Err(
-                    self.format(format!("it holds {} images: name one (PATH:TAG or PATH@sha256:…)", found.len()))
-                )
+                let mut names: Vec<&str> = found
+                    .iter()
+                    .map(|d| d.annotations.get("org.opencontainers.image.ref.name").unwrap_or(&d.digest).as_str())
+                    .collect();
+                names.sort_unstable();
+                return Err(ImageError::Ambiguous {
+                    reference: self.reference.clone(),
+                    count: found.len(),
+                    names: names.join(", "),
+                    form: "PATH:TAG or PATH@sha256:…",
+                });
             }
         };
         let names = d.annotations.get("org.opencontainers.image.ref.name").cloned().into_iter().collect();
@@ -335,11 +345,12 @@ impl Source {
                     .map(|e| e.repo_tags.iter().flatten().next().cloned().unwrap_or_else(|| e.config.clone()))
                     .collect();
                 names.sort();
-                return Err(self.format(format!(
-                    "it holds {} images: name one (PATH:NAME or PATH@sha256:ID): {}",
-                    found.len(),
-                    names.join(", ")
-                )));
+                return Err(ImageError::Ambiguous {
+                    reference: self.reference.clone(),
+                    count: found.len(),
+                    names: names.join(", "),
+                    form: "PATH:NAME or PATH@sha256:ID",
+                });
             }
         };
         let config = self.small("the config", &e.config)?;
@@ -354,6 +365,50 @@ impl Source {
             (Some(t), None) => format!("`{t}`"),
             (None, None) => "anything".into(),
         }
+    }
+}
+
+/// skopeo's transports of a local image (`oci:DIR[:TAG]`, `oci-archive:FILE[:REF]`,
+/// `docker-archive:FILE[:REF]`) name their path; those of a registry or a container store
+/// (`docker://`, `containers-storage:`, `docker-daemon:`) are refused. A path that exists is
+/// taken whole, whatever it starts with.
+fn local(reference: &std::ffi::OsStr) -> Result<&std::ffi::OsStr, ImageError> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = reference.as_bytes();
+    if Path::new(reference).symlink_metadata().is_ok() {
+        return Ok(reference);
+    }
+    for t in ["oci:", "oci-archive:", "docker-archive:"] {
+        if let Some(rest) = b.strip_prefix(t.as_bytes()) {
+            return Ok(std::ffi::OsStr::from_bytes(rest));
+        }
+    }
+    let remote = [
+        ("docker://", "an image in a registry"),
+        ("containers-storage:", "an image in podman's store"),
+        ("docker-daemon:", "an image in Docker's store"),
+    ];
+    match remote.iter().find(|(t, _)| b.starts_with(t.as_bytes())) {
+        Some((_, what)) => {
+            let reference = reference.to_string_lossy().into_owned();
+            Err(ImageError::NotLocal { copy_from: reference.clone(), reference, what })
+        }
+        None => Ok(reference),
+    }
+}
+
+/// A path that is not there: a registry's name (`registry.example.com/infera/x:tag`, its
+/// first part a host) is said to be one; anything else does not exist.
+fn not_found(reference: &str, local: &std::ffi::OsStr, path: &Path) -> ImageError {
+    let host = local.to_str().and_then(|s| s.split_once('/')).map(|(h, _)| h);
+    let is_host = |h: &str| h == "localhost" || (h.contains(['.', ':']) && !h.starts_with('.'));
+    match host.filter(|h| path.as_os_str() == local && is_host(h)) {
+        Some(_) => ImageError::NotLocal {
+            reference: reference.to_string(),
+            what: "an image in a registry",
+            copy_from: format!("docker://{reference}"),
+        },
+        None => ImageError::Missing { reference: reference.to_string() },
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod safety;
 pub(crate) mod select;
 mod share;
 mod steps;
+pub(crate) mod transport;
 mod usable;
 
 #[cfg(test)]
@@ -207,7 +208,7 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let (args, unreadable) = engine_args(inp, engine, wrapped, p)?;
     // After the args: a misspelt option is the pod's own error, said first.
     if let Some(e) = wrapped {
-        select::wrapper_parser(e, facts, python, &mut p.findings)?;
+        select::wrapper_parser(e, tree, facts, python, &mut p.findings)?;
     }
     if let Some(Ok(r)) = inp.router {
         model::tokenizer(req, facts, inp.models, r, &mut p.findings)?;
@@ -245,6 +246,12 @@ fn build<'a>(inp: &'a Inputs<'a>, p: &mut Plan) -> Result<(), Refusal> {
     let help = st.args.flags.iter().any(|f| f.written == "--help" || f.written == "-h");
     if let Some(e) = wrapped.filter(|_| describes_a_pod && st.args.defaults && !help) {
         argv::required(e, &st.args.parsed)?;
+        // The rank that serves and registers: what it needs only after the engine's load.
+        if req.group.as_ref().is_none_or(|g| g.rank == 0) {
+            // An image's variables alone are not the pod's (check --image without --env).
+            let pod_env = req.image.image.is_empty() || !req.pod_env.is_empty() || !req.env_files.is_empty();
+            transport::check(e, &st.args.parsed, (inp.env, pod_env), &req.allow, &mut p.findings)?;
+        }
     }
     exec_spec(&st, &copies, added, p)?;
     if let Some(x) = p.exec.as_mut() {
@@ -269,6 +276,7 @@ fn before_the_image(inp: &Inputs, p: &mut Plan) -> Result<(), Refusal> {
         && !facts.root.is_image()
         && req.image_env.is_empty()
         && req.pod_env.is_empty()
+        && req.env_files.is_empty()
     {
         p.findings.push(infera_facts::finding::Finding::warn(
             "host-environment",

@@ -126,7 +126,7 @@ fn missing(
     findings: &mut Vec<Finding>,
 ) -> Result<(), ModelError> {
     if facts.root.is_host_root() {
-        return Err(ModelError::ModelMissing { path: path.to_path_buf(), waited: waited(req) });
+        return Err(ModelError::ModelMissing { path: path.to_path_buf(), waited: waited(req, true) });
     }
     if let Some((at, dir)) = req.volumes.iter().find(|(at, _)| path.starts_with(at)) {
         let (path, at, dir) = (path.to_path_buf(), at.clone(), dir.clone());
@@ -135,20 +135,23 @@ fn missing(
     let msg = format!(
         "`{}`{named} is not in the image root (a volume in the pod?){}{skipped}; give its files with --volume {}=DIR{purpose}",
         path.display(),
-        waited(req),
+        waited(req, false),
         volume_of(path).display()
     );
     findings.push(Finding::warn("model-unreadable", msg));
     Ok(())
 }
 
-/// How the model wait went, for a model still missing: with --wait-model a real run refuses
-/// only once the wait is over.
-pub(crate) fn waited(req: &Request) -> String {
+/// How the model wait went, for a model still missing: with --wait-model a real run in the
+/// pod (at the root `/`) refuses only once the wait is over; one under --root does not wait.
+pub(crate) fn waited(req: &Request, at_host_root: bool) -> String {
     match &req.wait_model {
         None => String::new(),
-        Some(w) if req.dry_run => format!(" (a real run waits up to {} s for it: {})", w.seconds, w.said),
-        Some(w) => format!(" after waiting {} s for it ({})", w.seconds, w.said),
+        Some(w) if req.dry_run => format!(" (a real run in the pod waits {} for it: {})", w.how_long(), w.said),
+        Some(w) if at_host_root => {
+            format!(" after waiting {} for it ({})", w.how_long().trim_start_matches("up to "), w.said)
+        }
+        Some(w) => format!(" (not waited for: {} waits in the pod, at its root `/`, not under --root)", w.said),
     }
 }
 

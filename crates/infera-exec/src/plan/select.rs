@@ -104,7 +104,7 @@ pub(crate) enum SelectError {
     #[refuse(
         code = "wrapper-parser-fails",
         exit = Unsupported,
-        hint = format!("use an image with {} {fixed} or later (or with CPython 3.13+); or run {}'s own CLI as the program, without infera's wrapper", engine.name(), engine.name())
+        hint = format!("use an image with {instead} (or with CPython 3.13+); or run {}'s own CLI as the program, without infera's wrapper", engine.name())
     )]
     WrapperParser {
         engine: Engine,
@@ -113,7 +113,8 @@ pub(crate) enum SelectError {
         at: String,
         /// The first and last recorded releases whose parser it cannot build.
         failing: (&'static str, &'static str),
-        fixed: &'static str,
+        /// The releases to use instead: from the first that builds, within the tree's range.
+        instead: String,
     },
     #[error("tree {family} has no [server] module")]
     #[refuse(code = "server-not-in-tree", exit = Unsupported)]
@@ -411,6 +412,7 @@ fn unknown_version(engine: Engine, inst: &infera_facts::site::EngineInstall, spe
 /// say which releases do; the image's own files say whether this one does).
 pub(crate) fn wrapper_parser(
     engine: Engine,
+    tree: &Tree,
     facts: &Facts,
     python: &Python,
     findings: &mut Vec<Finding>,
@@ -443,8 +445,22 @@ pub(crate) fn wrapper_parser(
         python: python.minor,
         at: at.clone(),
         failing: (failing.first().copied().unwrap_or("?"), failing.last().copied().unwrap_or("?")),
-        fixed: fixed.unwrap_or("a release without it"),
+        instead: format!(
+            "{} {} or later within {}",
+            engine.name(),
+            fixed.unwrap_or("a release without it"),
+            tree_runs(tree, engine)
+        ),
     })
+}
+
+/// The releases of an engine the tree's module runs, as its manifest says (`tree
+/// rocm7-py312's range >=0.17,<0.29`).
+fn tree_runs(tree: &Tree, engine: Engine) -> String {
+    match tree.manifest.engines.get(engine.name()).and_then(|e| e.versions.as_deref()).filter(|v| !v.is_empty()) {
+        Some(range) => format!("tree {}'s range {range}", tree.family),
+        None => format!("what tree {} runs", tree.family),
+    }
 }
 
 pub(crate) fn server_module(tree: &Tree) -> Result<&str, SelectError> {

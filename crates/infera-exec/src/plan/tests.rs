@@ -202,6 +202,7 @@ fn request(role: Role, args: &[&str]) -> Request {
         volumes: Vec::new(),
         image_env: Vec::new(),
         image_env_said: "--image-env".into(),
+        env_files: Vec::new(),
         pod_env: Vec::new(),
         overlay: Some("/opt/infera".into()),
         python: None,
@@ -223,8 +224,13 @@ fn request(role: Role, args: &[&str]) -> Request {
     }
 }
 
+/// The pod's environment: with the NATS its wrapper's transports use (`plan::transport`).
 fn env() -> Env {
-    Env::from([("PATH".into(), "/usr/bin:/bin".into()), ("HF_TOKEN".into(), "hf_secret".into())])
+    Env::from([
+        ("PATH".into(), "/usr/bin:/bin".into()),
+        ("HF_TOKEN".into(), "hf_secret".into()),
+        ("NATS_SERVER".into(), "nats://nats:4222".into()),
+    ])
 }
 
 /// The plan of `req`, its inputs made as the launch makes them (the values a plan only

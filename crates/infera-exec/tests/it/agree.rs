@@ -253,6 +253,7 @@ fn noexec_image_root_is_126_in_both() {
     let o = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
         .env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("INFERA_OVERLAY", ov.overlay())
         .output()

@@ -49,6 +49,9 @@ struct Case {
     env: BTreeMap<String, String>,
     #[serde(default)]
     env_hex: BTreeMap<String, String>,
+    /// Variables the case's launcher does not get (`INFERA_ROOT`, for `check --image`).
+    #[serde(default)]
+    env_remove: Vec<String>,
     exit: i32,
     message: String,
 }
@@ -146,6 +149,9 @@ fn run_case(c: &Case) -> Result<(), String> {
     }
     for (k, v) in &c.env_hex {
         run = run.env(k, OsString::from_vec(unhex(v)));
+    }
+    for k in &c.env_remove {
+        run = run.env_remove(k);
     }
     let out = run.run(); // panics if the launcher died by a signal
     if out.code != c.exit {

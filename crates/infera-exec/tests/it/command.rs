@@ -229,6 +229,7 @@ fn the_overlay_is_found_from_the_launchers_own_location() {
     let out = std::process::Command::new(&own)
         .args(["python3", "-m", "infera.server", "--router-tokenizer-path=Qwen/Qwen3-0.6B"])
         .env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/bin:/bin")
         .env("INFERA_ROOT", img.path())
         .env("INFERA_DRY_RUN", "1")

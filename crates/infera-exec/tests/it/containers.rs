@@ -29,9 +29,15 @@ fn podman_env(c: &mut Command) -> &mut Command {
     c.env("CONTAINERS_CONF", repo().join("tests/containers/containers.conf")).env("CONTAINERS_STORAGE_CONF", store)
 }
 
+/// `podman ARGS`; a container it runs has the NATS server its pod's spec would give infera's
+/// wrappers (as `support::infera` gives the launcher), unless its args say otherwise.
 fn podman(args: &[&str]) -> Command {
     let mut c = Command::new("podman");
-    podman_env(&mut c).args(args).stdin(Stdio::null());
+    podman_env(&mut c).stdin(Stdio::null());
+    match args.split_first() {
+        Some((&"run", rest)) => c.args(["run", "-e", &format!("NATS_SERVER={}", crate::support::POD_NATS)]).args(rest),
+        _ => c.args(args),
+    };
     c
 }
 
@@ -316,7 +322,7 @@ fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
         let router = document(&text, "Deployment", "kimi-k3-router");
         for (what, want) in [
             ("strategy", "  strategy:\n    type: Recreate\n"),
-            ("startup probe", "        startupProbe:\n          failureThreshold: 840\n          httpGet:\n            path: /health\n            port: http\n          periodSeconds: 10\n          timeoutSeconds: 10\n"),
+            ("startup probe", "        startupProbe:\n          failureThreshold: 1560\n          httpGet:\n            path: /health\n            port: http\n          periodSeconds: 10\n          timeoutSeconds: 10\n"),
             ("downward API", "        - name: POD_IP\n          valueFrom:\n            fieldRef:\n              fieldPath: status.podIP\n"),
             ("service account", "      serviceAccountName: infera-worker\n"),
             ("termination message", "        terminationMessagePolicy: FallbackToLogsOnError\n"),
@@ -325,7 +331,7 @@ fn k8s_kustomize_overlays_validate_against_kubernetes_1_33() {
             ("model cache read-only", "      - name: models\n        persistentVolumeClaim:\n          claimName: model-cache\n          readOnly: true\n"),
             // MC_FORCE_TCP=1: Mooncake pins nothing, so no IPC_LOCK (Pod Security baseline).
             ("capabilities", "          capabilities:\n            drop:\n            - ALL\n"),
-            ("model wait", "        - name: INFERA_WAIT_MODEL\n          value: '7200'\n"),
+            ("model wait", "        - name: INFERA_WAIT_MODEL\n          value: '14400'\n"),
             ("template labels", "      labels:\n        app.kubernetes.io/component: worker\n        app.kubernetes.io/instance: kimi-k3\n        app.kubernetes.io/name: kimi-k3-server\n        app.kubernetes.io/part-of: infera\n"),
         ] {
             assert!(server.contains(want), "{overlay}: {what}:\n{server}");
@@ -829,7 +835,7 @@ fn the_worker_waits_for_the_model_the_download_job_fills() {
     };
     // The dry run does not wait, and says what the real run would do.
     let d = out(worker("INFERA_WAIT_MODEL=600", &["--dry-run"]));
-    d.assert(66, "error[model-missing]: the model path `/models/kimi-k3` does not exist in this container (a real run waits up to 600 s for it: INFERA_WAIT_MODEL)");
+    d.assert(66, "error[model-missing]: the model path `/models/kimi-k3` does not exist in this container (a real run in the pod waits up to 600 s for it: INFERA_WAIT_MODEL)");
     // Too short a wait: refused, saying how long it waited.
     let t = out(worker("INFERA_WAIT_MODEL=1", &[]));
     t.assert(66, "does not exist in this container after waiting 1 s for it (INFERA_WAIT_MODEL)");
@@ -1491,6 +1497,8 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
     let tp = t.path().display().to_string();
     let overlay = repo().join("target/e2e/overlay");
     let volume = format!("/models={}", repo().join("examples/models").display());
+    // The pod's variables, as its spec sets them: the NATS of infera's wrappers.
+    let nats = format!("NATS_SERVER={}", crate::support::POD_NATS);
     for (image, args) in [(VLLM, &SEED[..2]), (SGLANG, &["--model-path", "/models/kimi-k3"][..])] {
         let m = out(podman(&["image", "mount", image]));
         assert_eq!(m.code, 0, "{}", m.stderr);
@@ -1499,7 +1507,7 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
         let mut root =
             infera(&["check", "--output", "json", "--volume", &volume, "--root", m.stdout.trim(), "--image-env"])
                 .args([&inspect])
-                .args(["--"])
+                .args(["--env", &nats, "--"])
                 .args(args)
                 .overlay(&overlay)
                 .run()
@@ -1515,8 +1523,11 @@ fn check_image_plans_as_check_root_on_the_mounted_image() {
         }
         let dir = format!("oci:{tp}/dir:v1");
         assert_eq!(out(podman(&["push", "-q", "--compression-format", "zstd", image, &dir])).code, 0);
-        for reference in [saved[0].1.clone(), saved[1].1.clone(), format!("{tp}/dir:v1")] {
-            let o = infera(&["check", "--output", "json", "--volume", &volume, "--image", &reference, "--"])
+        // As podman wrote them, and as skopeo names them (`oci:DIR:TAG`).
+        let references = [saved[0].1.clone(), saved[1].1.clone(), format!("{tp}/dir:v1"), dir.clone()];
+        for reference in references {
+            let o = infera(&["check", "--output", "json", "--volume", &volume, "--image", &reference])
+                .args(["--env", &nats, "--"])
                 .args(args)
                 .overlay(&overlay)
                 .run();
@@ -1586,6 +1597,21 @@ fn check_images_against_every_tree_as_a_matrix() {
     assert!(text.stdout.contains("; python 3.12; HIP ABI 7, ROCm 7.0.0; vllm 0.17.1+rocm700\n"), "{}", text.stdout);
     assert!(!text.stdout.contains("refusals:"), "{}", text.stdout);
     assert!(!text.stdout.contains("host-env"), "information, not a warning of the table: {}", text.stdout);
+    // One argument list that one of the engines refuses (`--max-num-seqs` is vLLM's): one check
+    // per engine, said with the commands to run.
+    let a = ["check", "--image", v, "--image", s, "--volume", &volume, "--", "--model", "/models/kimi-k3"];
+    let both = infera(&a).args(["--max-num-seqs", "128"]).overlay(&overlay).run();
+    assert_eq!(both.code, 2, "{}{}", both.stdout, both.stderr);
+    assert!(
+        both.stderr.contains(&format!(
+            "error[matrix-engines-differ]: `{v}` runs vllm and `{s}` runs sglang, and the args after `--` are one list \
+             for every image, which sglang's parser refuses: `--max-num-seqs` (arg 3) is not an option of sglang"
+        )),
+        "{}",
+        both.stderr
+    );
+    assert!(both.stderr.contains(&format!("hint: one check per engine, each with its own args: `infera-exec check --image {v} … -- ARGS` with vllm's options")), "{}", both.stderr);
+    assert!(both.stdout.is_empty(), "no matrix for a refused argument list: {}", both.stdout);
 
     let json = check(&[v, s, n], &["--output", "json"]);
     let verdicts_of = |j: &serde_json::Value| {
@@ -1650,7 +1676,8 @@ fn check_images_against_every_tree_as_a_matrix() {
     );
     assert!(typo.stderr.contains("did you mean `/models/kimi-k3`?"), "{}", typo.stderr);
     // The pod's own variables: --env reaches the plan.
-    let mut a = vec!["check", "--image", v, "--env", "PYTHONPATH=/pod/site", "--output", "json", "--"];
+    let mut a = vec!["check", "--image", v, "--env", "PYTHONPATH=/pod/site", "--env", "NATS_SERVER=nats://nats:4222"];
+    a.extend(["--output", "json", "--"]);
     a.extend(["--model", "/models/kimi-k3"]);
     let pod = infera(&a).overlay(&overlay).env("PYTHONPATH", "/ci/site").run();
     let env = pod.json()["exec"]["env"].to_string();
@@ -1715,7 +1742,7 @@ fn the_readme_recipe_judges_the_weights_on_the_fleet() {
         let mut a = vec!["check", "--image", "vllm:kimi-k3", "--family", "all", "--output", "junit"];
         a.extend(["--overlay", overlay.to_str().unwrap(), "--volume", "/models=./models", "--node", "mi210"]);
         a.extend(extra);
-        a.extend(["--", "--model", "/models/kimi-k3"]);
+        a.extend(["--", "--model", "/models/kimi-k3", "--request-transport", "http", "--kv-event-transport", "zmq"]);
         infera(&a).cwd(t.path()).run()
     };
     let o = recipe(&[]);
@@ -1733,7 +1760,7 @@ fn the_readme_recipe_judges_the_weights_on_the_fleet() {
     // The README's own nodes: on MI300X no KV room at vLLM's 0.9 (the hint: 16 GPUs); MI355X holds it.
     let mut a = vec!["check", "--image", "vllm:kimi-k3", "--overlay", overlay.to_str().unwrap()];
     a.extend(["--volume", "/models=./models", "--node", "mi300x", "--node", "mi355x", "--shm-size", "16Gi"]);
-    a.extend(["--", "--model", "/models/kimi-k3"]);
+    a.extend(["--", "--model", "/models/kimi-k3", "--request-transport", "http", "--kv-event-transport", "zmq"]);
     let o = infera(&a).cwd(t.path()).run();
     assert_eq!(o.code, 1, "{}", o.stderr);
     let row = o.stdout.lines().nth(3).unwrap_or_default();

@@ -260,6 +260,7 @@ fn child_starts_with_default_sigpipe_and_empty_mask() {
     let ov = shipped_overlay();
     let mut cmd = std::process::Command::new(BIN);
     cmd.env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/bin:/bin")
         .env("INFERA_ROOT", img.path())
         .env("INFERA_OVERLAY", ov.overlay())
@@ -299,6 +300,7 @@ fn started_with_fds_closed_or_a_broken_pipe_the_launcher_behaves() {
     let cmd = || {
         let mut c = std::process::Command::new(BIN);
         c.env_clear()
+            .env("NATS_SERVER", crate::support::POD_NATS)
             .env("PATH", "/usr/bin:/bin")
             .env("HIP_VISIBLE_DEVICES", "0")
             .env("INFERA_ROOT", img.path())
@@ -315,6 +317,7 @@ fn started_with_fds_closed_or_a_broken_pipe_the_launcher_behaves() {
     );
     let mut c = std::process::Command::new(BIN);
     c.env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/bin:/bin")
         .env("INFERA_ROOT", probe.path())
         .env("INFERA_OVERLAY", ov.overlay())
@@ -380,12 +383,19 @@ fn in_place_a_venv_python_sees_its_venv() {
 /// 128+15 (the launcher is PID 1 there: a signal has no default action), and says so.
 #[test]
 fn a_stop_while_waiting_for_the_model_ends_the_wait() {
+    for (how, said) in [("60", "up to 60 s"), ("inf", "until it appears or a SIGTERM")] {
+        stopped_while_waiting(how, said);
+    }
+}
+
+/// `--wait-model HOW` (as INFERA_WAIT_MODEL, as the examples set it), stopped by SIGTERM.
+fn stopped_while_waiting(how: &str, said: &str) {
     // As in a pod: the image's root is `/` (a vLLM image), the model volume not filled yet.
     let img = vllm_image(None);
     let ov = shipped_overlay();
     let model = std::path::Path::new("/models/not-yet");
     let started = std::time::Instant::now();
-    let run = infera(&["worker", "--wait-model", "60", "--", "--model"]).args([model]);
+    let run = infera(&["worker", "--", "--model"]).args([model]).env("INFERA_WAIT_MODEL", how);
     let mut child = in_image_root(run, &img, &ov.overlay()).spawn();
     // The wait has begun once it is logged.
     let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
@@ -394,7 +404,7 @@ fn a_stop_while_waiting_for_the_model_ends_the_wait() {
     stderr.read_line(&mut line).unwrap();
     assert!(
         line.contains(&format!(
-            "[model-wait] `{}` does not exist yet: waiting up to 60 s for it (--wait-model)",
+            "[model-wait] `{}` does not exist yet: waiting {said} for it (INFERA_WAIT_MODEL)",
             model.display()
         )),
         "{line}"

@@ -567,6 +567,7 @@ exec chroot --userspec=1000:1000 --groups="$GROUPS_" "$R" /infera-exec "$@"
     let mut run = std::process::Command::new("unshare");
     run.args(["-m", "--propagation", "private", "sh", "-c", script, "sh"]).arg(r).arg(groups).args(args);
     run.env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", img.env_path.clone().unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()))
         .env("INFERA_OVERLAY", "/opt/infera")
         .env("HIP_VISIBLE_DEVICES", "0");
@@ -832,6 +833,7 @@ fn hints_that_are_commands_work_when_pasted() {
             .arg("-c")
             .arg(format!("exec \"$BIN\" {command}"))
             .env("BIN", BIN)
+            .env("NATS_SERVER", crate::support::POD_NATS)
             .env("INFERA_ROOT", img.path())
             .env("INFERA_OVERLAY", ov.overlay())
             .env("INFERA_GPUS", "8")
@@ -959,7 +961,11 @@ fn the_dry_run_says_where_it_differs_from_the_pod() {
         args.extend(extra);
         args.extend(["--", "--model", "/models/kimi-k3", "--kv-cache-dtype", "fp8"]);
         let mut c = std::process::Command::new(BIN);
-        c.args(&args).env_clear().env("PATH", "/usr/bin:/bin").env("INFERA_OVERLAY", ov.overlay());
+        c.args(&args)
+            .env_clear()
+            .env("NATS_SERVER", crate::support::POD_NATS)
+            .env("PATH", "/usr/bin:/bin")
+            .env("INFERA_OVERLAY", ov.overlay());
         let o = c.output().unwrap();
         (
             o.status.code(),

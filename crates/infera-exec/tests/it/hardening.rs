@@ -22,6 +22,7 @@ fn as_nobody(img: &Fx, ov: &Fx, args: &[&str], env: &[(&str, &str)]) -> Out {
     let mut c = Command::new("setpriv");
     c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]).arg(BIN).args(args);
     c.env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         .env("INFERA_ROOT", img.path())
         .env("INFERA_OVERLAY", ov.overlay());
@@ -163,6 +164,7 @@ fn init_survives_signals_sent_while_the_integrity_check_hashes() {
     infera(&["manifest", "generate"]).args([&tree]).run().assert(0, "wrote");
     let mut child = Command::new(BIN)
         .env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("INFERA_ROOT", img.path())
         .env("INFERA_OVERLAY", ov.overlay())
@@ -406,6 +408,7 @@ fn an_answer_written_to_a_full_device_is_exit_74() {
             .env("INFERA_OVERLAY", ov.overlay())
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HIP_VISIBLE_DEVICES", "0")
+            .env("NATS_SERVER", crate::support::POD_NATS)
             .stdout(std::fs::File::create("/dev/full").unwrap())
             .output()
             .unwrap();
@@ -454,6 +457,7 @@ fn digest_verification_works_when_no_thread_can_be_started() {
         .args(["manifest", "verify", "--digest"])
         .arg(ov.overlay())
         .env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/bin:/bin")
         .stdin(Stdio::null())
         .output()
@@ -486,6 +490,7 @@ fn closed_stdio_without_dev_null_is_not_a_death_by_signal() {
             .args(["-m", "--propagation", "private", "sh", "-c", &script, BIN])
             .args(args)
             .env_clear()
+            .env("NATS_SERVER", crate::support::POD_NATS)
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("INFERA_ROOT", img.path())
             .env("INFERA_OVERLAY", ov.overlay())

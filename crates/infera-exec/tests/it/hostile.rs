@@ -104,6 +104,17 @@ fn damaged_and_missing_archives_say_what_happened() {
     let out = check_image(d.as_os_str(), &[]);
     out.assert(65, "error[image-damaged]").assert(65, "copy the image again");
     std::fs::write(&blob, &layer).unwrap();
+    // A flipped byte in a plain tar layer's header: no tar to read, and the blob is not the
+    // one the manifest names: altered, "copy it again", not a format this does not read.
+    let plain = tar_of(&[("f", tar::EntryType::Regular, "", &[7u8; 2_000])]);
+    let p = layout(&t.path().join("plain"), &plain, None);
+    let mut bad = plain.clone();
+    bad[100] ^= 0x5a; // in the first header's mode field
+    std::fs::write(blob_of(&p, &plain), &bad).unwrap();
+    check_image(p.as_os_str(), &[])
+        .assert(65, "error[image-digest-mismatch]")
+        .assert(65, "layer 1's blob")
+        .assert(65, "hint: copy the image again");
     // The same image as an oci-archive, cut short.
     let tarball = t.path().join("oci.tar");
     let st = std::process::Command::new("tar").arg("-C").arg(&d).arg("-cf").arg(&tarball).arg(".").status().unwrap();
@@ -245,6 +256,7 @@ fn the_gpu_code_capture_counts_against_the_images_budget() {
         .args(["check", "--image"])
         .arg(&d)
         .env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

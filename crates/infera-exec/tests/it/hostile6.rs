@@ -165,6 +165,7 @@ fn an_env_file_is_read_as_the_run_would_be() {
     let f = t.path().join("pod.env");
     let run = || {
         infera(&["check", "--env-file", f.to_str().unwrap(), "-o", "json", "--", "--model", "/models/m"])
+            .args(["--request-transport", "http", "--kv-event-transport", "zmq"])
             .root(&img)
             .overlay(&ov.overlay())
             .run()
@@ -223,7 +224,11 @@ fn a_fleet_sized_matrix_in_bounded_memory() {
     args.extend(["--", "--model", "/models/kimi-k3"].map(String::from));
     let ov = shipped_overlay();
     let mut cmd = std::process::Command::new(BIN);
-    cmd.env_clear().env("PATH", "/usr/bin:/bin").env("INFERA_OVERLAY", ov.overlay()).args(&args);
+    cmd.env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
+        .env("PATH", "/usr/bin:/bin")
+        .env("INFERA_OVERLAY", ov.overlay())
+        .args(&args);
     let (out, rss) = run_measured(cmd);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");

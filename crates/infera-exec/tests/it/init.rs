@@ -10,6 +10,7 @@ use crate::support::*;
 fn launcher(img: &Fx, ov: &Fx, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(BIN);
     c.env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("INFERA_ROOT", img.path())
         .env("INFERA_OVERLAY", ov.overlay())
@@ -333,6 +334,7 @@ fn noexec_overlay_with_shared_objects_is_refused() {
     let o = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
         .env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("INFERA_ROOT", img.path())
         .output()
@@ -371,7 +373,8 @@ fn as_pid_1_of_a_pid_namespace_signals_are_forwarded_and_deaths_are_128_plus_n()
                 "--",
                 "--router-tokenizer-path=Qwen/Qwen3-0.6B",
             ])
-            .env_clear();
+            .env_clear()
+            .env("NATS_SERVER", crate::support::POD_NATS);
         for (k, v) in launcher(&img, &ov, &[], &[]).get_envs() {
             if let Some(v) = v {
                 unshare.env(k, v);

@@ -24,6 +24,7 @@ mod planning;
 mod planted;
 mod prefetch;
 mod preflight;
+mod recipes;
 mod refuse;
 mod releases;
 mod shape;

@@ -213,7 +213,7 @@ fn pd_prefill_and_decode_say_what_the_router_needs() {
     let kv = r#"{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}"#;
     let cmd = ["python3", "-m", "infera.engine.vllm", "--model", "/models/kimi-k3", "--kv-transfer-config", kv];
     let mut etcd = cmd.to_vec();
-    etcd.extend(["--discovery-backend", "etcd"]);
+    etcd.extend(["--discovery-backend", "etcd", "--etcd-endpoint", "etcd:2379"]);
     let j = plan(&img, &ov, &etcd, &[("POD_IP".into(), "10.4.0.7".into())]).json();
     assert_eq!(
         j["pd"],
@@ -647,7 +647,10 @@ fn socket_interfaces_are_checked_in_the_pods_network() {
         c.arg("-n").arg("sh").arg("-c");
         let script = format!("{}exec \"$0\" \"$@\"", if up { "ip link set lo up; " } else { "" });
         c.arg(script).arg(BIN).args(["worker", "--dry-run", "--engine", "vllm"]);
-        c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").env("INFERA_OVERLAY", "/nonexistent");
+        c.env_clear()
+            .env("NATS_SERVER", crate::support::POD_NATS)
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("INFERA_OVERLAY", "/nonexistent");
         for (k, v) in env {
             c.env(k, v);
         }

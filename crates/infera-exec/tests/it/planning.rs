@@ -414,7 +414,7 @@ fn fail_on_warn_and_the_pods_own_environment() {
     assert!(warn.stderr.contains("warning(s) and --fail-on warn (exit 1)"), "{}", warn.stderr);
 
     let env_file = img.p("pod.env");
-    std::fs::write(&env_file, "# the pod spec's env\nHF_HUB_OFFLINE=1\n").unwrap();
+    std::fs::write(&env_file, "# the pod spec's env\nHF_HUB_OFFLINE=1\nNATS_SERVER=nats://nats:4222\n").unwrap();
     let env_file = env_file.to_str().unwrap();
     let pod = check(&["--env", "PYTHONPATH=/pod/site", "--env-file", env_file, "--output", "json"]);
     assert_eq!(pod.code, 0, "{}", pod.stderr);
@@ -458,5 +458,8 @@ fn what_infera_s_parsers_exit_2_on_and_the_wait_a_dry_run_shows() {
     assert_eq!(waits.code, 0, "{}", waits.stderr);
     let j = waits.json();
     let f = j["findings"].as_array().unwrap().iter().find(|f| f["code"] == "model-unreadable").unwrap().clone();
-    assert!(f["message"].as_str().unwrap().contains("(a real run waits up to 600 s for it: INFERA_WAIT_MODEL)"), "{f}");
+    assert!(
+        f["message"].as_str().unwrap().contains("(a real run in the pod waits up to 600 s for it: INFERA_WAIT_MODEL)"),
+        "{f}"
+    );
 }

@@ -195,6 +195,7 @@ exec chroot "$R" /infera-exec "$@"
     let limit = node.memory_limit.map(|l| l.to_string()).unwrap_or_default();
     run.args([if node.fuse_models { "1" } else { "" }, &cgroup, &limit, &device_id(node.gfx).to_string()]).args(args);
     run.env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", img.env_path.clone().unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()))
         .env("INFERA_OVERLAY", "/opt/infera");
     for e in env {
@@ -864,8 +865,9 @@ fn named_parts_judge_an_image_archive_against_the_fleet() {
     assert!(head.starts_with("IMAGE ") && head.contains(" mi300x ") && head.ends_with(" mi355x"), "{}", o.stdout);
     let row = o.stdout.lines().nth(3).unwrap_or_default();
     assert!(row.starts_with(&format!("{archive} (rocm7-py312)")), "{}", o.stdout);
-    // (the model's config is not read from an archive; the worker's /dev/shm is not given)
-    assert!(row.contains("refused: gpu-code-missing") && row.contains("ok, 2 warnings"), "{}", o.stdout);
+    // (the model's config is not read from an archive; the worker's /dev/shm is not given; the
+    // pod's NATS_SERVER is not known from the image alone)
+    assert!(row.contains("refused: gpu-code-missing") && row.contains("ok, 3 warnings"), "{}", o.stdout);
     assert!(o.stdout.contains(" with rocm7-py312 on mi300x: error[gpu-code-missing]: "), "{}", o.stdout);
     let o = check(&["mi300x", "mi355x"], &["-ojunit"]);
     assert_eq!(o.stdout.matches("<testcase ").count(), 2, "{}", o.stdout);

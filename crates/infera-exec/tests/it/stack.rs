@@ -171,6 +171,36 @@ fn the_recorded_infera_option_lists_are_the_real_parsers() {
             "{module}: the recorded list differs from the parser's"
         );
     }
+    // The wrappers' defaults the launcher judges by (their transports: NATS; their discovery:
+    // kubernetes) are the real parsers'.
+    for (engine, module, tree, minor) in [
+        (infera_facts::engines::Engine::Vllm, "infera.engine.vllm", "py312", "3.12"),
+        (infera_facts::engines::Engine::Sglang, "infera.engine.sglang", "py310", "3.10"),
+    ] {
+        let path = format!("{}:{}", engines.path().display(), trees.join(tree).display());
+        let out = Command::new(crate::support::real_python(minor))
+            .arg(r.join("scripts/infera-option-names.py"))
+            .args(["--defaults", module])
+            .env("PYTHONPATH", path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{module}: {}", String::from_utf8_lossy(&out.stderr));
+        let real = String::from_utf8_lossy(&out.stdout);
+        let wrapper: Vec<&str> = engine.wrapper_options().collect();
+        let mut judged = 0;
+        for o in infera_facts::engines::Opt::ALL {
+            let (Some(v), Some(s)) = (engine.default_of(*o), engine.spelling(*o)) else { continue };
+            if wrapper.contains(&s.primary()) {
+                assert!(
+                    real.lines().any(|l| l == format!("{}={v}", s.primary())),
+                    "{module}: {}={v} not in\n{real}",
+                    s.primary()
+                );
+                judged += 1;
+            }
+        }
+        assert_eq!(judged, 3, "{module}: the discovery backend and the two transports");
+    }
     // The router's options that take no value: what tells its positional args from values.
     let path = trees.join("py312");
     let out = Command::new(crate::support::real_python("3.12"))

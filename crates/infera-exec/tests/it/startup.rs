@@ -328,6 +328,7 @@ fn a_read_only_image_gets_a_warning_never_a_refusal() {
     let o = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
         .env_clear()
+        .env("NATS_SERVER", crate::support::POD_NATS)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("INFERA_ROOT", img.path())
         .env("INFERA_OVERLAY", ov.overlay())

@@ -344,12 +344,20 @@ pub struct Run {
     cmd: Command,
 }
 
-/// The launcher with an empty environment but for a container-like PATH.
+/// The launcher with an empty environment but for a container-like PATH and the NATS
+/// server the pod's spec would give infera's wrappers (their transports' default; without
+/// it a worker is refused `nats-server-missing`, which the tests of that refusal remove).
 pub fn infera(args: &[&str]) -> Run {
     let mut cmd = Command::new(BIN);
-    cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").args(args);
+    cmd.env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("NATS_SERVER", POD_NATS)
+        .args(args);
     Run { cmd }
 }
+
+/// The NATS server of the tests' pods.
+pub const POD_NATS: &str = "nats://nats.infera.svc:4222";
 
 impl Run {
     pub fn root(mut self, fx: &Fx) -> Self {

@@ -64,6 +64,16 @@ canonical_options! {
     AdvertiseHost,
     /// infera's wrapper: `kubernetes` (its default) or `etcd`.
     DiscoveryBackend,
+    /// infera's wrapper: where it registers with `--discovery-backend etcd`.
+    EtcdEndpoint,
+    /// infera's wrapper: how the router reaches it, `http` or `nats` (its default).
+    RequestTransport,
+    /// infera's wrapper: how it hands KV events to the router, `zmq` or `nats` (its default).
+    KvEventTransport,
+    /// infera's wrapper: whether it publishes KV events at all (on by default).
+    WrapperKvEvents,
+    /// infera's wrapper: the NATS server of its transports (else `$NATS_SERVER`).
+    NatsServer,
     /// The fraction of a GPU's memory the engine takes for weights and KV cache (vLLM
     /// `--gpu-memory-utilization`, sglang `--mem-fraction-static`).
     MemFraction,
@@ -203,8 +213,10 @@ pub struct Info {
     /// The engine's files (in its package's site directory) whose code builds the parser
     /// the wrapper builds: read for what a plain argparse parser cannot take.
     pub parser_sources: &'static [&'static str],
-    /// Option values the engine assumes when an option is absent and the launcher must
-    /// know (sglang's transfer backend defaults to mooncake).
+    /// Option values the engine, or infera's wrapper of it, assumes when an option is absent
+    /// and the launcher must know (sglang's transfer backend defaults to mooncake; the
+    /// wrappers' transports to NATS: infera/engine/<engine>/args.py, checked against the
+    /// real parsers by the `stack` tests).
     pub defaults: &'static [(Opt, &'static str)],
     /// Why `--host 0.0.0.0` is added when the args set no bind address.
     pub host_default: &'static str,

@@ -15,7 +15,12 @@ pub const INFO: Info = Info {
     wrapper_options: include_str!("options/infera.engine.sglang.txt"),
     // No recorded release passes argparse anything its plain parser cannot take.
     parser_sources: &[],
-    defaults: &[(Opt::DisaggregationBackend, "mooncake")],
+    defaults: &[
+        (Opt::DisaggregationBackend, "mooncake"),
+        (Opt::DiscoveryBackend, "kubernetes"),
+        (Opt::RequestTransport, "nats"),
+        (Opt::KvEventTransport, "nats"),
+    ],
     host_default: "sglang binds 127.0.0.1 by default",
     config_false: ConfigFalse::Omitted,
     pd_role: PdRole { opt: Opt::DisaggregationMode, json_key: None, prefill: "prefill", decode: "decode" },
@@ -72,6 +77,11 @@ fn spell(o: Opt) -> Option<Spelling> {
         }
         Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
         Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
+        Opt::EtcdEndpoint => Some(Value(&["--etcd-endpoint"])),
+        Opt::RequestTransport => Some(Value(&["--request-transport"])),
+        Opt::KvEventTransport => Some(Value(&["--kv-event-transport"])),
+        Opt::WrapperKvEvents => Some(Bool { on: "--enable-kv-events", off: "--no-enable-kv-events" }),
+        Opt::NatsServer => Some(Value(&["--nats-server"])),
         Opt::MemFraction => Some(Value(&["--mem-fraction-static"])),
         Opt::Quantization => Some(Value(&["--quantization"])),
         Opt::Dtype => Some(Value(&["--dtype"])),

@@ -18,7 +18,11 @@ pub const INFO: Info = Info {
     // they pass `deprecated=True` (`--disable-log-requests`), which infera.engine.vllm's plain
     // ArgumentParser raises TypeError on before CPython 3.13 (the recorded lists' headers).
     parser_sources: &["vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py"],
-    defaults: &[],
+    defaults: &[
+        (Opt::DiscoveryBackend, "kubernetes"),
+        (Opt::RequestTransport, "nats"),
+        (Opt::KvEventTransport, "nats"),
+    ],
     host_default:
         "with vLLM's default (None) infera.engine.vllm waits for http://None:PORT/health and never becomes ready",
     config_false: ConfigFalse::NoFlag,
@@ -126,6 +130,11 @@ fn spell(o: Opt) -> Option<Spelling> {
         Opt::DisaggregationIbDevice | Opt::DisaggregationBootstrapPort => None,
         Opt::AdvertiseHost => Some(Value(&["--advertise-host"])),
         Opt::DiscoveryBackend => Some(Value(&["--discovery-backend"])),
+        Opt::EtcdEndpoint => Some(Value(&["--etcd-endpoint"])),
+        Opt::RequestTransport => Some(Value(&["--request-transport"])),
+        Opt::KvEventTransport => Some(Value(&["--kv-event-transport"])),
+        Opt::WrapperKvEvents => Some(Bool { on: "--enable-kv-events", off: "--no-enable-kv-events" }),
+        Opt::NatsServer => Some(Value(&["--nats-server"])),
         Opt::MemFraction => Some(Value(&["--gpu-memory-utilization"])),
         Opt::Quantization => Some(Value(&["--quantization"])),
         Opt::Dtype => Some(Value(&["--dtype"])),

@@ -157,6 +157,41 @@ pub(crate) enum MatrixError {
         hint = "build the overlay with a tree for this ABI, or run an image of an ABI it has"
     )]
     NoTree { abi: String },
+    #[error(
+        "`{first}` runs {first_engine} and `{other}` runs {other_engine}, and the args after `--` are one list for \
+         every image, which {other_engine}'s parser refuses: {why}"
+    )]
+    #[refuse(
+        code = "matrix-engines-differ",
+        exit = Usage,
+        hint = format!("one check per engine, each with its own args: `infera-exec check --image {first} … -- ARGS` with {first_engine}'s options, and `infera-exec check --image {other} … -- ARGS` with {other_engine}'s")
+    )]
+    EnginesDiffer { first: String, first_engine: &'static str, other: String, other_engine: &'static str, why: String },
+}
+
+/// Images of different engines judged with one argument list that one of them refuses
+/// (`--max-num-seqs` is vLLM's, not sglang's): said as that, with the command to run per engine.
+fn engines_differ(req: &Request, rows: &[Row]) -> Option<MatrixError> {
+    if req.args.is_empty() || req.engine.is_some() {
+        return None;
+    }
+    let engine = |r: &Row| match r.facts["engines"].as_array().map(Vec::as_slice) {
+        Some([one]) => one["name"].as_str().and_then(infera_facts::engines::Engine::from_name),
+        _ => None,
+    };
+    let args_refused = |r: &Row| {
+        r.cells.iter().filter_map(|c| c.error.as_ref()).find(|e| e.code.starts_with("arg-")).map(|e| e.message.clone())
+    };
+    let (refused, why) = rows.iter().find_map(|r| args_refused(r).map(|why| (r, why)))?;
+    let refused_engine = engine(refused)?;
+    let (other, other_engine) = rows.iter().find_map(|r| engine(r).filter(|e| *e != refused_engine).map(|e| (r, e)))?;
+    Some(MatrixError::EnginesDiffer {
+        first: other.image.clone(),
+        first_engine: other_engine.name(),
+        other: refused.image.clone(),
+        other_engine: refused_engine.name(),
+        why,
+    })
 }
 
 /// The matrix's shape: its columns (trees × nodes, node-major), and how many nodes and
@@ -197,6 +232,9 @@ pub(crate) fn run(req: &Request, env: &Env, given: GivenNodes) -> i32 {
     let keep_plans = matches!(req.output, Output::Json | Output::Yaml);
     let judge = Judge { req, env, overlay: &overlay, opts: &opts, given: &given.nodes, keep_plans };
     let rows: Vec<Row> = sources.into_iter().map(|s| judge.row(s, &shape.columns)).collect();
+    if let Some(e) = engines_differ(req, &rows) {
+        return refuse_in(&e.into(), req.output, env);
+    }
     let code = exit(&rows, &shape, req.fail_on);
     let width = crate::term::columns(env);
     let out = match req.output {

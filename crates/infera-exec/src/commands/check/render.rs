@@ -26,12 +26,17 @@ pub(crate) fn abi(facts: &Value) -> String {
     format!("{python}, {hip}")
 }
 
-/// The name a CI report gives an image: the names its archive gives it, else the path.
-fn suite_name(r: &Row) -> String {
-    match r.identity.as_ref().map(|i| i.names.as_slice()) {
-        Some([]) | None => r.image.clone(),
-        Some(names) => names.join(", "),
-    }
+/// The name a CI report gives an image: the names its archive gives it (`localhost/vllm:v1`),
+/// else the reference as given (an OCI layout names its image by a bare tag, `latest`, which
+/// two layouts share); an image given twice is told apart by its reference.
+fn suite_names(rows: &[Row]) -> Vec<String> {
+    let name = |r: &Row| match r.identity.as_ref().map(|i| i.names.as_slice()) {
+        Some(names) if !names.is_empty() && names.iter().all(|n| n.contains(['/', ':'])) => names.join(", "),
+        _ => r.image.clone(),
+    };
+    let names: Vec<String> = rows.iter().map(name).collect();
+    let twice = |n: &String| names.iter().filter(|m| *m == n).count() > 1;
+    names.iter().zip(rows).map(|(n, r)| if twice(n) { format!("{n} ({})", r.image) } else { n.clone() }).collect()
 }
 
 /// `writeln!` to a String, which cannot fail.
@@ -404,8 +409,8 @@ pub(crate) fn junit(rows: &[Row], shape: &Shape, fail_on: FailOn) -> String {
         o,
         "<testsuites name=\"infera-exec check\" tests=\"{tests}\" failures=\"{failed}\" errors=\"{errors}\" time=\"{time:.3}\">"
     );
-    for r in rows {
-        suite(&mut o, r, shape, fail_on);
+    for (r, name) in rows.iter().zip(suite_names(rows)) {
+        suite(&mut o, r, &name, shape, fail_on);
     }
     unjudged_suite(&mut o, shape, fail_on);
     w!(o, "</testsuites>");
@@ -438,9 +443,9 @@ fn suite_failures(r: &Row, fail_on: FailOn) -> usize {
     r.cells.iter().filter(|c| c.fails(fail_on)).count() + usize::from(r.none_applies())
 }
 
-fn suite(o: &mut String, r: &Row, shape: &Shape, fail_on: FailOn) {
+fn suite(o: &mut String, r: &Row, name: &str, shape: &Shape, fail_on: FailOn) {
     let columns = &shape.columns;
-    let name = xml(&suite_name(r));
+    let name = xml(name);
     let failures = suite_failures(r, fail_on);
     let skipped = r.cells.iter().filter(|c| c.verdict == Verdict::NotApplicable).count();
     let errors = if r.error.is_some() { columns.len() } else { 0 };
@@ -467,7 +472,8 @@ fn properties(o: &mut String, r: &Row) {
     w!(o, "    <properties>");
     let mut props = vec![("tool", tool()), ("schema_version", SCHEMA_VERSION.to_string()), ("image", r.image.clone())];
     if let Some(i) = &r.identity {
-        props.push(("manifest_digest", i.manifest_digest.clone().unwrap_or_default()));
+        let none = "none: a docker-archive of the legacy layout records no manifest (its image is named by the config's digest)";
+        props.push(("manifest_digest", i.manifest_digest.clone().unwrap_or_else(|| none.into())));
         props.push(("config_digest", i.config_digest.clone()));
         props.push(("layers", i.layers.len().to_string()));
     }
