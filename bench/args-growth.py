@@ -13,7 +13,7 @@ import time
 
 bin_, root, ov = sys.argv[1:4]
 rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 200
-base = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128"]
+base = ["--model", "/models/kimi-k3", "--served-model-name", "kimi-k3", "--max-num-seqs", "128", "--request-transport", "http", "--kv-event-transport", "zmq"]
 cases = {
     "base": base,
     "500 unknown options": base + [x for i in range(250) for x in (f"--opt-{i}", str(i))],

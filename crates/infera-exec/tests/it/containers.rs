@@ -1782,3 +1782,37 @@ fn the_readme_recipe_judges_the_weights_on_the_fleet() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.contains("accepted[weights-unknown] by --allow: the weights of /models/kimi-k3"), "{}", o.stdout);
 }
+
+/// The README's dry run before anything reaches a GPU, as written: `check` in the image with
+/// the overlay image mounted, then `worker --dry-run` on the image's root read in place with
+/// the overlay `scripts/build-overlay-image` staged (`target/overlay-image`) — the engine image
+/// a stand-in of the same layout, the models the example's, the launcher this build's.
+#[test]
+fn the_readme_dry_run_runs_as_written() {
+    images();
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let after = readme.split("**As a dry run before anything reaches a GPU**").nth(1).unwrap();
+    let block = after.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    let here = block
+        .replace("docker.io/vllm/vllm-openai-rocm:kimi-k3", VLLM72)
+        .replace("/data/models", repo().join("examples/models").to_str().unwrap())
+        .replace("\ninfera-exec worker", &format!("\n{} worker", crate::support::BIN));
+    let sh = |cmd: &str| {
+        let mut c = Command::new("flock");
+        c.arg(repo().join("target/e2e.lock")).args(["sh", "-c", cmd]).current_dir(repo());
+        podman_env(&mut c);
+        out(c)
+    };
+    let build = sh("scripts/build-overlay-image");
+    assert_eq!(build.code, 0, "{}", build.stderr);
+    assert!(build.stdout.contains("the overlay as a directory: target/overlay-image"), "{}", build.stdout);
+    let o = sh(&format!("set -e\n{here}\npodman image unmount {VLLM72} >/dev/null"));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    // The check's table, then the dry run's JSON plan: each with the pod's transports.
+    let (text, json) = o.stdout.split_at(o.stdout.find("\n{").expect(&o.stdout) + 1);
+    assert!(text.contains("  tree      rocm7-py312 (/opt/infera/trees/rocm7-py312)"), "{text}");
+    assert!(text.contains("--request-transport http --kv-event-transport zmq"), "{text}");
+    let plan: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(plan["family"], "rocm7-py312", "{plan}");
+    assert!(plan["exec"]["argv"].to_string().contains(r#""--request-transport","http""#), "{plan}");
+}

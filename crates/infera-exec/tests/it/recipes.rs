@@ -181,4 +181,8 @@ fn help_and_completion_show_what_each_command_takes() {
     assert_eq!(bash.code, 0, "{}", bash.stderr);
     assert!(bash.stdout.contains("check") && bash.stdout.contains("worker"), "{}", bash.stdout);
     assert!(!bash.stdout.contains("__prefetch"), "the hidden helper is offered");
+    // `-o YAML` as `check` takes it (this machine has no GPU: `node` exits 69, its profile printed).
+    let node = infera(&["node", "-o", "YAML"]).run();
+    assert_eq!(node.code, 69, "{}", node.stderr);
+    assert!(node.stdout.contains("\nschema_version: "), "{}", node.stdout);
 }
