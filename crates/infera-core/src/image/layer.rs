@@ -251,26 +251,10 @@ pub struct Layer<'a> {
     pub diff_id: &'a str,
 }
 
-/// Read a layer in one pass: its changes, its uncompressed size and its blob's. `progress`
-/// is told the uncompressed bytes and the blob's bytes read so far.
-pub fn read(
-    src: &Source,
-    l: &Layer,
-    keep: &Keep,
-    totals: &Totals,
-    verify: bool,
-    progress: &dyn Fn(u64, u64),
-) -> Result<(Changes, u64, u64), ImageError> {
-    read_layer(src, l, keep, totals, verify, progress).map_err(|e| match e {
-        ImageError::Format { .. } if verify => altered(src, l).unwrap_or(e),
-        e => e,
-    })
-}
-
 /// A layer that could not be read as a tar, whose blob is not the one its manifest names: a
 /// byte flipped, a copy cut or altered (`image-digest-mismatch`, "copy it again"), not a
 /// layer of another format. None when its blob is what the manifest says, or cannot tell.
-fn altered(src: &Source, l: &Layer) -> Option<ImageError> {
+pub fn altered(src: &Source, l: &Layer) -> Option<ImageError> {
     let expected = l.digest?;
     let mut blob = src.member(l.name).ok()?.take(l.size.map_or(u64::MAX, |s| s.saturating_add(1)));
     let mut sha = sha2::Sha256::new();
@@ -285,7 +269,9 @@ fn altered(src: &Source, l: &Layer) -> Option<ImageError> {
     })
 }
 
-fn read_layer(
+/// Read a layer in one pass: its changes, its uncompressed size and its blob's. `progress`
+/// is told the uncompressed bytes and the blob's bytes read so far.
+pub fn read(
     src: &Source,
     l: &Layer,
     keep: &Keep,

@@ -263,6 +263,11 @@ fn read_layers(
                         progress(&step(bytes, blob_read, true));
                         changes
                     });
+                    // Not a tar: a blob that is not the manifest's says "copy it again".
+                    let r = r.map_err(|e| match e {
+                        ImageError::Format { .. } if verify => layer::altered(src, &l).unwrap_or(e),
+                        e => e,
+                    });
                     failed.fetch_or(r.is_err(), Ordering::Relaxed);
                     done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
                 }

@@ -186,3 +186,22 @@ fn help_and_completion_show_what_each_command_takes() {
     assert_eq!(node.code, 69, "{}", node.stderr);
     assert!(node.stdout.contains("\nschema_version: "), "{}", node.stdout);
 }
+
+/// A run under `--root` (an image's files, not the pod) does not wait for the model: its
+/// warning says so, instead of a wait that did not happen.
+#[test]
+fn a_run_under_root_says_it_did_not_wait() {
+    let img = vllm_image(None);
+    let ov = shipped_overlay();
+    let args = ["--model", "/models/absent", "--request-transport", "http", "--kv-event-transport", "zmq"];
+    let started = std::time::Instant::now();
+    let run = infera(&["worker", "--"]).args(args).env("INFERA_WAIT_MODEL", "600");
+    let o = run.root(&img).overlay(&ov.overlay()).run();
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "it waited");
+    let m = o.stderr.lines().find(|l| l.contains("[model-unreadable]")).unwrap_or_else(|| panic!("{}", o.stderr));
+    assert!(
+        m.contains("(not waited for: INFERA_WAIT_MODEL waits in the pod, at its root `/`, not under --root)"),
+        "{m}"
+    );
+    assert!(!m.contains("after waiting"), "{m}");
+}
