@@ -913,8 +913,10 @@ fn name_the_variable(e: clap::Error, argv: &[OsString], cmd: &clap::Command) -> 
     let arg = sub.unwrap_or(cmd).get_arguments().find(|a| a.get_long() == Some(long));
     // Its short form (`-o xml`, `-oxml`) is the command line's too.
     let short = arg.and_then(|a| a.get_short()).map(|c| format!("-{c}"));
-    let on_command_line =
-        on_command_line || short.is_some_and(|s| argv[1..end].iter().any(|a| a.as_bytes().starts_with(s.as_bytes())));
+    let on_command_line = on_command_line
+        || short.is_some_and(|s| {
+            argv.get(1..end).unwrap_or_default().iter().any(|a| a.as_bytes().starts_with(s.as_bytes()))
+        });
     // A value from a variable: one that is set.
     let Some(var) = arg.and_then(|a| a.get_env()).filter(|v| !on_command_line && std::env::var_os(v).is_some()) else {
         return e;

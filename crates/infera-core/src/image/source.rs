@@ -397,12 +397,14 @@ fn local(reference: &std::ffi::OsStr) -> Result<&std::ffi::OsStr, ImageError> {
     }
 }
 
-/// A path that is not there: a registry's name (`registry.example.com/infera/x:tag`, its
-/// first part a host) is said to be one; anything else does not exist.
+/// A path that is not there: a registry's name (`registry.example.com/infera/x:tag`: its
+/// first part a host, its last a tag or a digest) is said to be one; anything else does not
+/// exist.
 fn not_found(reference: &str, local: &std::ffi::OsStr, path: &Path) -> ImageError {
-    let host = local.to_str().and_then(|s| s.split_once('/')).map(|(h, _)| h);
+    let parts = local.to_str().and_then(|s| Some((s.split_once('/')?.0, s.rsplit('/').next()?)));
     let is_host = |h: &str| h == "localhost" || (h.contains(['.', ':']) && !h.starts_with('.'));
-    match host.filter(|h| path.as_os_str() == local && is_host(h)) {
+    let named = |last: &str| last.contains([':', '@']);
+    match parts.filter(|(h, last)| path.as_os_str() == local && is_host(h) && named(last)) {
         Some(_) => ImageError::NotLocal {
             reference: reference.to_string(),
             what: "an image in a registry",
@@ -633,6 +635,41 @@ struct DockerEntry {
 
 #[cfg(test)]
 mod tests {
+    use super::{ImageError, Source};
+
+    /// What a reference that is not here is said to be: a registry's image (refused, with the
+    /// copy to run), an image store's, or a path that does not exist.
+    #[test]
+    fn references_that_are_not_here() {
+        let said = |r: &str| match Source::open(std::ffi::OsStr::new(r)) {
+            Err(ImageError::NotLocal { what, copy_from, .. }) => format!("not local: {what}: {copy_from}"),
+            Err(ImageError::Missing { .. }) => "missing".into(),
+            Err(e) => format!("{e}"),
+            Ok(_) => "read".into(),
+        };
+        let registry = "not local: an image in a registry: docker://registry.example.com/infera/vllm:kimi-k3";
+        assert_eq!(said("registry.example.com/infera/vllm:kimi-k3"), registry);
+        assert_eq!(
+            said("localhost/vllm@sha256:abc"),
+            "not local: an image in a registry: docker://localhost/vllm@sha256:abc"
+        );
+        assert_eq!(said("docker://quay.io/x/y:1"), "not local: an image in a registry: docker://quay.io/x/y:1");
+        assert_eq!(
+            said("containers-storage:localhost/y:1"),
+            "not local: an image in podman's store: containers-storage:localhost/y:1"
+        );
+        // Paths: relative with a dot, absolute, skopeo's local transports of a missing path.
+        for missing in [
+            "images.v2/vllm.tar",
+            "/nonexistent/x.tar",
+            "./out/vllm:v1",
+            "oci:/nonexistent/l:v1",
+            "oci-archive:/nonexistent/a.tar",
+        ] {
+            assert_eq!(said(missing), "missing", "{missing}");
+        }
+    }
+
     #[test]
     fn a_link_target_as_a_member_name() {
         let name = |p: &str| super::member_name(std::path::Path::new(p));
