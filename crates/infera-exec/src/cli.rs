@@ -374,7 +374,7 @@ impl WaitFor {
     const MAX: u64 = 604_800;
 
     fn parse(s: &str) -> Result<WaitFor, String> {
-        if ["inf", "infinity", "forever"].iter().any(|w| s.eq_ignore_ascii_case(w)) {
+        if s.eq_ignore_ascii_case("inf") {
             return Ok(WaitFor(None));
         }
         match s.parse::<u64>() {

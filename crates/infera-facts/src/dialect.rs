@@ -179,6 +179,10 @@ impl Parsed {
     pub fn value(&self, o: Opt) -> Option<&str> {
         self.get(o).and_then(Setting::as_str)
     }
+    /// The value in effect: as set, else the one the engine (or infera's wrapper) assumes.
+    pub fn value_or_default(&self, e: Engine, o: Opt) -> Option<&str> {
+        self.value(o).or_else(|| e.default_of(o))
+    }
     pub fn is_set(&self, o: Opt) -> bool {
         self.opts.contains_key(&o)
     }

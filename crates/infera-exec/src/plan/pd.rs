@@ -94,7 +94,7 @@ pub(crate) fn advertise(
         return Ok(Some(a.to_string()));
     }
     let pod_ip = ev::get(env, ev::POD_IP).map(|v| v.to_string_lossy().trim().to_string()).filter(|v| !v.is_empty());
-    let k8s = p.value(Opt::DiscoveryBackend).is_none_or(|d| d == "kubernetes");
+    let k8s = p.value_or_default(e, Opt::DiscoveryBackend) == Some("kubernetes");
     match pod_ip {
         Some(ip) if k8s => Ok(Some(ip)),
         Some(ip) => {

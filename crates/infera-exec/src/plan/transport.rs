@@ -15,7 +15,7 @@ use infera_facts::finding::Finding;
 #[derive(Debug, Clone, PartialEq, Eq, Error, Refuse)]
 pub(crate) enum TransportError {
     #[error(
-        "{uses} need a NATS server, and none is given (no --nats-server, no NATS_SERVER): once the engine has \
+        "{uses} a NATS server, and none is given (no --nats-server, no NATS_SERVER): once the engine has \
          loaded, infera's wrapper connects to nats://127.0.0.1:4222 and retries for ever"
     )]
     #[refuse(
@@ -44,7 +44,7 @@ pub(crate) fn check(
     allow: &[String],
     findings: &mut Vec<Finding>,
 ) -> Result<(), infera_core::error::Refusal> {
-    let value = |o: Opt| p.value(o).or_else(|| e.default_of(o));
+    let value = |o: Opt| p.value_or_default(e, o);
     if value(Opt::DiscoveryBackend) == Some("etcd") && !p.is_set(Opt::EtcdEndpoint) {
         return Err(TransportError::EtcdMissing.into());
     }
@@ -61,12 +61,12 @@ pub(crate) fn check(
     if uses.is_empty() || given {
         return Ok(());
     }
-    let uses = uses.join(" and ");
+    let uses = format!("{} {}", uses.join(" and "), if uses.len() == 1 { "needs" } else { "need" });
     if !pod_env {
         findings.push(Finding::warn(
             "nats-server-unjudged",
             format!(
-                "{uses} need a NATS server: the args give none (--nats-server), and whether the pod sets NATS_SERVER \
+                "{uses} a NATS server: the args give none (--nats-server), and whether the pod sets NATS_SERVER \
                  is not known from the image alone; give the pod's variables with --env NATS_SERVER=URL (or \
                  --env-file), or serve without NATS: --request-transport http --kv-event-transport zmq"
             ),
@@ -99,7 +99,9 @@ mod tests {
             assert!(r.starts_with("nats-server-missing: --request-transport nats (the wrapper's default) and --kv-event-transport nats (the wrapper's default) need a NATS server"), "{r}");
             let r = judged(e, &["--request-transport", "http"], &[], &[]).unwrap_err();
             assert!(
-                r.starts_with("nats-server-missing: --kv-event-transport nats (the wrapper's default) need"),
+                r.starts_with(
+                    "nats-server-missing: --kv-event-transport nats (the wrapper's default) needs a NATS server"
+                ),
                 "{r}"
             );
             // What the Kubernetes base passes; KV events off; an address by flag or variable.

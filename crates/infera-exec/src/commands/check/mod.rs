@@ -85,6 +85,8 @@ pub(crate) struct Row {
     pub seconds: f64,
     pub identity: Option<infera_core::image::Identity>,
     pub facts: Value,
+    /// The image's engine, when it has exactly one.
+    pub engine: Option<infera_facts::engines::Engine>,
     pub cells: Vec<Cell>,
     pub error: Option<Refusal>,
 }
@@ -175,16 +177,12 @@ fn engines_differ(req: &Request, rows: &[Row]) -> Option<MatrixError> {
     if req.args.is_empty() || req.engine.is_some() {
         return None;
     }
-    let engine = |r: &Row| match r.facts["engines"].as_array().map(Vec::as_slice) {
-        Some([one]) => one["name"].as_str().and_then(infera_facts::engines::Engine::from_name),
-        _ => None,
-    };
     let args_refused = |r: &Row| {
         r.cells.iter().filter_map(|c| c.error.as_ref()).find(|e| e.code.starts_with("arg-")).map(|e| e.message.clone())
     };
     let (refused, why) = rows.iter().find_map(|r| args_refused(r).map(|why| (r, why)))?;
-    let refused_engine = engine(refused)?;
-    let (other, other_engine) = rows.iter().find_map(|r| engine(r).filter(|e| *e != refused_engine).map(|e| (r, e)))?;
+    let refused_engine = refused.engine?;
+    let (other, other_engine) = rows.iter().find_map(|r| r.engine.filter(|e| *e != refused_engine).map(|e| (r, e)))?;
     Some(MatrixError::EnginesDiffer {
         first: other.image.clone(),
         first_engine: other_engine.name(),
@@ -349,6 +347,7 @@ impl Judge<'_> {
                     seconds,
                     identity: None,
                     facts: Value::Null,
+                    engine: None,
                     cells: Vec::new(),
                     error: Some(e),
                 };
@@ -363,7 +362,11 @@ impl Judge<'_> {
         let facts = serde_json::to_value(view).unwrap_or(Value::Null);
         let cells = columns.iter().map(|c| self.cell(&g, c)).collect();
         let identity = g.facts.root.image().cloned();
-        Row { image: name, seconds: started.elapsed().as_secs_f64(), identity, facts, cells, error: None }
+        let engine = match g.facts.engines.as_slice() {
+            [one] => Some(one.engine),
+            _ => None,
+        };
+        Row { image: name, seconds: started.elapsed().as_secs_f64(), identity, facts, engine, cells, error: None }
     }
 
     /// One image with one column's tree on its node.
@@ -480,6 +483,7 @@ mod tests {
             seconds: 0.0,
             identity: None,
             facts: Value::Null,
+            engine: None,
             cells: cells.iter().map(cell).collect(),
             error: error.map(refusal),
         }

@@ -591,7 +591,7 @@ mod tests {
     }
 
     fn row(image: &str, identity: Option<infera_core::image::Identity>, facts: Value, cells: Vec<Cell>) -> Row {
-        Row { image: image.into(), seconds: 1.5, identity, facts, cells, error: None }
+        Row { image: image.into(), seconds: 1.5, identity, facts, engine: None, cells, error: None }
     }
 
     fn rows() -> Vec<Row> {
@@ -637,6 +637,7 @@ mod tests {
             seconds: 0.5,
             identity: None,
             facts: Value::Null,
+            engine: None,
             cells: Vec::new(),
             error: Some(refusal("image-digest-mismatch", Exit::Invalid)),
         };
