@@ -59,6 +59,7 @@ fn a_worker_without_its_nats_is_refused_before_the_load() {
     ] {
         let o = dry(extra, env);
         assert_eq!(o.code, 0, "{extra:?} {env:?}: {}", o.stderr);
+        assert!(!o.stdout.contains("nats-server-"), "{extra:?} {env:?}: {}", o.stdout);
     }
     // A NATS in the pod itself, on 127.0.0.1: accepted knowingly, and kept in the plan.
     let accepted = dry(&[], &[("INFERA_ALLOW", "nats-server-missing")]);
@@ -75,6 +76,8 @@ fn a_worker_without_its_nats_is_refused_before_the_load() {
     let group = [("LWS_GROUP_SIZE", "2"), ("LWS_WORKER_INDEX", "1"), ("LWS_LEADER_ADDRESS", "kimi-k3-0.kimi-k3")];
     let follower = dry(&[], &group);
     assert_eq!(follower.code, 0, "{}", follower.stderr);
+    assert_eq!(follower.json()["group"]["rank"], 1);
+    assert!(!follower.stdout.contains("nats-server-"), "{}", follower.stdout);
     let leader = dry(&[], &[("LWS_GROUP_SIZE", "2"), ("LWS_WORKER_INDEX", "0"), ("LWS_LEADER_ADDRESS", "kimi-k3-0")]);
     assert_eq!(leader.code, 78, "{}", leader.stderr);
 }
@@ -161,7 +164,9 @@ fn image_references_as_skopeo_podman_and_docker_write_them() {
         "{}",
         two.stderr
     );
-    assert_eq!(check(&[&format!("oci:{tp}/a:v2")], &[]).code, 0);
+    let v2 = check(&[&format!("oci:{tp}/a:v2")], &["-o", "json"]);
+    assert_eq!(v2.code, 0, "{}", v2.stderr);
+    assert_eq!(v2.json()["facts"]["image"]["names"], serde_json::json!(["v2"]), "{}", v2.stdout);
 }
 
 /// `check --help` shows what `check` uses (not the options that act only when a run execs),
